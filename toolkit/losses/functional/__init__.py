@@ -1,0 +1,18 @@
+"""``toolkit.losses.functional``: pure, differentiable contrastive losses on embeddings.
+
+Every function follows ``../shared/METHODS.md`` (paper form by default; authors'-code forms
+behind named arguments), reduces by the batch mean, works in float32 and float64, and raises a
+``ValueError`` naming the argument for bad input. Each docstring gives the formula.
+
+Submodules, one family each: ``infonce`` (score-level InfoNCE, NT-Xent, MoCo, CMC),
+``debiased`` (DCL, HCL), ``geometry`` (alignment/uniformity, spectral, CPCL, ACA),
+``polarization`` (LMCL distance polarization), ``wang_liu`` (Wang & Liu Eq. 1/3/9),
+``cacr`` (CACR forms), ``ring`` (Ring / CNCE).
+"""
+from .infonce import *  # noqa: F401,F403
+from .debiased import *  # noqa: F401,F403
+from .geometry import *  # noqa: F401,F403
+from .polarization import *  # noqa: F401,F403
+from .wang_liu import *  # noqa: F401,F403
+from .cacr import *  # noqa: F401,F403
+from .ring import *  # noqa: F401,F403
