@@ -16,16 +16,12 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar, Iterable, Mapping
 
 import torch
-from pydantic import BaseModel, ConfigDict
 from torch import Tensor, nn
 
 from toolkit.losses.base import ContrastiveBatch
+from toolkit.recipe import Section
 
-
-class Section(BaseModel):
-    """Base of recipe sections: unknown keys are errors, values are validated on assignment."""
-
-    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+__all__ = ["Section", "EmptySection", "DataBundle", "Evaluation", "Encoder", "Domain"]
 
 
 class EmptySection(Section):
@@ -75,7 +71,15 @@ class Domain:
     DataConfig: ClassVar[type[Section]] = EmptySection
     EncoderConfig: ClassVar[type[Section]] = EmptySection
     EvaluationConfig: ClassVar[type[Section]] = EmptySection
+    ExtraSections: ClassVar[dict[str, type[Section]]] = {}
     owns_loop: ClassVar[bool] = False
+    recipe_dirs: ClassVar[tuple[str, ...]] = ()  # folders of recipes/tables a plugin ships
+
+    @classmethod
+    def sections(cls) -> dict[str, type[Section]]:
+        """The recipe sections this domain validates, by key."""
+        return {"data": cls.DataConfig, "encoder": cls.EncoderConfig,
+                "evaluation": cls.EvaluationConfig, **cls.ExtraSections}
 
     # -- representation-learning domains -------------------------------------------------
     def build_data(self, recipe: Any) -> DataBundle:  # pragma: no cover - abstract

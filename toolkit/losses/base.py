@@ -12,9 +12,9 @@ from typing import Callable, ClassVar
 
 from torch import Tensor, nn
 
-# A selector maps candidate-negative similarities ``[N, M]`` (and the step) to a boolean
-# keep-mask of the same shape (see ``toolkit.samplers``).
-Selector = Callable[[Tensor], Tensor]
+# A selector maps candidate-negative similarities ``[N, M]`` and the training step to a
+# boolean keep-mask of the same shape (see ``toolkit.samplers``).
+Selector = Callable[[Tensor, int], Tensor]
 
 
 @dataclass

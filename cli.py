@@ -1,0 +1,310 @@
+"""ctk: the contrastive experiment toolkit's command line.
+
+    ctk run recipes/vision/quickstart.yaml
+    ctk show recipes/vision/quickstart.yaml --set objective.loss.temperature=0.2
+    ctk list losses
+    ctk sweep recipes/toy/lmcl_clusters.yaml --grid objective.regularizers.0.weight=0,0.1,1
+    ctk compare sweep-lmcl_clusters
+    ctk reproduce --list
+    ctk ui
+
+Recipe problems exit with code 2 and name the YAML path; a run that fails exits with 1.
+"""
+from __future__ import annotations
+
+import os
+import sys
+import time
+from pathlib import Path
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+import click  # noqa: E402
+import yaml  # noqa: E402
+
+from domains import registry as domain_registry  # noqa: E402
+from toolkit import recipe as rc  # noqa: E402
+
+ROOT = Path(__file__).resolve().parent
+RECIPES = ROOT / "recipes"
+LISTABLE = ("losses", "selectors", "regularizers", "domains", "recipes", "tables")
+
+
+def _fail(message: str, code: int) -> None:
+    click.echo(message, err=True)
+    sys.exit(code)
+
+
+def _load(recipe: str, sets: tuple[str, ...], extra: list[str] | None = None) -> rc.Recipe:
+    from toolkit.runs import load_recipe
+    try:
+        return load_recipe(recipe, [*sets, *(extra or [])], domain_registry.get)
+    except rc.RecipeError as exc:
+        _fail(f"error: {exc}", 2)
+    raise AssertionError  # unreachable
+
+
+def _cli_overrides(seed: int | None, experiment: str | None) -> list[str]:
+    out = []
+    if seed is not None:
+        out.append(f"seed={seed}")
+    if experiment:
+        out.append(f"tracking.experiment={experiment}")
+    return out
+
+
+def _execute(recipe: rc.Recipe, **kwargs) -> tuple[str | None, dict[str, float]]:
+    from toolkit.runs import execute
+    from toolkit.training.loop import NonFiniteLoss
+    try:
+        return execute(recipe, domain_registry.get, **kwargs)
+    except NonFiniteLoss as exc:
+        _fail(f"error: run stopped: {exc}", 1)
+    except (FileNotFoundError, ValueError, domain_registry.DomainError) as exc:
+        _fail(f"error: {exc}", 1)
+    except KeyboardInterrupt:
+        _fail("interrupted: the run is marked KILLED; continue it with --resume RUN_ID", 130)
+    raise AssertionError  # unreachable
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.version_option(package_name="ctk", prog_name="ctk")
+def main() -> None:
+    """ctk: one contrastive idea, every domain, runs you can compare.
+
+    \b
+    Example:
+      ctk run recipes/vision/quickstart.yaml
+    """
+
+
+@main.command()
+@click.argument("recipe", type=click.Path(dir_okay=False))
+@click.option("--set", "sets", multiple=True, metavar="KEY=VALUE", help="Override a recipe value (validated like the file).")
+@click.option("--experiment", help="mlflow experiment name (tracking.experiment).")
+@click.option("--seed", type=int, help="Random seed (seed).")
+@click.option("--device", type=click.Choice(["cpu", "cuda", "auto"]), help="Device (default: the recipe's).")
+@click.option("--resume", "resume", metavar="RUN", help="Continue a killed run: its mlflow run id or a checkpoint file.")
+@click.option("--nproc", type=int, default=1, show_default=True, help="Processes (one per device) under torch.distributed.")
+@click.option("--quiet", is_flag=True, help="No progress bar.")
+def run(recipe: str, sets: tuple[str, ...], experiment: str | None, seed: int | None,
+        device: str | None, resume: str | None, nproc: int, quiet: bool) -> None:
+    """Run RECIPE and log it to mlflow.
+
+    \b
+    Example:
+      ctk run recipes/vision/quickstart.yaml --set budget.epochs=2 --seed 1
+    """
+    extra = _cli_overrides(seed, experiment)
+    if nproc > 1:
+        from toolkit.distributed import launch
+        args = [recipe, *sum((["--set", s] for s in (*sets, *extra)), [])]
+        args += [a for a in (["--device", device] if device else []) + (["--resume", resume] if resume else [])]
+        sys.exit(launch(nproc, str(Path(__file__).resolve()), ["run", *args, "--quiet"] if quiet else ["run", *args]))
+    r = _load(recipe, sets, extra)
+    dist = None
+    if int(os.environ.get("WORLD_SIZE", "1")) > 1:
+        from toolkit.distributed import Context
+        dist = Context.from_env(device or r.device)
+    start = time.perf_counter()
+    try:
+        run_id, metrics = _execute(r, resume=resume, device=device, progress=not quiet, distributed=dist)
+    finally:
+        if dist is not None:
+            dist.close()
+    if dist is None or dist.is_main:
+        click.echo(f"run {run_id} ({r.run_name}) finished in {time.perf_counter() - start:.1f} s")
+        for k, v in sorted(metrics.items()):
+            click.echo(f"  {k}: {v:.4f}")
+
+
+@main.command()
+@click.argument("recipe", type=click.Path(dir_okay=False))
+@click.option("--set", "sets", multiple=True, metavar="KEY=VALUE", help="Override a recipe value.")
+def show(recipe: str, sets: tuple[str, ...]) -> None:
+    """Print RECIPE validated and fully resolved (every default filled in).
+
+    \b
+    Example:
+      ctk show recipes/vision/quickstart.yaml --set objective.loss.temperature=0.2
+    """
+    r = _load(recipe, sets)
+    click.echo(f"# {recipe} -> run name {r.run_name}")
+    click.echo(yaml.safe_dump(r.resolved, sort_keys=False).rstrip())
+
+
+@main.command("list")
+@click.argument("what", type=click.Choice(LISTABLE))
+def list_(what: str) -> None:
+    """List registered components, domains, recipes or paper tables.
+
+    \b
+    Example:
+      ctk list losses
+    """
+    if what in ("losses", "selectors", "regularizers"):
+        import toolkit.objective  # noqa: F401 - registers everything
+        from toolkit.losses.modules import LOSSES
+        from toolkit.regularizers import REGULARIZERS
+        from toolkit.samplers import SELECTORS
+        reg = {"losses": LOSSES, "selectors": SELECTORS, "regularizers": REGULARIZERS}[what]
+        width = max(len(e.name) for e in reg)
+        for e in reg:
+            click.echo(f"{e.name.ljust(width)}  {e.description}")
+    elif what == "domains":
+        try:
+            specs = domain_registry.specs()
+        except domain_registry.DomainError as exc:
+            _fail(f"error: {exc}", 1)
+        for name, spec in sorted(specs.items()):
+            try:
+                desc = spec.load().description
+            except domain_registry.DomainError as exc:
+                desc = f"(unavailable: {exc})"
+            click.echo(f"{name.ljust(8)}  [{spec.origin}: {spec.target}]  {desc}")
+    elif what == "recipes":
+        for path in sorted(p for p in RECIPES.glob("*/**/*.yaml") if "tables" not in p.parts):
+            try:
+                data = yaml.safe_load(path.read_text()) or {}
+            except yaml.YAMLError:
+                data = {}
+            desc = str(data.get("description", "") or "").strip().splitlines()
+            click.echo(f"{path.relative_to(ROOT)}  {desc[0] if desc else ''}")
+    else:
+        for name, table in sorted(_tables().items()):
+            click.echo(f"{name}  {table.title}  ({len(table.rows)} rows)")
+
+
+@main.command()
+@click.argument("recipe", type=click.Path(dir_okay=False))
+@click.option("--grid", multiple=True, required=True, metavar="KEY=V1,V2", help="A swept key and its values (repeatable: cartesian product).")
+@click.option("--set", "sets", multiple=True, metavar="KEY=VALUE", help="Override applied to every point.")
+@click.option("--experiment", help="Experiment grouping the runs (default: sweep-<recipe file>).")
+@click.option("--quiet", is_flag=True, help="No progress bars.")
+def sweep(recipe: str, grid: tuple[str, ...], sets: tuple[str, ...], experiment: str | None, quiet: bool) -> None:
+    """Run RECIPE once per grid point, all in one experiment; then print the comparison.
+
+    \b
+    Example:
+      ctk sweep recipes/toy/lmcl_clusters.yaml --grid objective.loss.temperature=0.1,0.5 --grid seed=0,1
+    """
+    from toolkit.reporting import compare_table
+    from toolkit.runs import expand_grid
+    try:
+        points = expand_grid(list(grid))
+    except rc.RecipeError as exc:
+        _fail(f"error: {exc}", 2)
+    experiment = experiment or f"sweep-{Path(recipe).stem}"
+    recipes = [_load(recipe, sets, [*point, f"tracking.experiment={experiment}"]) for point in points]
+    click.echo(f"sweep: {len(recipes)} runs into experiment {experiment!r}")
+    for point, r in zip(points, recipes):
+        click.echo(f"-> {' '.join(point)}")
+        _execute(r, progress=not quiet, extra_tags={"ctk.sweep": experiment})
+    click.echo(compare_table(experiment, uri=recipes[0].tracking.uri))
+
+
+@main.command()
+@click.argument("experiment")
+@click.option("--metric", "metrics", multiple=True, help="Metric column (repeatable; default: every evaluation metric).")
+@click.option("--uri", help="mlflow tracking URI (default: $MLFLOW_TRACKING_URI or ./mlflow.db).")
+@click.option("--per-run", is_flag=True, help="One row per run instead of grouping seeds.")
+def compare(experiment: str, metrics: tuple[str, ...], uri: str | None, per_run: bool) -> None:
+    """Print the runs of EXPERIMENT as a table (seeds grouped: mean ± std).
+
+    \b
+    Example:
+      ctk compare sweep-quickstart --metric linear_top1 --metric uniformity
+    """
+    from toolkit.reporting import compare_table
+    try:
+        click.echo(compare_table(experiment, list(metrics), uri, group_seeds=not per_run))
+    except ValueError as exc:
+        _fail(f"error: {exc}", 1)
+
+
+def _tables() -> dict:
+    from toolkit.reporting import discover_tables
+    roots = [RECIPES]
+    for spec in domain_registry.specs().values():
+        if spec.origin != "built-in":
+            try:
+                cls = spec.load()
+            except domain_registry.DomainError:
+                continue
+            roots += [Path(d) for d in cls.recipe_dirs]
+    try:
+        return discover_tables(roots)
+    except (rc.RecipeError, ValueError) as exc:
+        _fail(f"error: {exc}", 2)
+    raise AssertionError
+
+
+@main.command()
+@click.argument("name", required=False)
+@click.option("--list", "list_only", is_flag=True, help="List the paper tables that exist.")
+@click.option("--seeds", help="Comma-separated seeds (default: the table's).")
+@click.option("--set", "sets", multiple=True, metavar="KEY=VALUE", help="Override applied to every row (e.g. a shorter budget).")
+@click.option("--experiment", help="Experiment for the runs (default: reproduce-NAME).")
+@click.option("--quiet", is_flag=True, help="No progress bars.")
+def reproduce(name: str | None, list_only: bool, seeds: str | None, sets: tuple[str, ...],
+              experiment: str | None, quiet: bool) -> None:
+    """Run the recipes behind a paper table; print measured (mean ± std over seeds) beside the paper.
+
+    \b
+    Example:
+      ctk reproduce --list
+      ctk reproduce ring-mi-toy --seeds 0,1,2
+    """
+    from toolkit.reporting import reproduce_report
+    tables = _tables()
+    if list_only or not name:
+        for n, t in sorted(tables.items()):
+            click.echo(f"{n}  {t.title}  ({len(t.rows)} rows x {len(t.seeds)} seeds)")
+        return
+    if name not in tables:
+        _fail(f"error: no paper table {name!r}; expected one of: {', '.join(sorted(tables))}", 2)
+    table = tables[name]
+    seed_list = [int(s) for s in seeds.split(",")] if seeds else table.seeds
+    table.seeds = seed_list
+    experiment = experiment or f"reproduce-{name}"
+    jobs = []
+    for row in table.rows:
+        for seed in seed_list:
+            jobs.append((row, _load(str(row.recipe), (*row.overrides, *sets),
+                                    [f"seed={seed}", f"tracking.experiment={experiment}"])))
+    click.echo(f"reproduce {name}: {len(jobs)} runs into experiment {experiment!r}")
+    start = time.perf_counter()
+    for row, r in jobs:
+        click.echo(f"-> {row.label} (seed {r.seed})")
+        _, metrics = _execute(r, progress=not quiet, extra_tags={"ctk.table": name, "ctk.row": row.label})
+        got = table.measured.setdefault(row.label, {})
+        for m in table.metrics:
+            if m in metrics:
+                got.setdefault(m, []).append(metrics[m])
+    click.echo(reproduce_report(table))
+    click.echo(f"({len(jobs)} runs in {time.perf_counter() - start:.0f} s; mlflow experiment {experiment!r})")
+
+
+@main.command()
+@click.option("--uri", help="mlflow tracking URI (default: $MLFLOW_TRACKING_URI or ./mlflow.db).")
+@click.option("--host", default="127.0.0.1", show_default=True)
+@click.option("--port", default=5000, show_default=True, type=int)
+def ui(uri: str | None, host: str, port: int) -> None:
+    """Open the mlflow UI on the same store the runs log to.
+
+    \b
+    Example:
+      ctk ui --port 5000   (then browse http://127.0.0.1:5000)
+    """
+    from toolkit.tracking import artifact_root, tracking_uri
+    store = tracking_uri(uri)
+    cmd = [sys.executable, "-m", "mlflow", "ui", "--backend-store-uri", store, "--host", host, "--port", str(port)]
+    root = artifact_root(store)
+    if root:
+        cmd += ["--default-artifact-root", root]
+    click.echo(f"mlflow UI on http://{host}:{port} for {store}")
+    os.execvp(cmd[0], cmd)
+
+
+if __name__ == "__main__":
+    main()

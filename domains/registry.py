@@ -1,0 +1,68 @@
+"""Finding domains: the built-in ones and those installed packages declare in the
+``ctk.domains`` entry-point group (``[project.entry-points."ctk.domains"] tabular =
+"ctk_tabular:TabularDomain"``). Nothing in ``toolkit/`` or ``cli.py`` names a plugin.
+"""
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass
+from importlib.metadata import entry_points
+from typing import Any
+
+from domains.base import Domain
+
+GROUP = "ctk.domains"
+BUILTIN = {
+    "vision": "domains.vision:VisionDomain",
+    "text": "domains.text:TextDomain",
+    "rl": "domains.rl:RLDomain",
+    "toy": "domains.toy:ToyDomain",
+}
+
+
+class DomainError(Exception):
+    """A domain cannot be found or loaded; the message says which and why."""
+
+
+@dataclass(frozen=True)
+class DomainSpec:
+    name: str
+    target: str  # "module:attribute"
+    origin: str  # "built-in" or "<distribution> <version>"
+
+    def load(self) -> type[Domain]:
+        module_name, _, attr = self.target.partition(":")
+        try:
+            obj: Any = importlib.import_module(module_name)
+            for part in attr.split("."):
+                obj = getattr(obj, part)
+        except Exception as exc:  # noqa: BLE001 - any import failure is reported the same way
+            raise DomainError(f"domain {self.name!r} ({self.target}, {self.origin}) failed to import: "
+                              f"{type(exc).__name__}: {exc}") from exc
+        if not (isinstance(obj, type) and issubclass(obj, Domain)):
+            raise DomainError(f"domain {self.name!r} ({self.target}, {self.origin}) is not a "
+                              f"domains.base.Domain subclass (got {obj!r})")
+        return obj
+
+
+def specs() -> dict[str, DomainSpec]:
+    """Every known domain by name; two claims on one name are an error naming both."""
+    found = {name: DomainSpec(name, target, "built-in") for name, target in BUILTIN.items()}
+    for ep in entry_points(group=GROUP):
+        dist = getattr(ep, "dist", None)
+        origin = f"{dist.name} {dist.version}" if dist is not None else "an installed package"
+        spec = DomainSpec(ep.name, ep.value, origin)
+        if ep.name in found and found[ep.name].target != ep.value:
+            other = found[ep.name]
+            raise DomainError(f"domain name {ep.name!r} is claimed twice: by {other.origin} "
+                              f"({other.target}) and by {origin} ({ep.value})")
+        found[ep.name] = spec
+    return found
+
+
+def get(name: str) -> type[Domain]:
+    """The domain class called ``name``."""
+    known = specs()
+    if name not in known:
+        raise DomainError(f"unknown domain {name!r}; expected one of: {', '.join(sorted(known))}")
+    return known[name].load()

@@ -1,0 +1,101 @@
+"""The shared pretraining loop: determinism, kill-and-resume, the non-finite guard, sources."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from toolkit.runs import execute, load_recipe
+from toolkit.tracking import client_for
+from toolkit.training import checkpoint as ckpt
+from toolkit.training.loop import NonFiniteLoss
+
+
+class Stop(Exception):
+    pass
+
+
+def _stop_at(step_to_stop):
+    def hook(step):
+        if step == step_to_stop:
+            raise Stop(f"simulated kill at step {step}")
+    return hook
+
+
+def _final_weights(run_id):
+    return ckpt.load(ckpt.checkpoint_dir(run_id) / "last.pt")["encoder"]
+
+
+def test_same_seed_same_result(points_domain, points_recipe):
+    r = load_recipe(points_recipe, [], points_domain)
+    id_a, m_a = execute(r, points_domain, progress=False)
+    id_b, m_b = execute(r, points_domain, progress=False)
+    assert id_a != id_b
+    assert m_a == m_b
+    for k, v in _final_weights(id_a).items():
+        assert torch.equal(v, _final_weights(id_b)[k]), k
+
+
+def test_kill_and_resume_matches_uninterrupted(points_domain, points_recipe):
+    r = load_recipe(points_recipe, [], points_domain)
+    ref_id, ref_metrics = execute(r, points_domain, progress=False)
+    with pytest.raises(Stop):
+        execute(r, points_domain, progress=False, hooks=[_stop_at(13)])
+    client = client_for()
+    runs = client.search_runs([client.get_experiment_by_name("pipeline-test").experiment_id],
+                              order_by=["attributes.start_time DESC"])
+    killed = runs[0]
+    assert killed.info.status == "FAILED"
+    assert "simulated kill" in killed.data.tags["error"]
+    saved = ckpt.load(ckpt.checkpoint_dir(killed.info.run_id) / "last.pt")
+    assert saved["loop"]["step"] == 8  # the last periodic checkpoint before the kill
+    run_id, metrics = execute(r, points_domain, progress=False, resume=killed.info.run_id)
+    assert run_id == killed.info.run_id
+    assert metrics == ref_metrics
+    for k, v in _final_weights(ref_id).items():
+        assert torch.equal(v, _final_weights(run_id)[k]), k
+    resumed = client.get_run(run_id)
+    assert resumed.info.status == "FINISHED"
+    ref_loss = {m.step: m.value for m in client.get_metric_history(ref_id, "train/loss")}
+    got_loss = [(m.step, m.value) for m in client.get_metric_history(run_id, "train/loss")]
+    assert {s for s, _ in got_loss} == set(ref_loss) == {4, 8, 12, 16, 20, 24}
+    for step, value in got_loss:  # logged before the kill and after the resume alike
+        assert value == ref_loss[step], step
+
+
+def test_nonfinite_loss_stops_with_message_and_checkpoint(points_domain, points_recipe, workdir):
+    r = load_recipe(points_recipe, ["data.poison_at_step=5"], points_domain)
+    with pytest.raises(NonFiniteLoss) as info:
+        execute(r, points_domain, progress=False)
+    msg = str(info.value)
+    assert "step 5" in msg and "nan" in msg.lower()
+    client = client_for()
+    run = client.search_runs([client.get_experiment_by_name("pipeline-test").experiment_id])[0]
+    assert run.info.status == "FAILED"
+    saved = ckpt.load(ckpt.checkpoint_dir(run.info.run_id) / "nonfinite.pt")
+    assert saved["loop"]["step"] == 5
+    assert all(torch.isfinite(v).all() for v in saved["encoder"].values())
+
+
+def test_queue_gets_keys_after_the_loss(points_domain, points_recipe):
+    r = load_recipe(points_recipe, ["objective.loss={name: moco_infonce, temperature: 0.2}",
+                                    "objective.regularizers=[]",
+                                    "objective.negatives={source: queue, size: 40, momentum: 0.9}",
+                                    "budget.steps=5"], points_domain)
+    run_id, _ = execute(r, points_domain, progress=False)
+    state = ckpt.load(ckpt.checkpoint_dir(run_id) / "last.pt")["objective"]
+    assert state["queue.ptr"].item() == (5 * 16) % 40
+    assert state["queue.filled"].item() == 40
+    queue = state["queue.queue"]
+    assert torch.allclose(queue.norm(dim=1), torch.ones(40), atol=1e-5)
+    assert "key_encoder.module.lin.weight" in state
+
+
+def test_memory_bank_updates_the_batch_slots(points_domain, points_recipe):
+    r = load_recipe(points_recipe, ["objective.loss={name: wl_contrastive, temperature: 0.2}",
+                                    "objective.regularizers=[]", "objective.views=1",
+                                    "objective.negatives={source: memory_bank, bank_momentum: 0.0}",
+                                    "budget.steps=4"], points_domain)
+    run_id, _ = execute(r, points_domain, progress=False)
+    bank = ckpt.load(ckpt.checkpoint_dir(run_id) / "last.pt")["objective"]["bank.bank"]
+    assert bank.shape == (64, 3)
+    assert torch.allclose(bank.norm(dim=1), torch.ones(64), atol=1e-5)

@@ -1,0 +1,194 @@
+"""The objective: loss + weighted regularizers + negative source + selector (DESIGN.md).
+
+Built from a recipe's ``objective`` section. A step is::
+
+    batch = domain.contrastive_batch(...)      # views (and keys from objective.key_encoder)
+    objective.prepare(batch)                   # negatives from the queue / memory bank
+    out = objective(batch)                     # LossOutput: total loss + records
+    out.loss.backward(); optimizer.step()
+    objective.after_step(batch, encoder)       # EMA key encoder, enqueue keys, bank update
+
+so queue rows are enqueued only after the loss (an anchor never sees its own key of this step
+as a negative). Queue, bank and key encoder are submodules: ``state_dict`` checkpoints them.
+"""
+from __future__ import annotations
+
+import inspect
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from toolkit import recipe as rc
+from toolkit.losses.base import ContrastiveBatch, ContrastiveLoss, LossOutput
+from toolkit.losses.modules import LOSSES
+from toolkit.regularizers import REGULARIZERS
+from toolkit.registry import constructor_args
+from toolkit.samplers import SELECTORS, build_selector
+from toolkit.samplers.sources import MemoryBank, MoCoQueue, MomentumEncoder
+
+
+class Objective(nn.Module):
+    """A loss with weighted regularizers, a negative source and a selector."""
+
+    def __init__(self, loss: ContrastiveLoss, regularizers: list[tuple[str, float, nn.Module]] | None = None,
+                 negatives: rc.Negatives | None = None, selector: Any = None) -> None:
+        super().__init__()
+        self.loss = loss
+        regularizers = regularizers or []
+        self.reg_names = [n for n, _, _ in regularizers]
+        self.reg_weights = [float(w) for _, w, _ in regularizers]
+        self.regularizers = nn.ModuleList([r for _, _, r in regularizers])
+        self.negatives = negatives or rc.Negatives()
+        self.selector = selector
+        loss.attach_selector(selector)
+        self.queue: MoCoQueue | None = None
+        self.bank: MemoryBank | None = None
+        self.key_encoder: MomentumEncoder | None = None
+
+    # -- set-up ---------------------------------------------------------------------------
+    @property
+    def needs(self) -> set[str]:
+        need = set(self.loss.needs)
+        for r in self.regularizers:
+            need |= set(getattr(r, "needs", ("views",)))
+        return need
+
+    @property
+    def uses_key_encoder(self) -> bool:
+        mode = self.negatives.key_encoder
+        return mode == "momentum" or (mode == "auto" and self.negatives.source == "queue")
+
+    def attach(self, encoder: nn.Module, dim: int, num_instances: int,
+               generator: torch.Generator | None = None) -> None:
+        """Create the stateful parts for an encoder with output size ``dim``."""
+        src = self.negatives
+        if src.source == "queue":
+            self.queue = MoCoQueue(src.size, dim, generator)
+        elif src.source == "memory_bank":
+            self.bank = MemoryBank(num_instances, dim, src.bank_momentum, generator)
+        if self.uses_key_encoder:
+            self.key_encoder = MomentumEncoder(encoder, src.momentum)
+        device = next(encoder.parameters()).device
+        self.to(device)
+
+    # -- a step ---------------------------------------------------------------------------
+    def prepare(self, batch: ContrastiveBatch) -> ContrastiveBatch:
+        if self.queue is not None:
+            batch.negatives = self.queue.rows()
+        elif self.bank is not None:
+            batch.negatives = self.bank.rows()
+        return batch
+
+    def forward(self, batch: ContrastiveBatch) -> LossOutput:
+        out = self.loss(batch)
+        total = out.loss
+        records: dict[str, Tensor | float] = {"contrastive": out.loss.detach()}
+        records.update(out.records)
+        for name, weight, reg in zip(self.reg_names, self.reg_weights, self.regularizers):
+            r = reg(batch)
+            total = total + weight * r.loss
+            records[name] = r.loss.detach()
+            records.update(r.records)
+        records["loss"] = total.detach()
+        return LossOutput(total, records)
+
+    @torch.no_grad()
+    def after_step(self, batch: ContrastiveBatch, encoder: nn.Module) -> None:
+        if self.key_encoder is not None:
+            self.key_encoder.update(encoder)
+        if self.queue is not None and batch.keys is not None:
+            self.queue.enqueue(batch.keys[:, 1 if batch.keys.shape[1] > 1 else 0])
+        if self.bank is not None and batch.views is not None and batch.indices is not None:
+            self.bank.update(batch.indices, batch.views[:, 0])
+
+
+# ---------------------------------------------------------------------------------------
+# Validation and construction from a recipe section
+
+_ARG_KINDS = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+
+
+def _instantiate(cls: Any, args: dict[str, Any], path: str, what: str) -> tuple[Any, list[tuple[str, str]]]:
+    """Construct ``cls(**args)``; turn unknown arguments and ValueErrors into problems at
+    the path of the offending argument."""
+    accepted = constructor_args(cls)
+    unknown = [a for a in args if a not in accepted]
+    if unknown:
+        listing = ", ".join(accepted) or "none"
+        return None, [(f"{path}.{a}", f"unknown argument of {what}; expected one of: {listing}")
+                      for a in unknown]
+    try:
+        return cls(**args), []
+    except (ValueError, TypeError) as exc:
+        msg = str(exc)
+        first = msg.split(" ", 1)[0].strip(",:")
+        where = f"{path}.{first}" if first in accepted else path
+        return None, [(where, msg)]
+
+
+def check(obj: rc.Objective, path: str = "objective") -> list[tuple[str, str]]:
+    """All problems with an objective section (names, arguments, compatibility)."""
+    _, problems = _build(obj, path)
+    return problems
+
+
+def build(obj: rc.Objective) -> Objective:
+    """Build the objective of a validated recipe (raises ValueError on a bad section)."""
+    objective, problems = _build(obj, "objective")
+    if problems:
+        raise rc.RecipeError(problems)
+    assert objective is not None
+    return objective
+
+
+def _build(obj: rc.Objective, path: str) -> tuple[Objective | None, list[tuple[str, str]]]:
+    problems: list[tuple[str, str]] = []
+    loss = None
+    if obj.loss.name not in LOSSES:
+        problems.append((f"{path}.loss.name", f"unknown loss {obj.loss.name!r}; expected one of: {', '.join(LOSSES.names())}"))
+    else:
+        loss, p = _instantiate(LOSSES.get(obj.loss.name), obj.loss.args, f"{path}.loss", f"loss {obj.loss.name}")
+        problems += p
+    regs = []
+    for i, spec in enumerate(obj.regularizers):
+        rpath = f"{path}.regularizers.{i}"
+        if spec.name not in REGULARIZERS:
+            problems.append((f"{rpath}.name", f"unknown regularizer {spec.name!r}; expected one of: {', '.join(REGULARIZERS.names())}"))
+            continue
+        reg, p = _instantiate(REGULARIZERS.get(spec.name), spec.args, rpath, f"regularizer {spec.name}")
+        problems += p
+        if reg is not None:
+            regs.append((spec.name, spec.weight, reg))
+    selector = None
+    if obj.selector.name not in SELECTORS:
+        problems.append((f"{path}.selector.name", f"unknown selector {obj.selector.name!r}; expected one of: {', '.join(SELECTORS.names())}"))
+    else:
+        try:
+            selector = build_selector(obj.selector.name, obj.selector.args,
+                                      obj.selector.schedule.name if obj.selector.schedule else None,
+                                      obj.selector.schedule.args if obj.selector.schedule else {})
+        except (ValueError, TypeError, KeyError) as exc:
+            msg = str(exc).strip("'\"")
+            first = msg.split(" ", 1)[0].strip(",:")
+            sub = "schedule." + first if obj.selector.schedule and first in obj.selector.schedule.args else first
+            known = set(obj.selector.args) | {"schedule." + a for a in (obj.selector.schedule.args if obj.selector.schedule else {})}
+            problems.append((f"{path}.selector.{sub}" if sub in known else f"{path}.selector", msg))
+    if loss is None or problems:
+        return None, problems
+    src = obj.negatives.source
+    need = set(loss.needs)
+    if "negatives" in need and src == "in_batch":
+        problems.append((f"{path}.negatives.source", f"loss {obj.loss.name} needs negatives from a queue or a memory bank, got 'in_batch'"))
+    if "keys" in need and not (src == "queue" or obj.negatives.key_encoder == "momentum"):
+        problems.append((f"{path}.negatives.source", f"loss {obj.loss.name} needs momentum-encoder keys: use source: queue"))
+    if obj.views < loss.min_views:
+        problems.append((f"{path}.views", f"loss {obj.loss.name} needs at least {loss.min_views} views, got {obj.views}"))
+    if selector is not None and not loss.accepts_selector:
+        problems.append((f"{path}.selector.name", f"loss {obj.loss.name} does not accept a negative selector (got {obj.selector.name!r}); expected 'all'"))
+    if problems:
+        return None, problems
+    try:
+        return Objective(loss, regs, obj.negatives, selector), []
+    except ValueError as exc:
+        return None, [(path, str(exc))]

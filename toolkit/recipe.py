@@ -1,0 +1,387 @@
+"""Recipes: one YAML file per experiment, validated before anything runs.
+
+A recipe has the common sections below plus the sections its domain owns (``data``,
+``encoder``, ``evaluation`` and any the domain adds), which the domain validates with its own
+pydantic models. Every problem is reported as ``path.in.the.file: what was wrong (got X);
+expected Y`` and collected, so one run of ``ctk show`` lists them all.
+
+Component sections name a registered component and its arguments in one mapping::
+
+    objective:
+      loss: {name: cacr, t_pos: 1.0, t_neg: 2.0}
+      regularizers: [{name: distance_polarization, weight: 0.1, d_plus: 0.1, d_minus: 0.5}]
+      negatives: {source: queue, size: 4096, momentum: 0.99}
+      selector: {name: ring, lower: 0, upper: 90, schedule: {name: linear, ...}}
+"""
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal, Mapping
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+
+class RecipeError(Exception):
+    """One or more problems in a recipe: ``problems`` is a list of (yaml path, message)."""
+
+    def __init__(self, problems: list[tuple[str, str]], source: str = "recipe") -> None:
+        self.problems = problems
+        self.source = source
+        lines = [f"{source}: {len(problems)} problem{'s' if len(problems) != 1 else ''}:"]
+        lines += [f"  {path or '(top level)'}: {msg}" for path, msg in problems]
+        super().__init__("\n".join(lines))
+
+
+class Section(BaseModel):
+    """Base of recipe sections: unknown keys are errors."""
+
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+
+class Component(BaseModel):
+    """``{name: registered_name, **arguments}``; the arguments are checked against the
+    component's constructor when the objective is built (see ``toolkit.objective``)."""
+
+    model_config = ConfigDict(extra="allow")
+    name: str
+
+    @property
+    def args(self) -> dict[str, Any]:
+        return dict(self.model_extra or {})
+
+
+class Regularizer(Component):
+    weight: float = Field(1.0, ge=0)
+
+
+class Selector(Component):
+    name: str = "all"
+    schedule: Component | None = None
+
+
+class Negatives(Section):
+    """Where negatives come from.
+
+    in_batch:     the other instances of the batch (SimCLR); with ``gather`` across ranks.
+    queue:        a FIFO of ``size`` keys from a momentum encoder (MoCo), EMA ``momentum``.
+    memory_bank:  one slot per dataset index (instance discrimination), slots updated with
+                  ``bank_momentum`` (new = m * old + (1 - m) * z, renormalised).
+    """
+
+    source: Literal["in_batch", "queue", "memory_bank"] = "in_batch"
+    size: int = Field(65536, ge=1)
+    momentum: float = Field(0.999, ge=0, le=1)
+    bank_momentum: float = Field(0.5, ge=0, lt=1)
+    key_encoder: Literal["auto", "momentum", "none"] = "auto"
+    shuffle_bn: bool = False
+
+
+class Objective(Section):
+    loss: Component
+    regularizers: list[Regularizer] = Field(default_factory=list)
+    negatives: Negatives = Field(default_factory=Negatives)
+    selector: Selector = Field(default_factory=Selector)
+    views: int = Field(2, ge=1, le=32)
+
+
+class Optimizer(Section):
+    name: Literal["sgd", "adam", "adamw", "lars"] = "sgd"
+    lr: float = Field(0.05, gt=0)
+    momentum: float = Field(0.9, ge=0, lt=1)
+    weight_decay: float = Field(0.0, ge=0)
+    nesterov: bool = False
+    betas: tuple[float, float] = (0.9, 0.999)
+    trust_coefficient: float = Field(0.001, gt=0)
+    scale_lr_by_batch: bool = Field(False, description="lr * batch_size / 256 (SimCLR rule)")
+
+
+class Schedule(Section):
+    name: Literal["constant", "cosine", "step"] = "cosine"
+    warmup_steps: int = Field(0, ge=0)
+    warmup_epochs: float = Field(0.0, ge=0)
+    milestones: list[float] = Field(default_factory=list, description="epochs (step decay)")
+    gamma: float = Field(0.1, gt=0, le=1)
+    final_lr_fraction: float = Field(0.0, ge=0, le=1)
+
+
+class Budget(Section):
+    epochs: float | None = Field(None, gt=0)
+    steps: int | None = Field(None, ge=1)
+    batch_size: int = Field(256, ge=1)
+    eval_every: int | None = Field(None, ge=1, description="steps between evaluations (end only when unset)")
+    monitor_every: int | None = Field(None, ge=1, description="steps between online kNN monitors")
+    checkpoint_every: int | None = Field(None, ge=1, description="steps between checkpoints")
+    log_every: int = Field(10, ge=1)
+
+    @model_validator(mode="after")
+    def _one_length(self) -> "Budget":
+        if self.epochs is None and self.steps is None:
+            raise ValueError("give epochs or steps (how long to train)")
+        return self
+
+
+class Tracking(Section):
+    experiment: str = Field("ctk", min_length=1)
+    uri: str | None = Field(None, description="mlflow tracking URI; default $MLFLOW_TRACKING_URI, else sqlite:///./mlflow.db")
+    run_name: str | None = None
+    log_model: bool = True
+    tags: dict[str, str] = Field(default_factory=dict)
+
+
+class Paper(Section):
+    """The paper's reported figures for this setting (printed by ``ctk reproduce``)."""
+
+    source: str
+    metrics: dict[str, float] = Field(default_factory=dict)
+    notes: str | None = None
+
+
+class Common(Section):
+    """The sections every recipe shares (the domain-owned ones are removed before this)."""
+
+    name: str | None = None
+    description: str | None = None
+    domain: str
+    seed: int = Field(0, ge=0)
+    device: Literal["auto", "cpu", "cuda"] = "auto"
+    precision: Literal["fp32", "amp"] = "fp32"
+    objective: Objective | None = None
+    optimizer: Optimizer = Field(default_factory=Optimizer)
+    schedule: Schedule = Field(default_factory=Schedule)
+    budget: Budget | None = None
+    tracking: Tracking = Field(default_factory=Tracking)
+    paper: Paper | None = None
+
+
+@dataclass
+class Recipe:
+    """A validated recipe: the common sections as models, the domain's sections as the
+    domain's models, and the resolved mapping (for ``ctk show`` and the logged artifact)."""
+
+    common: Common
+    sections: dict[str, BaseModel]
+    resolved: dict[str, Any]
+    source: str = "recipe"
+    overrides: list[str] = field(default_factory=list)
+
+    def __getattr__(self, name: str) -> Any:
+        if name in ("common", "sections", "resolved", "source", "overrides"):
+            raise AttributeError(name)
+        if name in self.sections:
+            return self.sections[name]
+        return getattr(self.common, name)
+
+    @property
+    def run_name(self) -> str:
+        """domain-dataset-loss-selector-seed, e.g. ``vision-fashion_mnist-nt_xent-all-s0``."""
+        if self.common.tracking.run_name:
+            return self.common.tracking.run_name
+        data = self.resolved.get("data") or {}
+        dataset = data.get("dataset") or data.get("task") or data.get("experiment") or data.get("corpus") or "data"
+        obj = self.common.objective
+        loss = obj.loss.name if obj else "own-loss"
+        if obj and obj.regularizers:
+            loss += "+" + "+".join(r.name for r in obj.regularizers)
+        sel = obj.selector.name if obj else "all"
+        return f"{self.common.domain}-{dataset}-{loss}-{sel}-s{self.common.seed}"
+
+
+# ---------------------------------------------------------------------------------------
+# Loading, overrides, error formatting
+
+def load_yaml(path: str | Path) -> dict[str, Any]:
+    """Read a recipe file; unreadable or non-mapping files are RecipeErrors."""
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise RecipeError([("", f"cannot read the file: {exc.strerror or exc}")], str(path)) from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        raise RecipeError([("", f"not valid YAML{where}: {getattr(exc, 'problem', exc)}")], str(path)) from None
+    if not isinstance(data, dict):
+        raise RecipeError([("", f"expected a mapping of sections, got {type(data).__name__}")], str(path))
+    return data
+
+
+def apply_overrides(data: dict[str, Any], overrides: list[str], source: str = "recipe") -> dict[str, Any]:
+    """Apply ``a.b.c=value`` overrides (values parsed as YAML: ``0.1``, ``true``, ``[1,2]``).
+
+    A path through a list uses the index (``objective.regularizers.0.weight=0.2``).
+    """
+    out = copy.deepcopy(data)
+    problems: list[tuple[str, str]] = []
+    for item in overrides:
+        if "=" not in item:
+            problems.append((item, "an override must look like key.path=value"))
+            continue
+        key, raw = item.split("=", 1)
+        key = key.strip()
+        try:
+            value = yaml.safe_load(raw) if raw.strip() else ""
+        except yaml.YAMLError:
+            value = raw
+        parts = key.split(".")
+        if not all(parts):
+            problems.append((key, "empty component in the key path"))
+            continue
+        node: Any = out
+        for i, part in enumerate(parts[:-1]):
+            nxt = _child(node, part)
+            if nxt is None:
+                nxt = {}
+                _set_child(node, part, nxt)
+            elif not isinstance(nxt, (dict, list)):
+                problems.append((".".join(parts[: i + 1]), f"is {nxt!r}, not a section; cannot set {key}"))
+                break
+            node = nxt
+        else:
+            if not _set_child(node, parts[-1], value):
+                problems.append((key, f"cannot set an item of {type(node).__name__}"))
+    if problems:
+        raise RecipeError([(p, f"--set: {m}") for p, m in problems], source)
+    return out
+
+
+def _child(node: Any, part: str) -> Any:
+    if isinstance(node, dict):
+        return node.get(part)
+    if isinstance(node, list) and part.isdigit() and int(part) < len(node):
+        return node[int(part)]
+    return None
+
+
+def _set_child(node: Any, part: str, value: Any) -> bool:
+    if isinstance(node, dict):
+        node[part] = value
+        return True
+    if isinstance(node, list) and part.isdigit() and int(part) < len(node):
+        node[int(part)] = value
+        return True
+    return False
+
+
+def pydantic_problems(exc: ValidationError, prefix: str = "") -> list[tuple[str, str]]:
+    """Turn pydantic errors into (yaml path, 'message (got X); expected ...')."""
+    problems = []
+    for err in exc.errors():
+        loc = [str(x) for x in err["loc"] if not str(x).startswith("function-")]
+        path = ".".join(([prefix] if prefix else []) + loc)
+        kind = err["type"]
+        if kind == "extra_forbidden":
+            msg = "unknown key"
+        elif kind == "missing":
+            msg = "required key is missing"
+        else:
+            msg = f"{err['msg']} (got {_short(err.get('input'))})"
+        problems.append((path, msg))
+    return problems
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def expected_keys(model: type[BaseModel]) -> str:
+    return ", ".join(model.model_fields)
+
+
+def unknown_key_hint(problems: list[tuple[str, str]], models: Mapping[str, type[BaseModel]]) -> list[tuple[str, str]]:
+    """Add the list of accepted keys to 'unknown key' messages."""
+    out = []
+    for path, msg in problems:
+        if msg == "unknown key":
+            parent = path.rsplit(".", 1)[0] if "." in path else ""
+            model = models.get(parent)
+            if model is not None:
+                msg = f"unknown key; expected one of: {expected_keys(model)}"
+        out.append((path, msg))
+    return out
+
+
+def section_models() -> dict[str, type[BaseModel]]:
+    """The common section models by YAML path (for 'expected one of' hints)."""
+    return {"": Common, "objective": Objective, "objective.negatives": Negatives,
+            "optimizer": Optimizer, "schedule": Schedule, "budget": Budget,
+            "tracking": Tracking, "paper": Paper}
+
+
+def to_plain(value: Any) -> Any:
+    """Models and tuples to plain YAML-able data."""
+    if isinstance(value, BaseModel):
+        return to_plain(value.model_dump(mode="python"))
+    if isinstance(value, dict):
+        return {k: to_plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [to_plain(v) for v in value]
+    return value
+
+
+def flatten(value: Any, prefix: str = "") -> dict[str, Any]:
+    """``{'a': {'b': 1}}`` -> ``{'a.b': 1}`` (lists by index), for mlflow params."""
+    out: dict[str, Any] = {}
+    if isinstance(value, dict):
+        for k, v in value.items():
+            out.update(flatten(v, f"{prefix}.{k}" if prefix else str(k)))
+    elif isinstance(value, list) and value and any(isinstance(v, (dict, list)) for v in value):
+        for i, v in enumerate(value):
+            out.update(flatten(v, f"{prefix}.{i}"))
+    else:
+        out[prefix] = value
+    return out
+
+
+def validate(data: dict[str, Any], domain_sections: Mapping[str, type[BaseModel]],
+             check_objective: Any = None, source: str = "recipe",
+             overrides: list[str] | None = None, needs_objective: bool = True) -> Recipe:
+    """Validate a loaded recipe mapping.
+
+    ``domain_sections`` are the domain's own section models (``data``, ``encoder``, ...);
+    ``check_objective(objective, prefix) -> problems`` checks component names and arguments
+    (``toolkit.objective.check``). All problems are collected into one RecipeError.
+    """
+    problems: list[tuple[str, str]] = []
+    common_part = {k: v for k, v in data.items() if k not in domain_sections}
+    common: Common | None = None
+    try:
+        common = Common.model_validate(common_part)
+    except ValidationError as exc:
+        problems += unknown_key_hint(pydantic_problems(exc), section_models())
+    sections: dict[str, BaseModel] = {}
+    for key, model in domain_sections.items():
+        raw = data.get(key)
+        if raw is None:
+            raw = {}
+        if not isinstance(raw, dict):
+            problems.append((key, f"expected a mapping, got {_short(raw)}"))
+            continue
+        try:
+            sections[key] = model.model_validate(raw)
+        except ValidationError as exc:
+            problems += unknown_key_hint(pydantic_problems(exc, key), {key: model})
+    if common is not None:
+        if needs_objective and common.objective is None:
+            problems.append(("objective", "required key is missing"))
+        if needs_objective and common.budget is None:
+            problems.append(("budget", "required key is missing"))
+        if common.objective is not None and check_objective is not None:
+            problems += check_objective(common.objective, "objective")
+    if problems:
+        raise RecipeError(problems, source)
+    assert common is not None
+    resolved = to_plain(common)
+    for key, model in sections.items():
+        resolved[key] = to_plain(model)
+    order = ["name", "description", "domain", "seed", "device", "precision", "data", "encoder",
+             "objective", "optimizer", "schedule", "budget", "evaluation", "tracking", "paper"]
+    resolved = {k: resolved[k] for k in order if k in resolved} | {
+        k: v for k, v in resolved.items() if k not in order}
+    return Recipe(common=common, sections=sections, resolved=resolved, source=source,
+                  overrides=list(overrides or []))

@@ -1,0 +1,44 @@
+"""Registered regularizers, added with a weight to any loss by the objective."""
+from __future__ import annotations
+
+from torch import Tensor
+
+from toolkit import checks
+from toolkit.losses import functional as F
+from toolkit.losses.base import ContrastiveBatch, LossOutput, Regularizer, require
+from toolkit.registry import Registry
+
+REGULARIZERS: Registry[type[Regularizer]] = Registry("regularizer")
+
+
+@REGULARIZERS.register("distance_polarization",
+                       description="LMCL distance polarization R1: pushes pair distances out of (d_plus, d_minus)")
+class DistancePolarization(Regularizer):
+    """LMCL's R1 = sum_{i,j} |min((D_ij - d_plus)(D_ij - d_minus), 0)| with D = (1 - F F^T)/2.
+
+    ``on`` chooses the embeddings that enter R1 (the paper leaves it open, METHODS.md row 21):
+    ``first_view`` (default: one embedding per distinct instance, as the reference does) or
+    ``all_views`` (every view of every instance).
+    """
+
+    needs = ("views",)
+
+    def __init__(self, d_plus: float = 0.1, d_minus: float = 0.5, reduction: str = "sum",
+                 on: str = "first_view") -> None:
+        super().__init__()
+        self.d_plus = checks.in_range("d_plus", d_plus, 0.0, 1.0)
+        self.d_minus = checks.in_range("d_minus", d_minus, 0.0, 1.0)
+        if self.d_plus >= self.d_minus:
+            raise ValueError(f"d_plus must be < d_minus, got d_plus={d_plus!r}, d_minus={d_minus!r}")
+        self.reduction = checks.choice("reduction", reduction, ("sum", "mean"))
+        self.on = checks.choice("on", on, ("first_view", "all_views"))
+
+    def embeddings(self, batch: ContrastiveBatch) -> Tensor:
+        require(batch, "distance_polarization", "views")
+        return batch.views[:, 0] if self.on == "first_view" else batch.views.flatten(0, 1)
+
+    def forward(self, batch: ContrastiveBatch) -> LossOutput:
+        stats: dict = {}
+        value = F.distance_polarization(self.embeddings(batch), d_plus=self.d_plus,
+                                        d_minus=self.d_minus, reduction=self.reduction, stats=stats)
+        return LossOutput(value, stats)

@@ -1,0 +1,129 @@
+"""Running recipes: load + validate, execute one run, expand sweeps.
+
+The domain lookup is passed in (``cli.py`` passes ``domains.registry.get``), so the toolkit
+stays free of any domain.
+"""
+from __future__ import annotations
+
+import itertools
+from pathlib import Path
+from typing import Any, Callable
+
+import yaml
+
+from toolkit import __version__
+from toolkit import objective as objective_mod
+from toolkit import recipe as rc
+from toolkit.tracking import Tracker, git_commit
+from toolkit.training import checkpoint as ckpt
+
+DomainLookup = Callable[[str], Any]
+
+
+def load_recipe(path: str | Path, overrides: list[str] | None, lookup: DomainLookup,
+                data: dict[str, Any] | None = None) -> rc.Recipe:
+    """Read, override and validate a recipe; every problem is a RecipeError with its path."""
+    source = str(path)
+    raw = rc.load_yaml(path) if data is None else data
+    raw = rc.apply_overrides(raw, list(overrides or []), source)
+    name = raw.get("domain")
+    if name is None:
+        raise rc.RecipeError([("domain", "required key is missing")], source)
+    if not isinstance(name, str):
+        raise rc.RecipeError([("domain", f"expected a domain name, got {name!r}")], source)
+    try:
+        domain_cls = lookup(name)
+    except Exception as exc:  # noqa: BLE001 - unknown or broken domain: report at 'domain'
+        raise rc.RecipeError([("domain", str(exc))], source) from None
+    return rc.validate(raw, domain_cls.sections(), objective_mod.check, source, overrides,
+                       needs_objective=not domain_cls.owns_loop)
+
+
+def execute(recipe: rc.Recipe, lookup: DomainLookup, *, resume: str | None = None,
+            device: str | None = None, progress: bool = True, distributed: Any = None,
+            hooks: list[Callable[[int], None]] | None = None,
+            extra_tags: dict[str, str] | None = None) -> tuple[str | None, dict[str, float]]:
+    """Run a validated recipe; returns (mlflow run id, final metrics).
+
+    ``resume`` is a run id (its checkpoint under ``./checkpoints/<run id>/``) or a checkpoint
+    path; the run continues in the same mlflow run.
+    """
+    from toolkit.training.loop import pretrain, select_device
+
+    domain_cls = lookup(recipe.domain)
+    domain = domain_cls()
+    dev = select_device(device or recipe.device)
+    run_id, resume_path = _resume_target(resume)
+    obj = recipe.objective
+    tags = {"ctk.domain": recipe.domain, "ctk.loss": obj.loss.name if obj else "domain-own",
+            "ctk.selector": obj.selector.name if obj else "all",
+            "ctk.regularizers": ",".join(r.name for r in obj.regularizers) if obj else "",
+            "ctk.recipe": recipe.source, "ctk.version": __version__,
+            "mlflow.source.git.commit": git_commit(), "ctk.seed": str(recipe.seed),
+            **recipe.tracking.tags, **(extra_tags or {})}
+    is_main = distributed is None or distributed.is_main
+    with Tracker(recipe.tracking.experiment, recipe.run_name, recipe.tracking.uri, tags,
+                 run_id=run_id, enabled=is_main) as tracker:
+        if distributed is not None:
+            run_id = distributed.broadcast_object(tracker.run_id)
+        else:
+            run_id = tracker.run_id
+        if resume is None:
+            tracker.log_params(rc.flatten(recipe.resolved))
+            tracker.log_text(yaml.safe_dump(recipe.resolved, sort_keys=False), "recipe.yaml")
+        if recipe.paper is not None:
+            tracker.set_tags({"ctk.paper": recipe.paper.source})
+        path = ckpt.checkpoint_dir(run_id or "local") / "last.pt"
+        if domain_cls.owns_loop:
+            metrics = domain.run(recipe, tracker, resume_from=str(resume_path) if resume_path else None,
+                                 device=dev)
+        else:
+            metrics = pretrain(recipe, domain, tracker, device=dev, resume_from=resume_path,
+                               checkpoint_path=path, progress=progress, hooks=hooks,
+                               distributed=distributed)
+    return run_id, metrics
+
+
+def _resume_target(resume: str | None) -> tuple[str | None, Path | None]:
+    if not resume:
+        return None, None
+    p = Path(resume)
+    if p.is_file():
+        saved_run = p.parent.name
+        return saved_run, p
+    path = ckpt.checkpoint_dir(resume) / "last.pt"
+    if not path.is_file():
+        raise FileNotFoundError(f"--resume {resume}: no checkpoint at {path} (give a run id from "
+                                "this working directory, or a checkpoint file)")
+    return resume, path
+
+
+def expand_grid(grid: list[str]) -> list[list[str]]:
+    """``["a.b=1,2", "c=x,y"]`` -> the cartesian product as lists of ``--set`` overrides."""
+    axes = []
+    for item in grid:
+        if "=" not in item:
+            raise rc.RecipeError([(item, "--grid: expected key.path=v1,v2,...")])
+        key, values = item.split("=", 1)
+        options = [v.strip() for v in _split_values(values)]
+        if not options or any(v == "" for v in options):
+            raise rc.RecipeError([(key, f"--grid: empty value in {values!r}")])
+        axes.append([f"{key.strip()}={v}" for v in options])
+    return [list(point) for point in itertools.product(*axes)] if axes else [[]]
+
+
+def _split_values(text: str) -> list[str]:
+    """Split on commas outside brackets, so ``[1,2],[3,4]`` gives two lists."""
+    out, depth, cur = [], 0, ""
+    for ch in text:
+        if ch in "[{(":
+            depth += 1
+        elif ch in "]})":
+            depth -= 1
+        if ch == "," and depth == 0:
+            out.append(cur)
+            cur = ""
+        else:
+            cur += ch
+    out.append(cur)
+    return out

@@ -1,0 +1,111 @@
+"""Stateful negative sources: the MoCo queue, the memory bank, and the momentum encoder.
+
+All three are ``nn.Module``s whose state lives in buffers, so ``state_dict`` checkpoints them
+and a resumed run continues with the same queue / bank / key encoder.
+"""
+from __future__ import annotations
+
+import copy
+
+import torch
+import torch.nn.functional as nnf
+from torch import Tensor, nn
+
+from toolkit import checks
+
+
+def _random_unit_rows(rows: int, dim: int, generator: torch.Generator | None = None) -> Tensor:
+    return nnf.normalize(torch.randn(rows, dim, generator=generator), dim=1)
+
+
+class MoCoQueue(nn.Module):
+    """FIFO of ``size`` keys (rows), as in MoCo (He et al. 2020, Alg. 1).
+
+    The queue is read with :meth:`rows` (a detached copy, so the loss may hold it while
+    :meth:`enqueue` later overwrites the buffer) and written with :meth:`enqueue` *after* the
+    loss, so an anchor's own key of this step is never among its negatives. Wrap-around is
+    handled for batch sizes that do not divide ``size``. Initial rows are random unit vectors.
+    """
+
+    def __init__(self, size: int, dim: int, generator: torch.Generator | None = None) -> None:
+        super().__init__()
+        if not isinstance(size, int) or size < 1:
+            raise ValueError(f"size must be an integer >= 1, got {size!r}")
+        if not isinstance(dim, int) or dim < 1:
+            raise ValueError(f"dim must be an integer >= 1, got {dim!r}")
+        self.register_buffer("queue", _random_unit_rows(size, dim, generator))
+        self.register_buffer("ptr", torch.zeros((), dtype=torch.long))
+        self.register_buffer("filled", torch.zeros((), dtype=torch.long))
+
+    @property
+    def size(self) -> int:
+        return self.queue.shape[0]
+
+    def rows(self) -> Tensor:
+        return self.queue.detach().clone()
+
+    @torch.no_grad()
+    def enqueue(self, keys: Tensor) -> None:
+        checks.tensor("keys", keys, dim=2)
+        if keys.shape[1] != self.queue.shape[1]:
+            raise ValueError(f"keys must have {self.queue.shape[1]} columns, got shape {tuple(keys.shape)}")
+        keys = keys.detach().to(self.queue.dtype)
+        if keys.shape[0] > self.size:
+            keys = keys[-self.size:]
+        b, start = keys.shape[0], int(self.ptr)
+        idx = (torch.arange(b, device=self.queue.device) + start) % self.size
+        self.queue[idx] = keys
+        self.ptr.fill_((start + b) % self.size)
+        self.filled.fill_(min(self.size, int(self.filled) + b))
+
+
+class MemoryBank(nn.Module):
+    """One slot per dataset index (instance discrimination, Wu et al. 2018).
+
+    :meth:`update` sets ``bank[i] = normalize(m * bank[i] + (1 - m) * z_i)``; ``m = 0``
+    replaces the slot (the Ring repository's default), ``m = 0.5`` is Wu et al.'s.
+    """
+
+    def __init__(self, num_instances: int, dim: int, momentum: float = 0.5,
+                 generator: torch.Generator | None = None) -> None:
+        super().__init__()
+        if not isinstance(num_instances, int) or num_instances < 2:
+            raise ValueError(f"num_instances must be an integer >= 2, got {num_instances!r}")
+        self.momentum = checks.in_range("momentum", momentum, 0.0, 1.0, high_open=True)
+        self.register_buffer("bank", _random_unit_rows(num_instances, dim, generator))
+
+    def rows(self) -> Tensor:
+        return self.bank.detach().clone()
+
+    @torch.no_grad()
+    def update(self, indices: Tensor, z: Tensor) -> None:
+        if indices.dim() != 1 or indices.shape[0] != z.shape[0]:
+            raise ValueError(f"indices must be [N] matching z [N, d], got {tuple(indices.shape)} and {tuple(z.shape)}")
+        if int(indices.max()) >= self.bank.shape[0] or int(indices.min()) < 0:
+            raise ValueError(f"indices must lie in [0, {self.bank.shape[0]}), got range "
+                             f"[{int(indices.min())}, {int(indices.max())}]")
+        mixed = self.momentum * self.bank[indices] + (1 - self.momentum) * z.detach().to(self.bank.dtype)
+        self.bank[indices] = nnf.normalize(mixed, dim=1)
+
+
+class MomentumEncoder(nn.Module):
+    """An exponential-moving-average copy of an encoder (MoCo's key encoder, CURL's):
+    ``theta_k <- m * theta_k + (1 - m) * theta_q``; buffers (batch-norm statistics) are copied."""
+
+    def __init__(self, encoder: nn.Module, momentum: float) -> None:
+        super().__init__()
+        self.momentum = checks.in_range("momentum", momentum, 0.0, 1.0)
+        self.module = copy.deepcopy(encoder)
+        for p in self.module.parameters():
+            p.requires_grad_(False)
+
+    @torch.no_grad()
+    def update(self, encoder: nn.Module) -> None:
+        m = self.momentum
+        for pk, pq in zip(self.module.parameters(), encoder.parameters()):
+            pk.mul_(m).add_(pq.detach(), alpha=1 - m)
+        for bk, bq in zip(self.module.buffers(), encoder.buffers()):
+            bk.copy_(bq)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.module(x)
