@@ -72,6 +72,13 @@ class Objective(nn.Module):
         device = next(encoder.parameters()).device
         self.to(device)
 
+    def get_extra_state(self) -> Any:
+        return {"selector": self.selector.state_dict() if hasattr(self.selector, "state_dict") else None}
+
+    def set_extra_state(self, state: Any) -> None:
+        if state and state.get("selector") is not None and hasattr(self.selector, "load_state_dict"):
+            self.selector.load_state_dict(state["selector"])
+
     # -- a step ---------------------------------------------------------------------------
     def prepare(self, batch: ContrastiveBatch) -> ContrastiveBatch:
         if self.queue is not None:

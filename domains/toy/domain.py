@@ -1,0 +1,215 @@
+"""``ToyDomain``: the papers' synthetic experiments (``data.experiment``).
+
+* ``cpcl_mixture`` (CPCL Sec. 5): 4-component Gaussian mixture, Gaussian-noise views of
+  variance 4, an MLP encoder, linear-probe error of the embedding (+ the augmentation-feature
+  and raw-point baselines).
+* ``lmcl_clusters`` (LMCL Sec. 5.1): 2-D cluster sets, views ``(x, x + noise)``, the linear map
+  ``P x / ||P x||``, k-means accuracy of the embedding (+ k-means on the raw points).
+* ``ring_mi`` (Ring App. B): NCE / CNCE estimates of a known mutual information.
+
+The first two train through the toolkit's shared pretraining loop with any core loss (SimCLR =
+``nt_xent``, ``spectral``, ``cpcl_a``, ``cpcl_full``, CL + DP = ``nt_xent`` + the
+``distance_polarization`` regularizer); ``ring_mi`` computes its estimates itself. Because
+``owns_loop`` is a class attribute while the choice depends on the recipe, the domain owns the
+loop and :meth:`ToyDomain.run` hands the first two to :func:`toolkit.training.loop.pretrain`.
+"""
+from __future__ import annotations
+
+import contextlib
+import math
+from typing import Any, Iterator, Mapping
+
+import torch
+from torch import Tensor
+
+from domains.base import DataBundle, Domain, Encoder, Evaluation
+from domains.toy import clusters, mixture
+from domains.toy.config import ToyData, ToyEncoderConfig, ToyEvaluation
+from domains.toy.encoders import ToyEncoder
+from domains.toy.evaluation import embed, kmeans_accuracy, linear_probe_error
+
+__all__ = ["ToyDomain"]
+
+
+class ToyDomain(Domain):
+    """Synthetic experiments of Ring (App. B), CPCL (Sec. 5) and LMCL (Sec. 5.1)."""
+
+    name = "toy"
+    description = ("the papers' synthetic experiments: Ring's MI toy, CPCL's Gaussian mixture, "
+                   "LMCL's 2-D cluster sets (seconds on a CPU)")
+    DataConfig = ToyData
+    EncoderConfig = ToyEncoderConfig
+    EvaluationConfig = ToyEvaluation
+    owns_loop = True
+
+    def __init__(self) -> None:
+        self._recipe: Any = None
+        self._pool: Tensor | None = None
+        self._aug_matrix: Tensor | None = None
+
+    # -- data -----------------------------------------------------------------------------
+    @staticmethod
+    def data_seed(recipe: Any) -> int:
+        """``data.seed`` if pinned, else the recipe's seed (each trial redraws its data)."""
+        return recipe.data.seed if recipe.data.seed is not None else recipe.seed
+
+    def build_data(self, recipe: Any) -> DataBundle:
+        from toolkit.training.data import TensorBatches
+
+        cfg = recipe.data
+        if cfg.experiment == "ring_mi":
+            raise ValueError("data.experiment 'ring_mi' has no training data for the shared loop; "
+                             "it runs through ToyDomain.run (ctk run)")
+        self._recipe = recipe
+        gen = torch.Generator().manual_seed(self.data_seed(recipe))
+        if cfg.experiment == "cpcl_mixture":
+            m = cfg.cpcl_mixture
+            shape = dict(components=m.components, radius=m.radius, variance=m.component_variance)
+            x, y = mixture.sample_mixture(m.per_component, generator=gen, **shape)
+            test_x, test_y = mixture.sample_mixture(m.test_per_component, generator=gen, **shape)
+            pool = mixture.gaussian_augment(x.repeat(m.pool_augmentations, 1), m.augment_variance, gen)
+            self._pool = pool
+            self._aug_matrix = (mixture.augmentation_matrix(x, pool, m.augment_variance).float()
+                                if m.augment_variance > 0 else None)
+            if m.views == "pool" and self._aug_matrix is None:
+                raise ValueError("data.cpcl_mixture.views 'pool' needs augment_variance > 0, got 0")
+            extra = {"test_x": test_x, "test_y": test_y, "pool": pool}
+        else:
+            c = cfg.lmcl_clusters
+            x, y = clusters.make_cluster_set(cfg.dataset, c.per_class, gen, **c.params)
+            extra = {}
+        batch = recipe.budget.batch_size if recipe.budget is not None else 128
+        if batch > len(x):
+            raise ValueError(f"budget.batch_size must be at most the {len(x)} training points of "
+                             f"data.{cfg.experiment}, got {batch}")
+        train = TensorBatches({"x": x, "y": y}, batch, seed=recipe.seed)
+        return DataBundle(train=train, num_instances=len(x), sampler=train,
+                          eval={"x": x, "y": y, **extra, "cache": {}})
+
+    def make_views(self, batch: Mapping[str, Any], num_views: int,
+                   generator: torch.Generator | None = None) -> Tensor:
+        """``[N, V, 2]`` views. cpcl_mixture: ``x + N(0, s_a I)`` (``fresh``) or draws from the
+        augmentation pool with probabilities ``A[x_bar, :]`` (``pool``); lmcl_clusters: view 0
+        is the point itself, the others add ``N(0, view_std^2 I)`` (LMCL Sec. 5.1: "each data
+        point and its augmentation" form the positive pair)."""
+        x = batch["x"]
+        cfg = self._config()
+        if cfg.experiment == "cpcl_mixture":
+            m = cfg.cpcl_mixture
+            if m.views == "pool":
+                probs = self._aug_matrix.to(x.device)[batch["index"].to(x.device)]
+                idx = torch.multinomial(probs, num_views, replacement=True, generator=generator)
+                return self._pool.to(x.device)[idx]
+            noise = torch.randn((len(x), num_views, x.shape[-1]), generator=generator,
+                                device=x.device, dtype=x.dtype)
+            return x[:, None, :] + math.sqrt(m.augment_variance) * noise
+        std = cfg.lmcl_clusters.view_std
+        noise = torch.randn((len(x), num_views, x.shape[-1]), generator=generator, device=x.device,
+                            dtype=x.dtype)
+        noise[:, 0] = 0.0
+        return x[:, None, :] + std * noise
+
+    def natural_view(self, batch: Mapping[str, Any]) -> Tensor:
+        """The un-augmented point (CPCL-Full's projection term)."""
+        return batch["x"]
+
+    def _config(self) -> Any:
+        if self._recipe is None:
+            raise RuntimeError("ToyDomain.make_views needs build_data(recipe) to be called first")
+        return self._recipe.data
+
+    # -- encoder --------------------------------------------------------------------------
+    def build_encoder(self, recipe: Any) -> Encoder:
+        e = recipe.encoder
+        torch.manual_seed(recipe.seed)
+        return ToyEncoder(in_dim=2, embed_dim=e.embed_dim, depth=e.depth, hidden=e.hidden,
+                          bias=e.bias, normalize=e.normalize, init=e.init)
+
+    # -- evaluation -----------------------------------------------------------------------
+    def evaluate(self, encoder: Encoder, data: DataBundle, recipe: Any) -> Evaluation:
+        """cpcl_mixture: ``linear_probe_error`` of the embedding, plus the encoder-independent
+        ``raw_probe_error`` (the same probe on the 2-D points) and ``af_probe_error`` (on the
+        augmentation feature, Fig. 3b's dashed line). lmcl_clusters: ``kmeans_accuracy`` of the
+        embedding and ``kmeans_accuracy_euclidean`` of the raw points (Table 1). Both: the
+        ``dp_margin_occupancy`` of the pairwise distances and their histogram (LMCL Fig. 2)."""
+        ev, cfg = recipe.evaluation, recipe.data
+        store = data.eval
+        cache = store["cache"]  # encoder-independent baselines, computed once per run
+        protocol = ev.protocol
+        if protocol == "auto":
+            protocol = "linear_probe" if cfg.experiment == "cpcl_mixture" else "kmeans"
+        z = embed(encoder, store["x"])
+        metrics: dict[str, float] = {}
+        if protocol == "linear_probe":
+            if "test_x" not in store:
+                raise ValueError("evaluation.protocol 'linear_probe' needs a test split; only "
+                                 "data.experiment 'cpcl_mixture' draws one")
+            probe = dict(c=ev.probe_c, max_iter=ev.probe_max_iter)
+            z_test = embed(encoder, store["test_x"])
+            metrics["linear_probe_error"] = linear_probe_error(z, store["y"], z_test, store["test_y"], **probe)
+            if "raw_probe_error" not in cache:
+                cache.update(self._probe_baselines(store, cfg, ev, probe))
+        else:
+            metrics["kmeans_accuracy"] = kmeans_accuracy(z, store["y"], seed=recipe.seed)
+            if "kmeans_accuracy_euclidean" not in cache:
+                cache["kmeans_accuracy_euclidean"] = kmeans_accuracy(store["x"], store["y"], seed=recipe.seed)
+        metrics.update(cache)
+        figures: dict[str, Any] = {}
+        if encoder.normalize:
+            from toolkit.metrics import distance_histogram
+            from toolkit.plots import distance_histogram_figure
+
+            hist = distance_histogram(z, d_plus=ev.d_plus, d_minus=ev.d_minus)
+            metrics["dp_margin_occupancy"] = float(hist["margin_occupancy"])
+            if ev.histogram:
+                figures["distance_histogram"] = distance_histogram_figure(
+                    z, store["y"], d_plus=ev.d_plus, d_minus=ev.d_minus,
+                    title=f"toy {cfg.dataset}: pairwise distances of the embedding")
+        if ev.histogram and z.shape[1] == 2:
+            from domains.toy.figures import embedding_scatter
+            figures["embedding"] = embedding_scatter(z, store["y"])
+        return Evaluation(metrics=metrics, figures=figures)
+
+    @staticmethod
+    def _probe_baselines(store: dict[str, Any], cfg: Any, ev: Any, probe: dict[str, Any]) -> dict[str, float]:
+        out = {"raw_probe_error": linear_probe_error(store["x"], store["y"], store["test_x"],
+                                                     store["test_y"], **probe)}
+        var = cfg.cpcl_mixture.augment_variance
+        if ev.augmentation_feature and var > 0:
+            af_train = mixture.augmentation_matrix(store["x"], store["pool"], var)
+            af_test = mixture.augmentation_matrix(store["test_x"], store["pool"], var)
+            out["af_probe_error"] = linear_probe_error(af_train, store["y"], af_test, store["test_y"], **probe)
+        return out
+
+    # -- the loop -------------------------------------------------------------------------
+    def run(self, recipe: Any, tracker: Any, *, resume_from: str | None = None,
+            device: torch.device | None = None) -> dict[str, float]:
+        """``ring_mi``: compute and log the estimates (seconds; ``resume_from`` is not needed and
+        ignored). Otherwise pretrain with the shared loop (checkpointed, resumable)."""
+        missing = [k for k in ("objective", "budget") if getattr(recipe, k) is None]
+        if recipe.data.experiment != "ring_mi" and missing:
+            raise ValueError(f"{', '.join(missing)}: required for data.experiment "
+                             f"{recipe.data.experiment!r} (it trains an encoder)")
+        with _one_thread():
+            if recipe.data.experiment == "ring_mi":
+                from domains.toy.ring_experiment import run_ring_mi
+                return run_ring_mi(recipe, tracker)
+            from toolkit.training import checkpoint as ckpt
+            from toolkit.training.loop import pretrain
+
+            path = ckpt.checkpoint_dir(getattr(tracker, "run_id", None) or "local") / "last.pt"
+            return pretrain(recipe, self, tracker, device=device, resume_from=resume_from,
+                            checkpoint_path=path, progress=False)
+
+
+@contextlib.contextmanager
+def _one_thread() -> Iterator[None]:
+    """Run with one intra-op CPU thread, then restore the setting. Toy tensors are tiny, so
+    more threads only add synchronisation; on a shared 2-core machine they made a 40 s run
+    take minutes."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)

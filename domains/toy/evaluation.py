@@ -1,0 +1,66 @@
+"""Evaluation of toy embeddings: CPCL's linear probe and LMCL's k-means accuracy.
+
+* ``linear_probe_error`` (CPCL Sec. 5, Fig. 3b): a scikit-learn logistic regression fitted on
+  the embeddings of the training points, error rate (%) on fresh test points. Features are
+  standardised first (the augmentation feature's entries are ~1/L, far from unit scale).
+* ``kmeans_accuracy`` (LMCL Sec. 5.1, Table 1): k-means with as many clusters as classes on the
+  embeddings of all points, Hungarian-matched accuracy (%) (``toolkit.metrics.cluster_accuracy``).
+"""
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import torch
+from threadpoolctl import threadpool_limits
+from torch import Tensor, nn
+
+__all__ = ["embed", "linear_probe_error", "kmeans_accuracy"]
+
+
+@torch.no_grad()
+def embed(encoder: nn.Module, x: Tensor, batch_size: int = 8192) -> Tensor:
+    """``encoder.features`` of ``x`` in eval mode, in chunks, on the encoder's device; CPU result."""
+    device = next(encoder.parameters()).device
+    was = encoder.training
+    encoder.eval()
+    out = [encoder.features(x[i:i + batch_size].to(device)).cpu() for i in range(0, len(x), batch_size)]
+    encoder.train(was)
+    return torch.cat(out)
+
+
+def _numpy(t: Tensor | np.ndarray) -> np.ndarray:
+    return t.detach().cpu().double().numpy() if isinstance(t, Tensor) else np.asarray(t, dtype=np.float64)
+
+
+def linear_probe_error(train_z: Tensor, train_y: Tensor, test_z: Tensor, test_y: Tensor,
+                       c: float = 1.0, max_iter: int = 2000) -> float:
+    """Test error (%) of a standardised multinomial logistic regression (L2, inverse strength
+    ``c``, lbfgs) fitted on ``(train_z, train_y)``."""
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.pipeline import make_pipeline
+    from sklearn.preprocessing import StandardScaler
+
+    if len(train_z) != len(train_y) or len(test_z) != len(test_y):
+        raise ValueError(f"features and labels must align, got train {len(train_z)} vs {len(train_y)}, "
+                         f"test {len(test_z)} vs {len(test_y)}")
+    if train_z.shape[1:] != test_z.shape[1:]:
+        raise ValueError(f"train_z and test_z must have the same width, got {tuple(train_z.shape)} "
+                         f"and {tuple(test_z.shape)}")
+    probe = make_pipeline(StandardScaler(), LogisticRegression(C=c, max_iter=max_iter))
+    # one BLAS thread: these problems are tiny, and threads only contend on a shared CPU
+    with warnings.catch_warnings(), threadpool_limits(1):
+        warnings.simplefilter("ignore")  # ConvergenceWarning on near-separable toy features
+        probe.fit(_numpy(train_z), np.asarray(train_y))
+        pred = probe.predict(_numpy(test_z))
+    return float(100.0 * (pred != np.asarray(test_y)).mean())
+
+
+def kmeans_accuracy(z: Tensor, y: Tensor, num_clusters: int | None = None, seed: int = 0) -> float:
+    """Accuracy (%) of k-means on ``z`` against ``y`` after the best one-to-one matching of
+    clusters to classes (:func:`toolkit.metrics.cluster_accuracy`: 10 k-means++ restarts,
+    ``random_state=seed``)."""
+    from toolkit.metrics import cluster_accuracy
+
+    with threadpool_limits(1):
+        return 100.0 * cluster_accuracy(z, y, n_clusters=num_clusters, seed=seed)

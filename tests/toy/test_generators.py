@@ -1,0 +1,122 @@
+"""Data generators of the toy domain: CPCL's mixture and augmentation matrix, LMCL's cluster
+sets; references written from the definitions (densities in loops, inverse transforms)."""
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from domains.toy import clusters, mixture
+
+torch.set_num_threads(1)
+
+
+def test_circle_means_equally_spaced_on_radius_two():
+    m = mixture.circle_means(4, 2.0)
+    expected = torch.tensor([[2.0, 0.0], [0.0, 2.0], [-2.0, 0.0], [0.0, -2.0]], dtype=torch.float64)
+    assert torch.allclose(m, expected, atol=1e-12)
+
+
+def test_mixture_means_variances_and_labels():
+    n = 20_000
+    x, y = mixture.sample_mixture(n, 4, 2.0, 1.0, torch.Generator().manual_seed(0))
+    assert x.shape == (4 * n, 2) and x.dtype == torch.float32
+    assert torch.equal(torch.bincount(y), torch.full((4,), n))
+    for k in range(4):
+        pts = x[y == k].double()
+        angle = 2 * math.pi * k / 4
+        mean = torch.tensor([2 * math.cos(angle), 2 * math.sin(angle)], dtype=torch.float64)
+        assert torch.allclose(pts.mean(0), mean, atol=4 / math.sqrt(n))  # 4 standard errors
+        cov = torch.cov(pts.T)
+        assert torch.allclose(cov, torch.eye(2, dtype=torch.float64), atol=0.04)
+
+
+def test_gaussian_augmentation_has_the_stated_variance():
+    x = torch.zeros(50_000, 2)
+    aug = mixture.gaussian_augment(x, 4.0, torch.Generator().manual_seed(1))
+    assert aug.var(0).sub(4.0).abs().max() < 0.1
+
+
+def test_augmentation_matrix_rows_sum_to_one_and_match_the_density():
+    g = torch.Generator().manual_seed(2)
+    nat = torch.randn(5, 2, generator=g)
+    aug = 3 * torch.randn(7, 2, generator=g)
+    a = mixture.augmentation_matrix(nat, aug, 4.0)
+    assert a.shape == (5, 7)
+    assert torch.allclose(a.sum(1), torch.ones(5, dtype=torch.float64), atol=1e-12)
+    for i in range(5):
+        dens = [math.exp(-((float(aug[l, 0]) - float(nat[i, 0])) ** 2 + (float(aug[l, 1]) - float(nat[i, 1])) ** 2) / 8)
+                / (2 * math.pi * 4) for l in range(7)]
+        for l in range(7):
+            assert float(a[i, l]) == pytest.approx(dens[l] / sum(dens), rel=1e-6)
+    # far-away points underflow to zero instead of NaN
+    far = mixture.augmentation_matrix(torch.zeros(1, 2), torch.tensor([[0.0, 0.0], [1e4, 0.0]]), 4.0)
+    assert torch.isfinite(far).all() and float(far[0, 0]) == 1.0
+
+
+def test_normalized_augmentation_matrix_divides_columns_by_root_degree():
+    a = torch.tensor([[0.5, 0.5, 0.0], [0.2, 0.3, 0.5]], dtype=torch.float64)
+    ahat = mixture.normalized_augmentation_matrix(a)
+    d = [0.7, 0.8, 0.5]
+    for i in range(2):
+        for l in range(3):
+            assert float(ahat[i, l]) == pytest.approx(float(a[i, l]) / math.sqrt(d[l]))
+    with pytest.raises(ValueError, match="all-zero column"):
+        mixture.normalized_augmentation_matrix(torch.tensor([[1.0, 0.0]]))
+
+
+@pytest.mark.parametrize("name, classes", [("three_bars", 3), ("nested_moons", 2), ("sector_blobs", 3)])
+def test_cluster_sets_shapes_labels_and_half_plane(name, classes):
+    x, y = clusters.make_cluster_set(name, 150, torch.Generator().manual_seed(0))
+    assert x.shape == (classes * 150, 2) and x.dtype == torch.float32
+    assert y.dtype == torch.long and torch.equal(torch.bincount(y), torch.full((classes,), 150))
+    assert (x[:, 0] > 0).all()  # right of the origin: classes live in angular sectors
+    again, _ = clusters.make_cluster_set(name, 150, torch.Generator().manual_seed(0))
+    assert torch.equal(x, again)  # the seed fixes the draw
+
+
+def test_three_bars_geometry():
+    x, y = clusters.three_bars(4000, length=3.0, gap=1.0, width=0.2, offset=1.5,
+                               generator=torch.Generator().manual_seed(1))
+    for k in range(3):
+        bar = x[y == k].double()
+        assert bar[:, 0].min() >= 1.5 and bar[:, 0].max() <= 4.5
+        assert float(bar[:, 0].mean()) == pytest.approx(3.0, abs=0.05)
+        assert float(bar[:, 1].mean()) == pytest.approx(k - 1.0, abs=0.02)
+        assert float(bar[:, 1].std()) == pytest.approx(0.2, abs=0.01)
+
+
+def test_nested_moons_invert_to_canonical_moons():
+    x, y = clusters.nested_moons(3000, noise=0.0, offset=3.0, generator=torch.Generator().manual_seed(2))
+    theta = math.atan(clusters.MOON_SLOPE)
+    c, s = math.cos(theta), math.sin(theta)
+    p = x.double() - torch.tensor([3.0, 0.0], dtype=torch.float64)
+    canon = torch.stack([c * p[:, 0] - s * p[:, 1], s * p[:, 0] + c * p[:, 1]], 1)  # rotate back
+    canon[:, 1] += clusters.MOON_INTERCEPT
+    upper, lower = canon[y == 0], canon[y == 1]
+    assert torch.allclose(upper.norm(dim=1), torch.ones(len(upper), dtype=torch.float64), atol=1e-5)
+    assert (upper[:, 1] >= -1e-5).all()
+    centre = torch.tensor([1.0, 0.5], dtype=torch.float64)
+    assert torch.allclose((lower - centre).norm(dim=1), torch.ones(len(lower), dtype=torch.float64), atol=1e-5)
+    assert (lower[:, 1] <= 0.5 + 1e-5).all()
+
+
+def test_sector_blobs_means():
+    x, y = clusters.sector_blobs(5000, classes=3, radius=4.0, spread=0.5, sector=90.0,
+                                 generator=torch.Generator().manual_seed(3))
+    for k, deg in enumerate([-45.0, 0.0, 45.0]):
+        m = torch.tensor([4 * math.cos(math.radians(deg)), 4 * math.sin(math.radians(deg))])
+        assert torch.allclose(x[y == k].mean(0), m, atol=0.05)
+
+
+@pytest.mark.parametrize("call, name", [
+    (lambda: clusters.make_cluster_set("two_spirals", 10), "name"),
+    (lambda: clusters.three_bars(0), "per_class"),
+    (lambda: clusters.three_bars(10, width=-1.0), "width"),
+    (lambda: mixture.sample_mixture(10, variance=0.0), "variance"),
+    (lambda: mixture.augmentation_matrix(torch.zeros(2, 2), torch.zeros(3, 3), 1.0), "embedding size"),
+])
+def test_bad_arguments_name_themselves(call, name):
+    with pytest.raises(ValueError, match=name):
+        call()

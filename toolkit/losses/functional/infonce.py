@@ -1,0 +1,408 @@
+"""The InfoNCE family: score-level InfoNCE, NT-Xent (SimCLR 2B form), MoCo InfoNCE, CMC.
+
+Conventions (``METHODS.md`` rows 1-3): ``tau`` divides similarities, the positive stays in
+the partition, MoCo keys and queue rows are constants (detached), inputs are used as given
+(no L2 normalisation here: the encoder head does it), reduction is the batch mean.
+
+Cost. The in-batch and queue forms go through :class:`_RowLogSumExp`, an autograd function
+with a hand-written backward: one matmul for the similarity matrix (1/tau folded into the
+``[n, d]`` factor), -inf written at self / the excluded partner, a row max and one ``exp`` pass
+in place; a selector's keep-mask zeroes entries after the exp (``torch.where`` into the same
+buffer: no gathers, and no exp(-inf), which is ~10x slower on CPU). The backward is the
+matmul(s) of the bound with the per-row softmax factors applied to ``[n, d]`` operands, never
+to the ``[n, m]`` matrix. Peak memory is one ``[n, m]`` matrix per temperature scale; nothing
+of shape ``[n, m, d]`` is ever built.
+"""
+from __future__ import annotations
+
+from typing import Sequence
+
+import torch
+from torch import Tensor
+from torch.autograd.function import once_differentiable
+from torch.nn import functional as F
+
+from toolkit import checks
+
+__all__ = ["info_nce_scores", "nt_xent", "moco_infonce", "cmc"]
+
+_NEG_INF = float("-inf")
+
+
+# ----------------------------------------------------------------------------- kernel
+def _masked_exponentials(left: Tensor, right: Tensor | None, scales: Sequence[float],
+                         drop_self: bool, partner: Tensor | None, partner_kept: bool,
+                         keep: Tensor | None):
+    """X = c0 left @ right^T (right=None: the Gram matrix of left; c0 = scales[0] folded into
+    the small factor) with -inf at self (``drop_self``) and at the partner unless
+    ``partner_kept``; m = row max of X; per scale c: E_c = exp((c / c0) (X - m)), and entries
+    dropped by ``keep`` (single scale only) zeroed after the exp.
+
+    Returns (exps, sums, lse) with lse[c, a] = (c / c0) m_a + log sum_b E_c[a, b]. When the
+    scales are (2c, c) (HCL at beta = 1) only E_c is kept: E_2c = E_c^2 and its row sums are
+    squared row norms, so ``exps`` is ``[None, E_c]``.
+
+    Masks are applied after the exp (exp(-inf) takes a ~10x slower path on CPU), with the
+    unmasked row max as the shift; a row whose kept entries all underflow against that shift
+    (kept max far below the row max) is recomputed exactly with the max over its kept entries.
+    """
+    if keep is not None and len(scales) != 1:
+        raise ValueError("a keep-mask needs a single temperature scale")  # internal misuse
+    c0 = scales[0]
+    other = left if right is None else right
+    x = (left * c0) @ other.t()
+    n = x.shape[0]
+    rows = torch.arange(n, device=x.device)
+    if drop_self:
+        x.diagonal().fill_(_NEG_INF)
+    if partner is not None and not partner_kept:
+        x[rows, partner] = _NEG_INF
+    shift = x.amax(dim=1, keepdim=True)
+    x.sub_(shift)
+    if _squares(scales):
+        half = x.mul_(0.5).exp_()
+        exps: list[Tensor | None] = [None, half]
+        sums = [torch.linalg.vector_norm(half, dim=1).square(), half.sum(dim=1)]
+    else:
+        exps = [x] * len(scales)
+        for i in range(1, len(scales)):
+            exps[i] = (x * (scales[i] / c0)).exp_()
+        exps[0] = x.exp_()
+        if keep is not None:
+            saved = x[rows, partner] if partner is not None and partner_kept else None
+            torch.where(keep, x, x.new_zeros(()), out=x)
+            if saved is not None:
+                x[rows, partner] = saved
+        sums = [e.sum(dim=1) for e in exps]
+        if keep is not None:
+            low = (sums[0] < torch.finfo(x.dtype).tiny / torch.finfo(x.dtype).eps).nonzero()
+            if low.numel():
+                _exact_rows(low.flatten(), x, sums[0], shift, left, other, c0, drop_self,
+                            partner, partner_kept, keep)
+    lse = torch.stack([(c / c0) * shift.squeeze(1) + s.log() for c, s in zip(scales, sums)])
+    return exps, sums, lse
+
+
+def _exact_rows(idx: Tensor, e: Tensor, sums: Tensor, shift: Tensor, left: Tensor, other: Tensor,
+                c0: float, drop_self: bool, partner: Tensor | None, partner_kept: bool,
+                keep: Tensor) -> None:
+    """Recompute rows ``idx`` of E, their sums and shifts with the max over the kept entries."""
+    x = (left[idx] * c0) @ other.t()
+    allowed = keep[idx].clone()
+    local = torch.arange(idx.numel(), device=x.device)
+    if drop_self:
+        allowed[local, idx] = False
+    if partner is not None:
+        allowed[local, partner[idx]] = partner_kept
+    x.masked_fill_(allowed.logical_not(), _NEG_INF)
+    m = x.amax(dim=1, keepdim=True)
+    x.sub_(m).exp_()
+    e[idx] = x
+    sums[idx] = x.sum(dim=1)
+    shift[idx] = m
+
+
+def _squares(scales: Sequence[float]) -> bool:
+    return len(scales) == 2 and scales[0] == 2 * scales[1]
+
+
+class _RowLogSumExp(torch.autograd.Function):
+    """lse[c, a] = log sum_{b allowed for a} exp(c * <left_a, right_b>), for each scale c > 0.
+
+    ``right=None`` means the Gram matrix of ``left`` (in-batch: the gradient reaches both
+    factors). Otherwise ``right`` is a constant (MoCo queue, memory bank).
+    Backward: with w_a = grad_a * c / sum_a (softmax normaliser and incoming gradient, per row)
+    the gradient is diag(w) E right (+ E^T diag(w) left in the Gram case). For one scale the
+    row factors are applied to the ``[n, d]`` operands and results, never to the ``[n, m]``
+    matrix, so the backward is the matmul(s) of the bound and nothing else; several scales
+    are first combined into one matrix sum_c diag(w_c) E_c. The saved exponentials stay
+    intact (a second backward with ``retain_graph`` sees the same values).
+    """
+
+    @staticmethod
+    def forward(ctx, left, right, scales, drop_self, partner, partner_kept, keep):
+        exps, sums, lse = _masked_exponentials(left, right, scales, drop_self, partner,
+                                               partner_kept, keep)
+        ctx.save_for_backward(left, right, *[e for e in exps if e is not None], *sums)
+        ctx.scales = tuple(scales)
+        return lse
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, grad):
+        left, right, *saved = ctx.saved_tensors
+        scales = ctx.scales
+        w = [(gc * c / s).unsqueeze(1) for gc, c, s in zip(grad, scales, saved[-len(scales):])]
+        if len(scales) == 1:
+            g, row = saved[0], w[0]
+        elif _squares(scales):  # w0 E^2 + w1 E = E (w0 E + w1)
+            half = saved[0]
+            g, row = torch.addcmul(w[1], half, w[0]).mul_(half), None
+        else:
+            g = saved[0] * w[0]
+            for e, wc in zip(saved[1:len(scales)], w[1:]):
+                g.addcmul_(e, wc)
+            row = None
+        if right is None:
+            if row is None:
+                return torch.addmm(g @ left, g.t(), left), *([None] * 6)
+            return torch.addmm((g @ left).mul_(row), g.t(), left * row), *([None] * 6)
+        d_left = g @ right if row is None else (g @ right).mul_(row)
+        return d_left, *([None] * 6)
+
+
+# ----------------------------------------------------------------------------- checks
+def _rows(name: str, x: Tensor, min_rows: int = 1) -> None:
+    """A floating ``[n, d]`` tensor with n >= min_rows and d >= 1."""
+    checks.tensor(name, x, dim=2, min_rows=min_rows)
+    if x.shape[1] < 1:
+        raise ValueError(f"{name} must have at least one feature column, got shape "
+                         f"{tuple(x.shape)}")
+
+
+def _pair(name_a: str, a: Tensor, name_b: str, b: Tensor, min_rows: int = 1) -> None:
+    _rows(name_a, a, min_rows)
+    _rows(name_b, b, min_rows)
+    checks.same_shape(name_a, a, name_b, b)
+    _same_dtype(name_a, a, name_b, b)
+
+
+def _same_dtype(name_a: str, a: Tensor, name_b: str, b: Tensor) -> None:
+    if a.dtype != b.dtype or a.device != b.device:
+        raise ValueError(f"{name_a} and {name_b} must share dtype and device, got "
+                         f"{a.dtype}/{a.device} and {b.dtype}/{b.device}")
+
+
+def _bool_mask(name: str, mask: Tensor | None, shape: tuple[int, ...]) -> Tensor | None:
+    if mask is None:
+        return None
+    if not isinstance(mask, Tensor) or mask.dtype != torch.bool:
+        got = mask.dtype if isinstance(mask, Tensor) else type(mask).__name__
+        raise ValueError(f"{name} must be a bool tensor of shape {shape}, got {got}")
+    if tuple(mask.shape) != tuple(shape):
+        raise ValueError(f"{name} must have shape {shape}, got {tuple(mask.shape)}")
+    return mask
+
+
+def _no_empty_rows(name: str, kept: Tensor) -> None:
+    """``kept`` a bool ``[n, m]`` mask of kept negatives: every row needs one (the uint8 row
+    max is ~25x faster than a bool ``any`` / ``sum`` on CPU)."""
+    empty = (kept.view(torch.uint8).amax(dim=1) == 0).nonzero().flatten()
+    if empty.numel():
+        raise ValueError(f"{name} keeps no candidate negative for anchor(s) "
+                         f"{empty[:8].tolist()}{' ...' if empty.numel() > 8 else ''}; "
+                         "expected at least one kept negative per anchor")
+
+
+def _in_batch_partner(n_pairs: int, device: torch.device | None = None) -> Tensor:
+    """Index of the positive of each row of z = [z1; z2]: a -> a + B (mod 2B)."""
+    return (torch.arange(2 * n_pairs, device=device) + n_pairs) % (2 * n_pairs)
+
+
+def _in_batch_neg_sim(z1: Tensor, z2: Tensor) -> Tensor:
+    """Mean similarity over the 2B(2B-2) in-batch negative pairs, without the 2B x 2B matrix:
+    sum_{a,b} s_ab = |sum z|^2, minus the diagonal and the 2B positive entries."""
+    z = torch.cat([z1, z2]).detach().double()
+    n = z.shape[0]
+    total = z.sum(0).square().sum() - z.square().sum() - 2 * (z1.detach().double()
+                                                              * z2.detach().double()).sum()
+    return (total / (n * (n - 2))).to(z1.dtype)
+
+
+# ----------------------------------------------------------------------------- losses
+def info_nce_scores(scores: Tensor, positive_mask: Tensor, valid_mask: Tensor | None = None,
+                    temperature: float = 1.0, *, stats: dict | None = None) -> Tensor:
+    r"""Multi-positive InfoNCE on a score matrix the domain computed itself.
+
+    For anchor a with positives P(a) and valid candidates V(a) (P(a) is a subset of V(a)):
+
+        l_a = (1/|P(a)|) sum_{p in P(a)} [ -s_ap / tau + log sum_{c in V(a)} exp(s_ac / tau) ]
+
+    and the loss is the mean of l_a over the anchors with at least one positive (anchors
+    without a positive are skipped; an error if none has one). The positive stays in the
+    denominator. Quick-thought (Logeswaran & Lee 2018: a softmax over the candidate sentences
+    with the neighbours as positives, tau = 1) and CURL (Laskin et al. 2020: bilinear logits
+    q W k^T with the diagonal as positives) both reduce to this. With the SimCLR score matrix (valid = not
+    self, positive = the other view) it equals :func:`nt_xent`; with ``[q.k | q.Q^T]`` and
+    the first column positive it equals :func:`moco_infonce`.
+
+    Args:
+        scores: ``[N, C]`` similarities (entries outside ``valid_mask`` are ignored, they may
+            hold anything, even -inf).
+        positive_mask: ``[N, C]`` bool, the positives of each anchor; they must be valid.
+        valid_mask: ``[N, C]`` bool, the candidates in the partition; ``None`` = all.
+        temperature: tau > 0 (default 1, the quick-thought / CURL setting).
+        stats: optional dict receiving ``pos_sim`` and ``neg_sim`` (mean score of positives
+            and of valid non-positives of the counted anchors).
+    """
+    checks.tensor("scores", scores, dim=2)
+    shape = tuple(scores.shape)
+    if scores.shape[1] < 1:
+        raise ValueError(f"scores must have at least one candidate column, got shape {shape}")
+    tau = checks.positive("temperature", temperature)
+    pos = _bool_mask("positive_mask", positive_mask, shape)
+    if pos is None:
+        raise ValueError("positive_mask must be a bool tensor, got None")
+    valid = _bool_mask("valid_mask", valid_mask, shape)
+    if valid is not None and (pos & ~valid).any():
+        raise ValueError("positive_mask marks candidates that valid_mask excludes; every "
+                         "positive must be valid (it stays in the denominator)")
+    rows = pos.any(dim=1)
+    if not rows.any():
+        raise ValueError(f"positive_mask has no positive in any of its {shape[0]} rows; "
+                         "expected at least one anchor with a positive")
+    pos = pos[rows]
+    logits = scores[rows] / tau
+    if valid is not None:
+        valid = valid[rows]
+        logits = logits.masked_fill(~valid, _NEG_INF)
+    # l_a = -mean_{p in P(a)} log softmax_V(a)(s_a / tau)_p   (one fused log-softmax)
+    log_p = torch.log_softmax(logits, dim=1)
+    per_anchor = -torch.where(pos, log_p, 0.0).sum(dim=1) / pos.sum(dim=1)
+    if stats is not None:
+        with torch.no_grad():
+            neg = ~pos if valid is None else (valid & ~pos)
+            stats["pos_sim"] = logits[pos].mean() * tau
+            if neg.any():
+                stats["neg_sim"] = logits[neg].mean() * tau
+    return per_anchor.mean()
+
+
+def nt_xent(z1: Tensor, z2: Tensor, temperature: float = 0.5, *, neg_mask: Tensor | None = None,
+            stats: dict | None = None) -> Tensor:
+    r"""NT-Xent, SimCLR 2B form (Chen et al. 2020, Sec. 2.1, Eq. 1; METHODS row 1).
+
+    With z = [z1; z2] (2B rows), s_ab = z_a . z_b and p(a) the other view of a's image:
+
+        l_a = -s_{a,p(a)} / tau + log sum_{b != a} exp(s_ab / tau),   loss = mean over 2B
+
+    The positive is in the denominator with the 2B-2 negatives (both views of the other
+    images); the anchor itself is excluded. The official TF SimCLR reports 2x this value.
+    Defaults: tau = 0.5 (DCL/HCL setting; SimCLR uses 0.1-0.5).
+
+    Args:
+        z1, z2: ``[B, d]`` embeddings of the two views (B >= 2), used as given.
+        temperature: tau > 0.
+        neg_mask: optional ``[2B, 2B]`` bool keep-mask over candidate negatives (a hard or
+            ring selector's output). Self is always excluded and the positive always kept,
+            whatever the mask says there; every anchor must keep at least one negative.
+        stats: optional dict receiving ``pos_sim``, ``neg_sim`` (mean over the 2B(2B-2)
+            candidate negatives, before any selection: free from sum vectors, whereas a mean
+            over the kept ones would cost a pass over the matrix) and ``neg_kept`` (fraction
+            of the candidate negatives the mask keeps).
+    """
+    _pair("z1", z1, "z2", z2, min_rows=2)
+    tau = checks.positive("temperature", temperature)
+    b = z1.shape[0]
+    n = 2 * b
+    partner = _in_batch_partner(b, z1.device)
+    keep = _bool_mask("neg_mask", neg_mask, (n, n))
+    kept_negatives = None
+    if keep is not None:
+        rows = torch.arange(n, device=z1.device)
+        kept_negatives = keep.clone()
+        kept_negatives.diagonal().fill_(False)
+        kept_negatives[rows, partner] = False
+        _no_empty_rows("neg_mask", kept_negatives)
+    z = torch.cat([z1, z2])
+    lse = _RowLogSumExp.apply(z, None, (1.0 / tau,), True, partner, True, kept_negatives)[0]
+    pos = (z1 * z2).sum(dim=1)
+    loss = (lse - torch.cat([pos, pos]) / tau).mean()
+    if stats is not None:
+        stats["pos_sim"] = pos.detach().mean()
+        stats["neg_sim"] = _in_batch_neg_sim(z1, z2)
+        stats["neg_kept"] = (1.0 if keep is None else
+                             int(torch.count_nonzero(kept_negatives)) / (n * (n - 2)))
+    return loss
+
+
+def moco_infonce(q: Tensor, k: Tensor, queue: Tensor, temperature: float = 0.07, *,
+                 neg_mask: Tensor | None = None, stats: dict | None = None) -> Tensor:
+    r"""MoCo InfoNCE (He et al. 2020, Sec. 3.1, Eq. 1; METHODS row 2).
+
+        l_i = -q_i.k_i / tau + log( exp(q_i.k_i / tau) + sum_n exp(q_i.Q_n / tau) ),  batch mean
+
+    i.e. cross-entropy with label 0 over ``[q.k, q.Q^T] / tau``. ``k`` and the queue are
+    constants (detached). Defaults: tau = 0.07, |Q| = 65536 (set by the queue).
+
+    Args:
+        q: ``[N, d]`` queries (gradient flows).
+        k: ``[N, d]`` positive keys from the momentum encoder.
+        queue: ``[M, d]`` negative keys stored as rows.
+        temperature: tau > 0.
+        neg_mask: optional ``[N, M]`` bool keep-mask over the queue (hard / ring selectors);
+            the positive is always kept; every query must keep at least one queue row.
+        stats: optional dict receiving ``pos_sim``, ``neg_sim`` (mean over the whole queue,
+            before any selection: q_mean . Q_mean, free) and ``neg_kept``.
+    """
+    _pair("q", q, "k", k)
+    _rows("queue", queue)
+    checks.same_width("q", q, "queue", queue)
+    _same_dtype("q", q, "queue", queue)
+    tau = checks.positive("temperature", temperature)
+    keep = _bool_mask("neg_mask", neg_mask, (q.shape[0], queue.shape[0]))
+    if keep is not None:
+        _no_empty_rows("neg_mask", keep)
+    k, queue = k.detach(), queue.detach()
+    lse_neg = _RowLogSumExp.apply(q, queue, (1.0 / tau,), False, None, False, keep)[0]
+    pos = (q * k).sum(dim=1)
+    pos_logit = pos / tau
+    loss = (torch.logaddexp(pos_logit, lse_neg) - pos_logit).mean()
+    if stats is not None:
+        stats["pos_sim"] = pos.detach().mean()
+        stats["neg_sim"] = q.detach().mean(0) @ queue.mean(0)
+        stats["neg_kept"] = 1.0 if keep is None else int(torch.count_nonzero(keep)) / keep.numel()
+    return loss
+
+
+def cmc(views: Tensor | Sequence[Tensor], temperature: float = 0.07, pair_reduction: str = "sum",
+        *, stats: dict | None = None) -> Tensor:
+    r"""CMC full-graph loss with in-batch negatives (Tian et al. 2020, the full-graph objective,
+    Eq. 8; CACR App. B uses it with K = 4; METHODS row 3).
+
+        L = sum_{i<j} [ L^{i->j} + L^{j->i} ],
+        L^{a->b} = mean_n -log( exp(a_n.b_n / tau) / sum_m exp(a_n.b_m / tau) )
+
+    The negatives of a_n are the other instances of the *other* view b. Both directions are
+    summed (train_CMC's ``l_loss + ab_loss``). ``pair_reduction='mean'`` divides by the
+    C(V, 2) view pairs instead of summing (Eq. 8 sums). The official loss uses a memory bank
+    (NCEAverage); this is the in-batch form. Default tau = 0.07.
+
+    Args:
+        views: a list of V >= 2 tensors ``[N, d]`` or one tensor ``[N, V, d]`` (N >= 2).
+        temperature: tau > 0.
+        pair_reduction: ``'sum'`` (default) or ``'mean'`` over view pairs.
+        stats: optional dict receiving ``pos_sim`` and ``neg_sim`` (averaged over pairs).
+    """
+    tau = checks.positive("temperature", temperature)
+    checks.choice("pair_reduction", pair_reduction, ("sum", "mean"))
+    if isinstance(views, Tensor):
+        checks.tensor("views", views, dim=3, min_rows=2)
+        vs = list(views.unbind(dim=1))
+    else:
+        vs = list(views)
+        for i, v in enumerate(vs):
+            checks.tensor(f"views[{i}]", v, dim=2, min_rows=2)
+            checks.same_shape("views[0]", vs[0], f"views[{i}]", v)
+            _same_dtype("views[0]", vs[0], f"views[{i}]", v)
+    if len(vs) < 2:
+        raise ValueError(f"views must hold at least 2 views, got {len(vs)}")
+    n = vs[0].shape[0]
+    target = torch.arange(n, device=vs[0].device)
+    total = vs[0].new_zeros(())
+    pos_acc, neg_acc, n_pairs = 0.0, 0.0, 0
+    for i in range(len(vs)):
+        for j in range(i + 1, len(vs)):
+            logits = vs[i] @ vs[j].t() / tau
+            total = total + F.cross_entropy(logits, target) + F.cross_entropy(logits.t(), target)
+            n_pairs += 1
+            if stats is not None:
+                with torch.no_grad():
+                    diag = logits.diagonal().sum() * tau
+                    pos_acc += float(diag) / n
+                    neg_acc += float(logits.sum() * tau - diag) / (n * (n - 1))
+    if stats is not None:
+        stats["pos_sim"] = pos_acc / n_pairs
+        stats["neg_sim"] = neg_acc / n_pairs
+    return total if pair_reduction == "sum" else total / n_pairs
+

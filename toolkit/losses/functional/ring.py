@@ -1,0 +1,206 @@
+"""Ring / conditional NCE (Wu, Mosse, Zhuang, Yamins, Goodman, ICLR 2021, "Conditional Negative
+Sampling for Contrastive Learning of Visual Representations").
+
+CNCE (Sec. 3, Thm. 3.1) draws the negatives of anchor i from a conditional distribution whose
+support S_B is a "ring" of the candidates: those whose similarity to the anchor lies between
+the ``w_l``-th and ``w_u``-th percentiles (Sec. 4). With a MoCo queue (Alg. 1, ``MoCoRing``)::
+
+    s+ = q_i . k_i / tau,   s_j = q_i . Q_j / tau   (j = 1..M, sorted ascending per row)
+    ring_i = s_(j) for j in [int(w_l/100 * M), int(w_u/100 * M))
+    L_i = -s+ + log( e^{s+} + sum_{ring_i} e^{s_j} ),   L = mean_i L_i
+
+``w_l = 0, w_u = 100`` is MoCo InfoNCE (Eq. 4). Alg. 1's pseudo-code leaves ``e^{s+}`` out of
+the partition; every class of the authors' code and Thm. 3.1 include it, so it is included by
+default (``include_positive=False`` gives the pseudo-code). The code's ``thres_outer`` /
+``thres_inner`` map to percentiles by :func:`ring_official_thresholds_to_percentiles`.
+
+Memory-bank forms (instance discrimination, Eq. 3; METHODS.md row 18): :func:`ir_nce` and
+:func:`ir_ring` take their random indices explicitly (``noise_idx``) so that a run is
+reproducible and testable; the ``1/(k+1)`` factor of Eq. 1 is a constant and is dropped.
+
+Inputs are used as given (the authors' classes L2-normalise inside; here the encoder's head
+does). Keys, queues and banks are constants: no gradient flows into them.
+"""
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from toolkit import checks
+from toolkit.samplers.selectors import (ring_bounds, ring_mask,
+                                        ring_official_thresholds_to_percentiles,
+                                        ring_percentiles_to_official_thresholds)
+
+__all__ = ["ring_nce", "ir_nce", "ir_ring", "ring_official_thresholds_to_percentiles",
+           "ring_percentiles_to_official_thresholds"]
+
+
+def _check_pair(q: Tensor, k: Tensor, negatives: Tensor, neg_name: str) -> None:
+    checks.tensor("q", q, dim=2)
+    checks.tensor("k", k, dim=2)
+    checks.same_shape("q", q, "k", k)
+    checks.tensor(neg_name, negatives, dim=2)
+    checks.same_width("q", q, neg_name, negatives)
+
+
+def _check_index(name: str, idx: Tensor, dim: int, rows: int, high: int) -> None:
+    if not isinstance(idx, Tensor) or idx.dtype not in (torch.int64, torch.int32):
+        raise ValueError(f"{name} must be an integer tensor, got "
+                         f"{getattr(idx, 'dtype', type(idx).__name__)}")
+    if idx.dim() != dim or idx.shape[0] != rows:
+        raise ValueError(f"{name} must have {dim} dimension(s) and {rows} rows, got shape "
+                         f"{tuple(idx.shape)}")
+    if idx.numel() and (int(idx.min()) < 0 or int(idx.max()) >= high):
+        raise ValueError(f"{name} values must lie in [0, {high}), got range "
+                         f"[{int(idx.min())}, {int(idx.max())}]")
+
+
+def _ring_partition(logits: Tensor, lower: float, upper: float) -> tuple[Tensor, int]:
+    """Log-sum-exp over each row's ring and the ring size ``hi - lo``.
+
+    When the outer ball (the ``M - lo`` largest) is at most half the row, one ``topk`` takes it
+    (its values carry the gradient) and the inner part is masked inside the ball; otherwise the
+    full row is masked with :func:`ring_mask`. Either way exactly ``hi - lo`` logits enter.
+    """
+    m = logits.shape[1]
+    lo, hi = ring_bounds(m, lower, upper)
+    if lo == 0 and hi == m:
+        return torch.logsumexp(logits, dim=1), m
+    if lo > 0 and m - lo <= lo:
+        ball = torch.topk(logits, m - lo, dim=1, sorted=False).values
+        if hi < m:
+            inner = torch.topk(ball.detach(), m - hi, dim=1, sorted=False).indices
+            drop = torch.zeros(ball.shape, dtype=torch.bool, device=ball.device)
+            drop.scatter_(1, inner, True)
+            ball = ball.masked_fill(drop, float("-inf"))
+        return torch.logsumexp(ball, dim=1), hi - lo
+    keep = ring_mask(logits.detach(), lower, upper)
+    return torch.logsumexp(logits.masked_fill(~keep, float("-inf")), dim=1), hi - lo
+
+
+def ring_nce(q: Tensor, k: Tensor, queue: Tensor, temperature: float = 0.07,
+             lower: float = 0.0, upper: float = 100.0, include_positive: bool = True, *,
+             stats: dict | None = None) -> Tensor:
+    """MoCoRing loss (Ring Sec. 4, Alg. 1; METHODS.md row 16), batch mean.
+
+    ``L_i = -s+_i + log(e^{s+_i} + sum_{j in ring_i} e^{s_ij})`` with ``s+_i = q_i.k_i / tau``,
+    ``s_ij = q_i.queue_j / tau`` and ``ring_i`` the ascending-sorted slice
+    ``[int(lower/100 * M), int(upper/100 * M))`` of row i (exactly ``hi - lo`` negatives; see
+    :func:`toolkit.samplers.ring_mask` for ties). Selected with ``topk``, never a full sort.
+
+    Args:
+        q: ``[N, d]`` queries (gradient flows). k: ``[N, d]`` keys (constant).
+        queue: ``[M, d]`` queue rows (constant).
+        temperature: tau > 0 (paper 0.07).
+        lower, upper: ring percentiles, ``0 <= lower < upper <= 100``; the official
+            ``thres_outer=thres_inner=0.1`` is ``(90, 99)``.
+        include_positive: put ``e^{s+}`` in the partition (code and Thm. 3.1; default) or not
+            (Alg. 1 pseudo-code).
+        stats: receives ``pos_sim``, ``neg_sim`` (mean over kept negatives) and ``neg_kept``
+            (fraction of the queue in the ring).
+    """
+    _check_pair(q, k, queue, "queue")
+    tau = checks.positive("temperature", temperature)
+    qs = q / tau
+    k = k.detach()
+    pos = (qs * k).sum(dim=1)
+    logits = qs @ queue.detach().T
+    partition, kept = _ring_partition(logits, lower, upper)
+    if include_positive:
+        partition = torch.logaddexp(partition, pos)
+    loss = (partition - pos).mean()
+    if stats is not None:
+        with torch.no_grad():
+            stats["pos_sim"] = pos.mean() * tau
+            stats["neg_kept"] = kept / logits.shape[1]
+            if kept == logits.shape[1]:
+                stats["neg_sim"] = logits.mean() * tau
+            else:
+                keep = ring_mask(logits, lower, upper)
+                stats["neg_sim"] = (logits * keep).sum() / keep.sum() * tau
+    return loss
+
+
+def _bank_logits(qs: Tensor, bank: Tensor, cols: Tensor) -> Tensor:
+    """``qs . bank[cols]`` for an index matrix ``cols`` ``[N, k]``, without an ``[N, k, d]`` copy:
+    one matmul against the distinct rows used (or the whole bank when that is smaller)."""
+    if cols.numel() >= bank.shape[0]:
+        return (qs @ bank.T).gather(1, cols)
+    rows, inverse = torch.unique(cols, return_inverse=True)
+    return (qs @ bank[rows].T).gather(1, inverse)
+
+
+def ir_nce(q: Tensor, bank: Tensor, indices: Tensor, noise_idx: Tensor,
+           temperature: float = 0.07, *, stats: dict | None = None) -> Tensor:
+    """Instance-discrimination NCE with a memory bank (Ring Eq. 3; Wu et al. 2018), batch mean.
+
+    ``L_i = -q_i.M[idx_i]/tau + log sum_{j in {idx_i} + noise_i} e^{q_i.M[j]/tau}``: the positive
+    is the anchor's own bank entry; ``noise_idx`` ``[N, k-1]`` holds the uniformly drawn bank
+    indices (the authors draw them with ``torch.randint(0, n, (N, k-1))``; they may include
+    ``idx_i`` itself). ``bank`` ``[n, d]`` is a constant.
+
+    stats: ``pos_sim``, ``neg_sim`` (mean over the drawn entries), ``neg_kept`` (1.0).
+    """
+    checks.tensor("q", q, dim=2)
+    checks.tensor("bank", bank, dim=2)
+    checks.same_width("q", q, "bank", bank)
+    tau = checks.positive("temperature", temperature)
+    n = q.shape[0]
+    _check_index("indices", indices, 1, n, bank.shape[0])
+    _check_index("noise_idx", noise_idx, 2, n, bank.shape[0])
+    cols = torch.cat([indices.long().unsqueeze(1), noise_idx.long()], dim=1)
+    logits = _bank_logits(q / tau, bank.detach(), cols)
+    pos = logits[:, 0]
+    loss = (torch.logsumexp(logits, dim=1) - pos).mean()
+    if stats is not None:
+        with torch.no_grad():
+            stats["pos_sim"] = pos.mean() * tau
+            negs = logits[:, 1:]
+            stats["neg_sim"] = negs.mean() * tau if negs.numel() else pos.new_zeros(())
+            stats["neg_kept"] = 1.0
+    return loss
+
+
+def ir_ring(q: Tensor, bank: Tensor, indices: Tensor, noise_idx: Tensor, lower: float,
+            upper: float, temperature: float = 0.07, include_positive: bool = True, *,
+            stats: dict | None = None) -> Tensor:
+    """IRing: memory-bank Ring with sampled negatives (Ring Sec. 4; METHODS.md row 18).
+
+    All bank similarities ``s_ij = q_i.M[j]/tau`` (the anchor's own entry included, as in the
+    authors' ``NCERing``) are ranked; the ring is the ascending slice ``[lo, hi)`` =
+    ``[int(lower/100 * n), int(upper/100 * n))``. ``noise_idx`` ``[N, k']`` holds positions in the
+    ring ordered by **decreasing** similarity (position 0 is the ring member closest to the
+    anchor, as the authors' ``topk`` returns it), drawn with replacement from ``[0, hi - lo)``::
+
+        L_i = -s_i,idx_i + log( e^{s_i,idx_i} + sum_{p in noise_i} e^{ring_i[p]} )
+
+    (the positive term only with ``include_positive``, the code's ``self_negative``). The
+    official default ``thres_outer = thres_inner = 0.1`` is ``lower=90, upper=99``. One sorted
+    ``topk`` of the ``n - lo`` largest similarities per row; ``lower`` near 0 sorts most of it.
+
+    stats: ``pos_sim``, ``neg_sim`` (mean over the drawn ring members), ``neg_kept``
+    (ring size / n).
+    """
+    checks.tensor("q", q, dim=2)
+    checks.tensor("bank", bank, dim=2)
+    checks.same_width("q", q, "bank", bank)
+    tau = checks.positive("temperature", temperature)
+    n_bank = bank.shape[0]
+    lo, hi = ring_bounds(n_bank, lower, upper)
+    _check_index("indices", indices, 1, q.shape[0], n_bank)
+    _check_index("noise_idx", noise_idx, 2, q.shape[0], hi - lo)
+    logits = (q / tau) @ bank.detach().T
+    pos = logits.gather(1, indices.long().unsqueeze(1)).squeeze(1)
+    ring = torch.topk(logits, n_bank - lo, dim=1, sorted=True).values[:, n_bank - hi:]
+    drawn = ring.gather(1, noise_idx.long())
+    cand = torch.cat([pos.unsqueeze(1), drawn], dim=1) if include_positive else drawn
+    if cand.shape[1] == 0:
+        raise ValueError("noise_idx has no columns and include_positive is False: the "
+                         "partition would be empty")
+    loss = (torch.logsumexp(cand, dim=1) - pos).mean()
+    if stats is not None:
+        with torch.no_grad():
+            stats["pos_sim"] = pos.mean() * tau
+            stats["neg_sim"] = drawn.mean() * tau if drawn.numel() else pos.new_zeros(())
+            stats["neg_kept"] = (hi - lo) / n_bank
+    return loss

@@ -1,0 +1,153 @@
+"""Figures of the papers' diagnostics (matplotlib, Agg canvas, no pyplot state).
+
+* :func:`distance_histogram_figure` -- LMCL Fig. 2 / Fig. 5: pairwise distance histogram with
+  the margin ``(d+, d-)`` shaded; same-class vs different-class overlay when labels are given.
+* :func:`similarity_profile_figure` -- Wang & Liu Fig. 8: positive vs top-10 negative
+  similarities (one profile as box plots, or several, e.g. per temperature, as mean curves).
+* :func:`loss_curve_figure`, :func:`curve_figure` -- training curves and any metric vs x.
+
+Every function returns a :class:`matplotlib.figure.Figure` (save it with ``fig.savefig`` or
+``mlflow.log_figure``); nothing is shown and no global pyplot figure is created.
+"""
+from __future__ import annotations
+
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+from torch import Tensor
+
+from toolkit import metrics
+
+__all__ = ["distance_histogram_figure", "similarity_profile_figure", "loss_curve_figure",
+           "curve_figure"]
+
+
+def _figure(width: float = 6.0, height: float = 4.0) -> tuple[Figure, Any]:
+    fig = Figure(figsize=(width, height), layout="constrained")
+    FigureCanvasAgg(fig)
+    return fig, fig.add_subplot()
+
+
+def _bars(ax: Any, counts: np.ndarray, edges: np.ndarray, label: str, color: str) -> None:
+    total = max(1, int(counts.sum()))
+    ax.stairs(counts / total, edges, fill=True, alpha=0.55, color=color, label=label)
+
+
+def distance_histogram_figure(f: Tensor, labels: Tensor | None = None, bins: int = 50,
+                              d_plus: float = 0.1, d_minus: float = 0.5,
+                              title: str | None = None) -> Figure:
+    """LMCL Fig. 2 style histogram of ``D_ij = (1 - f_i.f_j)/2`` over pairs i < j.
+
+    The y axis is the fraction of pairs per bin (each group normalised on its own when
+    ``labels`` split the pairs into same-class and different-class). Dashed lines mark
+    ``d_plus`` and ``d_minus`` and the margin between them is shaded; the legend gives the
+    share of pairs inside the margin.
+    """
+    fig, ax = _figure()
+    if labels is None:
+        h = metrics.distance_histogram(f, bins=bins, d_plus=d_plus, d_minus=d_minus)
+        _bars(ax, h["counts"], h["edges"], f"all pairs ({h['num_pairs']})", "tab:blue")
+        occupancy = f"margin occupancy {h['margin_occupancy']:.3f}"
+    else:
+        h = metrics.class_distance_histograms(f, labels, bins=bins, d_plus=d_plus,
+                                              d_minus=d_minus)
+        _bars(ax, h["same"], h["edges"], f"same class ({h['num_same']})", "tab:green")
+        _bars(ax, h["different"], h["edges"], f"different class ({h['num_different']})",
+              "tab:red")
+        occupancy = (f"margin occupancy {h['margin_occupancy']:.3f} (same "
+                     f"{h['same_margin_occupancy']:.3f}, different "
+                     f"{h['different_margin_occupancy']:.3f})")
+    ax.axvspan(d_plus, d_minus, color="0.85", zorder=0, label=occupancy)
+    ax.axvline(d_plus, color="k", linestyle="--", linewidth=1)
+    ax.axvline(d_minus, color="k", linestyle="--", linewidth=1)
+    ax.text(d_plus, 1.0, " δ⁺", transform=ax.get_xaxis_transform(), va="top")
+    ax.text(d_minus, 1.0, " δ⁻", transform=ax.get_xaxis_transform(), va="top")
+    ax.set_xlim(0.0, 1.0)
+    ax.set_xlabel("pairwise distance D = (1 − f·f′)/2")
+    ax.set_ylabel("fraction of pairs")
+    ax.set_title(title or "Distance histogram")
+    ax.legend(loc="best", fontsize="small")
+    return fig
+
+
+def _is_profile(p: Any) -> bool:
+    return isinstance(p, Mapping) and "positive" in p and "negatives" in p
+
+
+def similarity_profile_figure(profiles: Mapping[str, Any], title: str | None = None) -> Figure:
+    """Wang & Liu Fig. 8: the positive similarity ('pos') and the k-th nearest negatives
+    ('n1' .. 'n10').
+
+    ``profiles`` is one result of :func:`toolkit.metrics.similarity_profile` (drawn as box
+    plots of the per-anchor values) or a mapping ``label -> result`` (e.g. one per temperature;
+    drawn as mean curves with a one-standard-deviation band).
+    """
+    fig, ax = _figure()
+    if _is_profile(profiles):
+        pos = np.asarray(profiles["positive_values"])
+        negs = np.asarray(profiles["negative_values"])
+        data = [pos] + [negs[:, k] for k in range(negs.shape[1])]
+        names = ["pos"] + [f"n{k + 1}" for k in range(negs.shape[1])]
+        ax.boxplot(data, showfliers=False)
+        ax.set_xticks(range(1, len(names) + 1), names)
+    else:
+        if not profiles:
+            raise ValueError("profiles is empty; expected a similarity_profile result or a "
+                             "mapping label -> result")
+        for label, prof in profiles.items():
+            if not _is_profile(prof):
+                raise ValueError(f"profiles[{label!r}] is not a similarity_profile result")
+            mean = np.concatenate([[prof["positive"]], np.asarray(prof["negatives"])])
+            std = np.concatenate([[prof["positive_std"]], np.asarray(prof["negatives_std"])])
+            x = np.arange(len(mean))
+            ax.plot(x, mean, marker="o", label=str(label))
+            ax.fill_between(x, mean - std, mean + std, alpha=0.2)
+        ax.set_xticks(x, ["pos"] + [f"n{k}" for k in range(1, len(x))])
+        ax.legend(fontsize="small")
+    ax.set_ylabel("similarity")
+    ax.set_title(title or "Positive vs nearest-negative similarities")
+    return fig
+
+
+def curve_figure(x: Sequence[float], ys: Mapping[str, Sequence[float]], xlabel: str,
+                 ylabel: str, title: str | None = None, logx: bool = False,
+                 logy: bool = False) -> Figure:
+    """Generic line plot: one curve per ``ys`` entry against the shared ``x``."""
+    if not ys:
+        raise ValueError("ys is empty; expected a mapping label -> values")
+    xs = np.asarray(x, dtype=float)
+    fig, ax = _figure()
+    for label, values in ys.items():
+        v = np.asarray(values, dtype=float)
+        if v.shape != xs.shape:
+            raise ValueError(f"ys[{label!r}] has {v.shape[0] if v.ndim else 0} values, x has "
+                             f"{xs.shape[0]}")
+        ax.plot(xs, v, marker="o" if len(xs) <= 20 else None, label=str(label))
+    if logx:
+        ax.set_xscale("log")
+    if logy:
+        ax.set_yscale("log")
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    if title:
+        ax.set_title(title)
+    if len(ys) > 1:
+        ax.legend(fontsize="small")
+    ax.grid(alpha=0.3)
+    return fig
+
+
+def loss_curve_figure(steps: Sequence[int], values: Sequence[float], label: str = "loss",
+                      title: str | None = None, smooth: int | None = None) -> Figure:
+    """Loss against the optimisation step; ``smooth=k`` adds a k-step moving average."""
+    ys = {label: values}
+    if smooth is not None:
+        if isinstance(smooth, bool) or not isinstance(smooth, int) or smooth < 1:
+            raise ValueError(f"smooth must be an integer >= 1, got {smooth!r}")
+        v = np.asarray(values, dtype=float)
+        kernel = np.ones(min(smooth, len(v))) / min(smooth, len(v))
+        pad = np.concatenate([np.full(len(kernel) - 1, v[0]), v]) if len(v) else v
+        ys[f"{label} ({smooth}-step mean)"] = np.convolve(pad, kernel, mode="valid")
+    return curve_figure(steps, ys, "step", label, title=title or "Training loss")

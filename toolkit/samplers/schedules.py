@@ -1,0 +1,395 @@
+"""Threshold schedules driven by the training step, and a selector that follows one.
+
+Ring (Wu et al. 2021, Sec. 4 "Annealing Policy" and App. E) anneals its negative threshold
+during training; Wang & Liu's hard quantile can be scheduled the same way. A schedule is a
+small object with ``__call__(step) -> float`` and ``state_dict`` / ``load_state_dict`` (so a
+resumed run continues where it stopped); the adaptive one also has ``record(metric)``.
+
+Ring's released code (``src/utils/policy.py``) evaluates its policy at every optimisation step
+and anneals ``thres_outer`` (theta_o, the fraction of the queue kept, closest first) from 1.0 to
+0.1 while ``thres_inner`` (theta_i) stays 0.1; in percentiles ``w_l = 100 (1 - theta_o)`` goes
+0 -> 90 and ``w_u = 100 (1 - theta_o theta_i)`` goes 90 -> 99 (METHODS.md row 19). The shipped
+configs do not anneal. :class:`ScheduledSelector` wires a schedule to one selector argument.
+"""
+from __future__ import annotations
+
+import math
+import numbers
+from collections import deque
+from typing import Any, Callable, ClassVar, Mapping
+
+from torch import Tensor
+
+from toolkit import checks
+from toolkit.registry import Registry
+from toolkit.samplers.selectors import (all_mask, check_percentiles, hard_count, hard_mask,
+                                        ring_mask, ring_official_thresholds_to_percentiles)
+
+__all__ = ["Schedule", "ConstantSchedule", "LinearSchedule", "StepSchedule",
+           "StaircaseSchedule", "ExponentialSchedule", "AdaptiveSchedule",
+           "constant", "linear", "step", "staircase", "exponential", "adaptive",
+           "SCHEDULES", "make_schedule", "ScheduledSelector"]
+
+SCHEDULES: Registry[type["Schedule"]] = Registry("schedule")
+
+
+def _finite(name: str, value: float) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise ValueError(f"{name} must be a finite number, got {value!r}")
+    return float(value)
+
+
+def _count(name: str, value: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
+        raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
+    return int(value)
+
+
+def _step(step: int) -> int:
+    if isinstance(step, bool) or not isinstance(step, numbers.Integral) or step < 0:
+        raise ValueError(f"step must be an integer >= 0 (the global optimisation step), "
+                         f"got {step!r}")
+    return int(step)
+
+
+class Schedule:
+    """A value as a function of the global step. Subclasses set ``name`` and ``value(step)``."""
+
+    name: ClassVar[str] = ""
+
+    def __call__(self, step: int) -> float:
+        return float(self.value(_step(step)))
+
+    def value(self, step: int) -> float:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def config(self) -> dict[str, Any]:
+        """Constructor arguments (what ``make_schedule`` needs to rebuild this schedule)."""
+        return {}
+
+    def record(self, metric: float) -> None:
+        """Feed a monitored metric (only the adaptive schedule uses it)."""
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"name": self.name, **self.config()}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        if state.get("name") != self.name:
+            raise ValueError(f"state_dict is for schedule {state.get('name')!r}, not {self.name!r}")
+        mine = self.config()
+        other = {k: state[k] for k in mine if k in state}
+        if other != mine:
+            raise ValueError(f"state_dict was saved by {self.name} with {other}, "
+                             f"this one has {mine}")
+
+    def __repr__(self) -> str:
+        args = ", ".join(f"{k}={v!r}" for k, v in self.config().items())
+        return f"{type(self).__name__}({args})"
+
+
+@SCHEDULES.register("constant")
+class ConstantSchedule(Schedule):
+    """``v(s) = value`` for every step."""
+
+    name = "constant"
+
+    def __init__(self, value: float) -> None:
+        self.value_ = _finite("value", value)
+
+    def value(self, step: int) -> float:
+        return self.value_
+
+    def config(self) -> dict[str, Any]:
+        return {"value": self.value_}
+
+
+@SCHEDULES.register("linear")
+class LinearSchedule(Schedule):
+    """Ring repo linear policy: ``v(s) = init - (init - final) * s / (S - 1)`` for ``s < S``,
+    then ``final`` (so ``v(0) = init`` and ``v(S - 1) = final``; ``S = 1`` gives ``final``)."""
+
+    name = "linear"
+
+    def __init__(self, init: float, final: float, steps: int) -> None:
+        self.init = _finite("init", init)
+        self.final = _finite("final", final)
+        self.steps = _count("steps", steps)
+
+    def value(self, step: int) -> float:
+        if step >= self.steps - 1:
+            return self.final
+        return self.init - (self.init - self.final) * step / (self.steps - 1)
+
+    def config(self) -> dict[str, Any]:
+        return {"init": self.init, "final": self.final, "steps": self.steps}
+
+
+@SCHEDULES.register("step")
+class StepSchedule(Schedule):
+    """Multiplicative step decay: ``v(s) = init * gamma ** floor(s / every)``, held at ``final``
+    once it passes it (if ``final`` is given)."""
+
+    name = "step"
+
+    def __init__(self, init: float, gamma: float, every: int, final: float | None = None) -> None:
+        self.init = _finite("init", init)
+        self.gamma = checks.positive("gamma", gamma)
+        self.every = _count("every", every)
+        self.final = None if final is None else _finite("final", final)
+
+    def value(self, step: int) -> float:
+        v = self.init * self.gamma ** (step // self.every)
+        if self.final is not None:
+            v = max(v, self.final) if self.gamma <= 1 else min(v, self.final)
+        return v
+
+    def config(self) -> dict[str, Any]:
+        return {"init": self.init, "gamma": self.gamma, "every": self.every, "final": self.final}
+
+
+@SCHEDULES.register("staircase")
+class StaircaseSchedule(Schedule):
+    """Ring repo step policy: levels ``init, init - size, ..., final`` (``n = round((init -
+    final) / size) + 1`` of them), each held ``floor(steps / n)`` steps, then ``final``."""
+
+    name = "staircase"
+
+    def __init__(self, init: float, final: float, size: float, steps: int) -> None:
+        self.init = _finite("init", init)
+        self.final = _finite("final", final)
+        self.size = checks.positive("size", size)
+        self.steps = _count("steps", steps)
+        self.levels = int(round(abs(self.init - self.final) / self.size)) + 1
+        self.hold = max(1, self.steps // self.levels)
+
+    def value(self, step: int) -> float:
+        k = step // self.hold
+        if k >= self.levels - 1:
+            return self.final
+        return self.init - math.copysign(self.size * k, self.init - self.final)
+
+    def config(self) -> dict[str, Any]:
+        return {"init": self.init, "final": self.final, "size": self.size, "steps": self.steps}
+
+
+@SCHEDULES.register("exponential")
+class ExponentialSchedule(Schedule):
+    """Exponential approach from ``init`` to ``final`` over ``steps``, then ``final``.
+
+    ``decay=None`` (default): geometric interpolation ``v(s) = init * (final / init) **
+    (s / (S - 1))`` (needs ``init`` and ``final`` of the same sign, non-zero), exact at both ends.
+    ``decay=r``: the Ring repo's ``ExponentialDecayThresholdPolicy``, ``v(s) = (init - final) *
+    exp(-r s) + final`` for ``s < S`` (it jumps to ``final`` at ``S`` unless ``r S`` is large).
+    """
+
+    name = "exponential"
+
+    def __init__(self, init: float, final: float, steps: int, decay: float | None = None) -> None:
+        self.init = _finite("init", init)
+        self.final = _finite("final", final)
+        self.steps = _count("steps", steps)
+        self.decay = None if decay is None else checks.positive("decay", decay)
+        if self.decay is None and (self.init == 0 or self.final == 0
+                                   or (self.init > 0) != (self.final > 0)):
+            raise ValueError(f"geometric interpolation needs init and final of the same sign and "
+                             f"non-zero, got init={init!r}, final={final!r}; pass decay= for the "
+                             "additive form")
+
+    def value(self, step: int) -> float:
+        if step >= self.steps - (1 if self.decay is None else 0):
+            return self.final
+        if self.decay is not None:
+            return (self.init - self.final) * math.exp(-self.decay * step) + self.final
+        return self.init * (self.final / self.init) ** (step / (self.steps - 1))
+
+    def config(self) -> dict[str, Any]:
+        return {"init": self.init, "final": self.final, "steps": self.steps, "decay": self.decay}
+
+
+@SCHEDULES.register("adaptive")
+class AdaptiveSchedule(Schedule):
+    """Ring App. E adaptive policy, as the authors' ``AdaptiveThresholdPolicy`` implements it.
+
+    The value does not depend on the step. After each ``record(metric)`` the metric is compared
+    with the mean of the previous ``window`` recorded metrics: if it is better (lower when
+    ``lower_is_better``, e.g. the training loss every step; higher otherwise, e.g. a validation
+    accuracy every epoch) the threshold is lowered by ``delta`` (harder negatives, a smaller
+    theta_o); if it is worse the threshold is raised by ``delta``; if equal it stays. The value is
+    clipped to ``[low, high]`` (App. E: 10% is "the lowest allowed threshold"). The first record
+    has nothing to compare with and changes nothing. (App. E's sentence says "lowers the
+    threshold ... if the performance increases, otherwise decreasing"; the code raises it.)
+    """
+
+    name = "adaptive"
+
+    def __init__(self, init: float = 1.0, low: float = 0.1, high: float = 1.0,
+                 delta: float = 0.01, window: int = 10, lower_is_better: bool = True) -> None:
+        self.init = _finite("init", init)
+        self.low = _finite("low", low)
+        self.high = _finite("high", high)
+        if not self.low <= self.init <= self.high:
+            raise ValueError(f"init must lie in [low, high] = [{low!r}, {high!r}], got {init!r}")
+        self.delta = checks.positive("delta", delta)
+        self.window = _count("window", window)
+        self.lower_is_better = bool(lower_is_better)
+        self.current = self.init
+        self.history: deque[float] = deque(maxlen=self.window)
+
+    def value(self, step: int) -> float:
+        return self.current
+
+    def record(self, metric: float) -> None:
+        metric = _finite("metric", metric)
+        if self.history:
+            reference = sum(self.history) / len(self.history)
+            better = metric < reference if self.lower_is_better else metric > reference
+            if metric != reference:
+                self.current += -self.delta if better else self.delta
+                self.current = min(self.high, max(self.low, self.current))
+        self.history.append(metric)
+
+    def config(self) -> dict[str, Any]:
+        return {"init": self.init, "low": self.low, "high": self.high, "delta": self.delta,
+                "window": self.window, "lower_is_better": self.lower_is_better}
+
+    def state_dict(self) -> dict[str, Any]:
+        return {**super().state_dict(), "current": self.current, "history": list(self.history)}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        super().load_state_dict(state)
+        self.current = float(state["current"])
+        self.history = deque((float(v) for v in state["history"]), maxlen=self.window)
+
+
+# The brief's lower-case names: ``linear(1.0, 0.1, 1000)(step)``.
+constant = ConstantSchedule
+linear = LinearSchedule
+step = StepSchedule
+staircase = StaircaseSchedule
+exponential = ExponentialSchedule
+adaptive = AdaptiveSchedule
+
+
+def make_schedule(spec: "Schedule | float | Mapping[str, Any]") -> Schedule:
+    """A schedule from a recipe value: a number (constant), ``{name: linear, init: 1.0, ...}``
+    or an existing schedule."""
+    if isinstance(spec, Schedule):
+        return spec
+    if isinstance(spec, (int, float)) and not isinstance(spec, bool):
+        return ConstantSchedule(spec)
+    if isinstance(spec, Mapping):
+        args = dict(spec)
+        name = args.pop("name", None)
+        if name is None:
+            raise ValueError(f"a schedule needs a name (one of {', '.join(SCHEDULES.names())}), "
+                             f"got {dict(spec)!r}")
+        try:
+            cls = SCHEDULES.get(name)
+        except KeyError as err:
+            raise ValueError(str(err.args[0])) from None
+        try:
+            return cls(**args)
+        except TypeError as err:
+            raise ValueError(f"schedule {name!r}: {err}") from None
+    raise ValueError(f"schedule must be a number, a mapping with a name, or a Schedule, "
+                     f"got {spec!r}")
+
+
+_RING_PERCENTILES = ("lower", "upper")
+_RING_OFFICIAL = ("theta_outer", "theta_inner")
+
+
+class ScheduledSelector:
+    """A negative selector whose argument follows a schedule: ``(sims, step) -> keep-mask``.
+
+    ``name``: ``all``, ``hard`` (args ``alpha`` or ``num_hard``) or ``ring`` (args ``lower`` and
+    ``upper`` percentiles, or the official ``theta_outer`` and ``theta_inner``; default the
+    official config 0.1 / 0.1, i.e. percentiles [90, 99)). ``schedule`` drives the argument named
+    ``param`` (default: ``theta_outer`` / ``lower`` for ring, ``alpha`` / ``num_hard`` for hard),
+    replacing its fixed value. Ring annealing as in the paper's code is
+    ``ScheduledSelector("ring", {"theta_inner": 0.1}, linear(1.0, 0.1, S))``.
+    """
+
+    def __init__(self, name: str, args: Mapping[str, Any] | None = None,
+                 schedule: "Schedule | float | Mapping[str, Any] | None" = None,
+                 param: str | None = None) -> None:
+        self.name = checks.choice("name", name, ("all", "hard", "ring"))
+        self.args = dict(args or {})
+        self.schedule = None if schedule is None else make_schedule(schedule)
+        allowed = {"all": (), "hard": ("alpha", "num_hard"),
+                   "ring": _RING_PERCENTILES + _RING_OFFICIAL}[self.name]
+        unknown = sorted(set(self.args) - set(allowed))
+        if unknown:
+            raise ValueError(f"selector {self.name!r} got unknown argument(s) {unknown}; "
+                             f"expected some of {list(allowed)}")
+        if self.name == "ring":
+            official = bool(set(self.args) & set(_RING_OFFICIAL)) or not self.args
+            if official and set(self.args) & set(_RING_PERCENTILES):
+                raise ValueError("ring takes either lower/upper percentiles or "
+                                 f"theta_outer/theta_inner, not both; got {sorted(self.args)}")
+            self.official = official
+            if official:
+                self.args = {"theta_outer": 0.1, "theta_inner": 0.1, **self.args}
+            default_param = "theta_outer" if official else "lower"
+        else:
+            self.official = False
+            default_param = "num_hard" if "num_hard" in self.args else "alpha"
+        if self.schedule is not None:
+            self.param = param or default_param
+            if self.name == "all" or self.param not in allowed:
+                raise ValueError(f"param {self.param!r} cannot be scheduled for selector "
+                                 f"{self.name!r}; expected one of {list(allowed)}")
+            if self.name == "ring" and (self.param in _RING_OFFICIAL) != self.official:
+                raise ValueError(f"param {self.param!r} does not belong to the ring "
+                                 f"parametrisation in use ({sorted(self.args)})")
+        else:
+            self.param = param
+        if self.name == "ring" and not self.official:
+            scheduled = self.param if self.schedule is not None else None
+            missing = [k for k in _RING_PERCENTILES if k not in self.args and k != scheduled]
+            if missing:
+                raise ValueError(f"ring selector needs both lower and upper, missing {missing}")
+        # Validate now (first step and the end of the schedule), not during training.
+        for at in (0, 1 << 62):
+            resolved = self.arguments(at)
+            if self.name == "ring":
+                check_percentiles(resolved["lower"], resolved["upper"])
+            elif self.name == "hard":
+                hard_count(1 << 62, **resolved)
+
+    def arguments(self, step: int = 0) -> dict[str, Any]:
+        """The selector arguments in force at ``step`` (ring in percentiles)."""
+        args = dict(self.args)
+        if self.schedule is not None:
+            value = self.schedule(step)
+            args[self.param] = int(round(value)) if self.param == "num_hard" else value
+        if self.name == "ring":
+            if self.official:
+                lower, upper = ring_official_thresholds_to_percentiles(args["theta_outer"],
+                                                                       args["theta_inner"])
+                return {"lower": lower, "upper": upper}
+            return {"lower": args["lower"], "upper": args["upper"]}
+        if self.name == "hard":
+            return {"alpha": args.get("alpha"), "num_hard": args.get("num_hard")}
+        return {}
+
+    def __call__(self, sims: Tensor, step: int = 0) -> Tensor:
+        masks: dict[str, Callable[..., Tensor]] = {"all": all_mask, "hard": hard_mask,
+                                                   "ring": ring_mask}
+        fn = masks[self.name]
+        return fn(sims, **self.arguments(step))
+
+    def record(self, metric: float) -> None:
+        if self.schedule is not None:
+            self.schedule.record(metric)
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"schedule": None if self.schedule is None else self.schedule.state_dict()}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        if self.schedule is not None and state.get("schedule") is not None:
+            self.schedule.load_state_dict(state["schedule"])
+
+    def __repr__(self) -> str:
+        return (f"ScheduledSelector({self.name!r}, {self.args!r}, schedule={self.schedule!r}, "
+                f"param={self.param!r})")
