@@ -163,13 +163,15 @@ def list_(what: str) -> None:
                 desc = f"(unavailable: {exc})"
             click.echo(f"{name.ljust(8)}  [{spec.origin}: {spec.target}]  {desc}")
     elif what == "recipes":
-        for path in sorted(p for p in RECIPES.glob("*/**/*.yaml") if "tables" not in p.parts):
+        paths = [p for root in _recipe_roots() for p in Path(root).glob("**/*.yaml")]
+        for path in sorted(p for p in paths if "tables" not in p.parts):
             try:
                 data = yaml.safe_load(path.read_text()) or {}
             except yaml.YAMLError:
                 data = {}
             desc = str(data.get("description", "") or "").strip().splitlines()
-            click.echo(f"{path.relative_to(ROOT)}  {desc[0] if desc else ''}")
+            shown = path.relative_to(ROOT) if path.is_relative_to(ROOT) else path
+            click.echo(f"{shown}  {desc[0] if desc else ''}")
     else:
         for name, table in sorted(_tables().items()):
             click.echo(f"{name}  {table.title}  ({len(table.rows)} rows)")
@@ -222,8 +224,8 @@ def compare(experiment: str, metrics: tuple[str, ...], uri: str | None, per_run:
         _fail(f"error: {exc}", 1)
 
 
-def _tables() -> dict:
-    from toolkit.reporting import discover_tables
+def _recipe_roots() -> list[Path]:
+    """The built-in recipes folder plus the folders plugin domains ship."""
     roots = [RECIPES]
     for spec in domain_registry.specs().values():
         if spec.origin != "built-in":
@@ -232,8 +234,13 @@ def _tables() -> dict:
             except domain_registry.DomainError:
                 continue
             roots += [Path(d) for d in cls.recipe_dirs]
+    return roots
+
+
+def _tables() -> dict:
+    from toolkit.reporting import discover_tables
     try:
-        return discover_tables(roots)
+        return discover_tables(_recipe_roots())
     except (rc.RecipeError, ValueError) as exc:
         _fail(f"error: {exc}", 2)
     raise AssertionError

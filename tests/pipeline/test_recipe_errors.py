@@ -44,7 +44,7 @@ CASES = [
     ("unknown negative source", _with("objective.negatives", {"source": "bank"}), "objective.negatives.source", "memory_bank"),
     ("queue loss with in-batch negatives", _with("objective.loss", {"name": "moco_infonce"}), "objective.negatives.source", "queue"),
     ("unknown domain data key", _with("data.size", 10), "data.size", "unknown key"),
-    ("ring with lower >= upper", _with("objective.selector", {"name": "ring", "lower": 80, "upper": 20}), "objective.selector", "lower"),
+    ("ring with lower >= upper", _with("objective.selector", {"name": "ring", "lower": 80, "upper": 20}), "objective.selector.lower", "lower"),
     ("selector on a loss that takes none",
      _with("objective", {"loss": {"name": "spectral"}, "selector": {"name": "hard", "num_hard": 4}}),
      "objective.selector.name", "selector"),

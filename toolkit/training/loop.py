@@ -156,7 +156,7 @@ def pretrain(recipe: Any, domain: Any, tracker: Any, *, device: torch.device | N
                 where = snapshot(checkpoint_path.with_name("nonfinite.pt")) if checkpoint_path else None
                 recs = ", ".join(f"{k}={float(v):.4g}" for k, v in out.records.items())
                 raise NonFiniteLoss(
-                    f"the loss is {float(out.loss)} at step {state.step} (epoch {state.epoch}); records: {recs}. "
+                    f"the loss is {float(out.loss.detach())} at step {state.step} (epoch {state.epoch}); records: {recs}. "
                     f"The state before this step was saved to {where or '(no checkpoint path)'}. "
                     "Lower the learning rate, raise the temperature, or check the inputs.")
             optimizer.zero_grad(set_to_none=True)

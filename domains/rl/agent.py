@@ -1,0 +1,207 @@
+"""SAC from pixels with CURL's contrastive term (Laskin et al., 2020, Alg. 1; Haarnoja et al., 2018).
+
+One update, top to bottom (CURL's order; ``u`` counts updates):
+
+1. **Critic.** ``y = r + gamma (1 - done) (min_i Q'_i(o', a') - alpha log pi(a'|o'))`` with
+   ``a' ~ pi(.|o')`` and the target critic ``Q'``; minimise ``sum_i (Q_i(o, a) - y)^2``. The
+   critic's loss trains the shared encoder.
+2. **Actor and temperature** (every ``actor_update_every`` updates). The actor reads the
+   critic's convolutional features *detached*; minimise ``alpha log pi(a|o) - min_i Q_i(o, a)``,
+   ``a ~ pi(.|o)``, then ``alpha (-log pi - H_target)`` with ``H_target = -|A|``.
+3. **Targets** (every ``target_update_every`` updates). EMA ``theta' <- tau theta + (1 - tau)
+   theta'``: ``critic_tau`` for the Q heads, ``encoder_tau`` for the key (target) encoder.
+4. **Contrastive term.** Anchor ``z_a = f(o)`` (online encoder, gradient), key ``z_pos =
+   f'(o_pos)`` (target encoder after step 3, no gradient) of a second random crop; the
+   objective scores ``z_a W z_pos^T`` (see :mod:`domains.rl.curl`) and its loss trains the
+   encoder and ``W``.
+
+What is shared and why it is the same computation: the critic step changes the encoder, so
+step 1 encodes ``o`` on its own; steps 2 and 4 both need the convolutional features of ``o``
+under the *updated* encoder (the actor step does not touch the encoder), so they are computed
+once and shared (detached for the actor, with gradient for step 4). The reference code
+encodes ``o`` three times there. ``fused=False`` keeps the reference's separate passes (for
+the benchmark and the equivalence test).
+"""
+from __future__ import annotations
+
+import copy
+import math
+import time
+from collections import defaultdict
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from domains.rl.augment import center_crop
+from domains.rl.config import AgentConfig, EncoderConfig
+from domains.rl.curl import BilinearCURL, Objective
+from domains.rl.networks import Actor, Critic, PixelEncoder
+
+__all__ = ["CurlSacAgent", "soft_update"]
+
+
+@torch.no_grad()
+def soft_update(online: nn.Module, target: nn.Module, tau: float) -> None:
+    """``target <- tau * online + (1 - tau) * target``, parameter by parameter."""
+    for p, tp in zip(online.parameters(), target.parameters()):
+        tp.lerp_(p, tau)
+
+
+class CurlSacAgent(nn.Module):
+    """SAC + CURL. ``objective`` is the core objective built from the recipe (``None``:
+    plain pixel SAC, no contrastive term). ``fused=False`` and ``channels_last=False``
+    reproduce the reference code's separate encoder passes and NCHW layout (benchmarks)."""
+
+    def __init__(self, obs_shape: tuple[int, int, int], action_dim: int, *,
+                 encoder: EncoderConfig, agent: AgentConfig, objective: Objective | None,
+                 lr: float = 1e-3, betas: tuple[float, float] = (0.9, 0.999),
+                 fused: bool = True, channels_last: bool = True) -> None:
+        super().__init__()
+        channels, size, _ = obs_shape
+        self.cfg, self.fused, self.objective = agent, fused, objective
+        self.crop_size, self.action_dim = size, action_dim
+        self.critic = Critic(PixelEncoder(channels, size, encoder.feature_dim, encoder.num_layers,
+                                          encoder.num_filters, channels_last), action_dim, agent.hidden_dim)
+        self.critic_target = copy.deepcopy(self.critic).requires_grad_(False)
+        self.actor = Actor(self.critic.encoder.conv_dim, encoder.feature_dim, action_dim,
+                           agent.hidden_dim, agent.actor_log_std_range)
+        self.curl = BilinearCURL(encoder.feature_dim)
+        self.log_alpha = nn.Parameter(torch.tensor(math.log(agent.init_temperature)))
+        self.target_entropy = -float(action_dim)
+
+        # The actor's optimizer holds only its projection and MLP: the shared convolutions
+        # get no gradient from the actor (the reference ties them into the actor's
+        # optimizer, where they never receive a gradient).
+        self.actor_opt = torch.optim.Adam(self.actor.parameters(), lr=lr, betas=betas)
+        self.critic_opt = torch.optim.Adam(self.critic.parameters(), lr=lr, betas=betas)
+        self.alpha_opt = torch.optim.Adam([self.log_alpha], lr=agent.alpha_lr, betas=agent.alpha_betas)
+        self.contrastive_opt = torch.optim.Adam([self.curl.W, *self.critic.encoder.parameters()],
+                                                lr=lr, betas=betas)
+        self.encoder_opt = (torch.optim.Adam(self.critic.encoder.parameters(), lr=lr, betas=betas)
+                            if agent.code_double_encoder_step else None)
+        self.num_updates = 0
+        self.timings: dict[str, float] = defaultdict(float)
+
+    @property
+    def alpha(self) -> Tensor:
+        return self.log_alpha.exp()
+
+    # -- acting ----------------------------------------------------------------------------
+    @torch.no_grad()
+    def act(self, obs: np.ndarray, *, sample: bool) -> np.ndarray:
+        """Action for one stacked observation ``[3k, H, W]`` (centre-cropped here)."""
+        x = torch.from_numpy(np.ascontiguousarray(center_crop(obs, self.crop_size)))[None]
+        mu, pi, _, _ = self.actor(self.critic.encoder.conv(x.to(self.log_alpha.device)), sample=sample)
+        return (pi if sample else mu)[0].cpu().numpy()
+
+    # -- one update ------------------------------------------------------------------------
+    def update(self, batch: dict[str, Tensor]) -> dict[str, Tensor]:
+        """One SAC + CURL update on a sampled batch; returns detached scalars to log."""
+        obs, action, reward = batch["obs"], batch["action"], batch["reward"]
+        next_obs, not_done, obs_pos = batch["next_obs"], batch["not_done"], batch["pos"]
+        cfg, u, clock = self.cfg, self.num_updates, _Clock(self.timings)
+        out: dict[str, Tensor] = {}
+
+        # 1. critic
+        with torch.no_grad():
+            _, next_action, next_log_pi, _ = self.actor(self.critic.encoder.conv(next_obs))
+            target_q1, target_q2 = self.critic_target(next_obs, next_action)
+            target_v = torch.min(target_q1, target_q2) - self.alpha.detach() * next_log_pi
+            target_q = reward + not_done * cfg.discount * target_v
+        q1, q2 = self.critic(obs, action)
+        critic_loss = F.mse_loss(q1, target_q) + F.mse_loss(q2, target_q)
+        self.critic_opt.zero_grad(set_to_none=True)
+        critic_loss.backward()
+        self.critic_opt.step()
+        out.update(critic_loss=critic_loss.detach(), q_mean=q1.detach().mean())
+        clock.lap("critic")
+
+        # Conv features of obs under the updated encoder, shared by steps 2 and 4.
+        wants_contrast = self.objective is not None and cfg.contrastive_weight > 0
+        actor_step = u % cfg.actor_update_every == 0
+        h_obs = None
+        if self.fused and (wants_contrast or actor_step):
+            with torch.set_grad_enabled(wants_contrast):
+                h_obs = self.critic.encoder.conv(obs)
+            clock.lap("shared_encoder")
+
+        # 2. actor and temperature
+        if actor_step:
+            h = h_obs.detach() if self.fused else self.critic.encoder.conv(obs).detach()
+            _, pi, log_pi, log_std = self.actor(h)
+            h_critic = h if self.fused else self.critic.encoder.conv(obs).detach()
+            actor_q1, actor_q2 = self.critic.heads(self.critic.encoder.project(h_critic), pi)
+            actor_loss = (self.alpha.detach() * log_pi - torch.min(actor_q1, actor_q2)).mean()
+            self.actor_opt.zero_grad(set_to_none=True)
+            actor_loss.backward()
+            self.actor_opt.step()
+            alpha_loss = (self.alpha * (-log_pi - self.target_entropy).detach()).mean()
+            self.alpha_opt.zero_grad(set_to_none=True)
+            alpha_loss.backward()
+            self.alpha_opt.step()
+            out.update(actor_loss=actor_loss.detach(), alpha_loss=alpha_loss.detach(),
+                       entropy=-log_pi.detach().mean(), log_std=log_std.detach().mean())
+            clock.lap("actor")
+
+        # 3. target networks
+        if u % cfg.target_update_every == 0:
+            soft_update(self.critic.q1, self.critic_target.q1, cfg.critic_tau)
+            soft_update(self.critic.q2, self.critic_target.q2, cfg.critic_tau)
+            soft_update(self.critic.encoder, self.critic_target.encoder, cfg.encoder_tau)
+            clock.lap("target")
+
+        # 4. contrastive term
+        if wants_contrast:
+            h = h_obs if self.fused else self.critic.encoder.conv(obs)
+            z_anchor = self.critic.encoder.project(h)
+            with torch.no_grad():
+                z_pos = self.critic_target.encoder(obs_pos)
+            result = self.objective(self.curl.batch(z_anchor, z_pos, step=u))
+            self.contrastive_opt.zero_grad(set_to_none=True)
+            if self.encoder_opt is not None:
+                self.encoder_opt.zero_grad(set_to_none=True)
+            (cfg.contrastive_weight * result.loss).backward()
+            if self.encoder_opt is not None:
+                self.encoder_opt.step()
+            self.contrastive_opt.step()
+            out["contrastive_loss"] = result.loss.detach()
+            for name, value in result.records.items():
+                out[f"curl_{name}"] = torch.as_tensor(value).detach()
+            clock.lap("contrastive")
+
+        out["alpha"] = self.alpha.detach()
+        self.num_updates += 1
+        return out
+
+    # -- snapshots -------------------------------------------------------------------------
+    def optimizers(self) -> dict[str, torch.optim.Optimizer]:
+        opts = {"actor": self.actor_opt, "critic": self.critic_opt, "alpha": self.alpha_opt,
+                "contrastive": self.contrastive_opt}
+        if self.encoder_opt is not None:
+            opts["encoder"] = self.encoder_opt
+        return opts
+
+    def snapshot(self) -> dict:
+        """Networks, optimizers and the update counter (see :mod:`domains.rl.snapshot`)."""
+        return {"modules": self.state_dict(), "num_updates": self.num_updates,
+                "optimizers": {k: o.state_dict() for k, o in self.optimizers().items()}}
+
+    def restore(self, state: dict) -> None:
+        self.load_state_dict(state["modules"])
+        self.num_updates = int(state["num_updates"])
+        for name, opt in self.optimizers().items():
+            opt.load_state_dict(state["optimizers"][name])
+
+
+class _Clock:
+    """Adds the wall time since the previous lap to ``timings[name]``."""
+
+    def __init__(self, timings: dict[str, float]) -> None:
+        self.timings, self.t = timings, time.perf_counter()
+
+    def lap(self, name: str) -> None:
+        now = time.perf_counter()
+        self.timings[name] += now - self.t
+        self.t = now

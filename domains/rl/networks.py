@@ -1,0 +1,139 @@
+"""SAC+CURL networks (Laskin et al., 2020, Sec. 4 and App. A; SAC-AE's architecture).
+
+* :class:`PixelEncoder`: ``num_layers`` 3x3 convolutions with ``num_filters`` channels (stride 2
+  for the first, 1 after), ReLU after each, then a linear layer to ``feature_dim`` and a
+  LayerNorm. Pixels are divided by 255. It is split into ``conv`` (shared by actor and
+  critic) and ``project`` (linear + LayerNorm: the critic's and the actor's are separate).
+* :class:`Actor`: its own projection of the critic's (detached) convolutional features, an MLP,
+  a tanh-squashed Gaussian with log-std squashed into ``[log_std_min, log_std_max]``.
+* :class:`Critic`: the encoder with gradients, two Q heads on ``[features, action]``.
+
+Convolutions run in channels-last memory format (oneDNN's native layout on CPU: the same
+arithmetic, about twice as fast as NCHW here); initialisation follows SAC-AE / CURL:
+orthogonal linear weights, delta-orthogonal convolutions (ReLU gain), zero biases.
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+__all__ = ["conv_output_size", "PixelEncoder", "Projection", "Actor", "Critic", "orthogonal_init"]
+
+
+def conv_output_size(image_size: int, num_layers: int) -> int:
+    """Side of the last feature map: ``(s - 3) // 2 + 1`` after the first layer, then ``-2``."""
+    side = (image_size - 3) // 2 + 1 - 2 * (num_layers - 1)
+    if side < 1:
+        raise ValueError(f"crop size {image_size} is too small for {num_layers} conv layers")
+    return side
+
+
+def orthogonal_init(module: nn.Module) -> None:
+    """SAC-AE / CURL ``weight_init``: orthogonal linear weights; convolutions zero except an
+    orthogonal centre tap (delta-orthogonal, ReLU gain); zero biases; LayerNorm untouched."""
+    if isinstance(module, nn.Linear):
+        nn.init.orthogonal_(module.weight)
+        nn.init.zeros_(module.bias)
+    elif isinstance(module, nn.Conv2d):
+        if module.weight.shape[2] != module.weight.shape[3]:
+            raise ValueError("delta-orthogonal init expects square kernels")
+        centre = module.weight.shape[2] // 2
+        with torch.no_grad():
+            module.weight.zero_()
+            nn.init.orthogonal_(module.weight[:, :, centre, centre], gain=nn.init.calculate_gain("relu"))
+        nn.init.zeros_(module.bias)
+
+
+class Projection(nn.Module):
+    """Linear + LayerNorm from flattened conv features to ``feature_dim`` (no tanh: CURL's
+    ``output_logits=True``)."""
+
+    def __init__(self, in_dim: int, feature_dim: int) -> None:
+        super().__init__()
+        self.fc = nn.Linear(in_dim, feature_dim)
+        self.ln = nn.LayerNorm(feature_dim)
+
+    def forward(self, h: Tensor) -> Tensor:
+        return self.ln(self.fc(h))
+
+
+class PixelEncoder(nn.Module):
+    """``obs [B, C, s, s] uint8 -> [B, feature_dim]`` = ``project(conv(obs))``."""
+
+    def __init__(self, in_channels: int, image_size: int, feature_dim: int = 50,
+                 num_layers: int = 4, num_filters: int = 32, channels_last: bool = True) -> None:
+        super().__init__()
+        layers: list[nn.Module] = [nn.Conv2d(in_channels, num_filters, 3, stride=2)]
+        for _ in range(num_layers - 1):
+            layers.append(nn.Conv2d(num_filters, num_filters, 3, stride=1))
+        self.convs = nn.ModuleList(layers)
+        self.conv_dim = num_filters * conv_output_size(image_size, num_layers) ** 2
+        self.feature_dim = feature_dim
+        self.project = Projection(self.conv_dim, feature_dim)
+        self.apply(orthogonal_init)
+        self.memory_format = torch.channels_last if channels_last else torch.contiguous_format
+        self.to(memory_format=self.memory_format)
+
+    def conv(self, obs: Tensor) -> Tensor:
+        """Flattened convolutional features ``[B, conv_dim]`` of uint8 (or 0..255 float) pixels."""
+        x = obs.to(torch.float32, memory_format=self.memory_format) / 255.0
+        for layer in self.convs:
+            x = F.relu(layer(x))
+        return x.flatten(1)  # NCHW flattening order, as in the reference (a copy from NHWC)
+
+    def forward(self, obs: Tensor) -> Tensor:
+        return self.project(self.conv(obs))
+
+
+def _mlp(in_dim: int, hidden: int, out_dim: int) -> nn.Sequential:
+    return nn.Sequential(nn.Linear(in_dim, hidden), nn.ReLU(), nn.Linear(hidden, hidden),
+                         nn.ReLU(), nn.Linear(hidden, out_dim))
+
+
+class Actor(nn.Module):
+    """Tanh-squashed Gaussian policy on its own projection of conv features (SAC, App. C)."""
+
+    def __init__(self, conv_dim: int, feature_dim: int, action_dim: int, hidden_dim: int = 1024,
+                 log_std_range: tuple[float, float] = (-10.0, 2.0)) -> None:
+        super().__init__()
+        self.project = Projection(conv_dim, feature_dim)
+        self.trunk = _mlp(feature_dim, hidden_dim, 2 * action_dim)
+        self.log_std_min, self.log_std_max = log_std_range
+        self.apply(orthogonal_init)
+
+    def forward(self, conv_features: Tensor, *, sample: bool = True) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+        """``(mu, pi, log_pi, log_std)``: squashed mean, squashed sample, its log-density
+        (with the tanh change of variables) and the log-std. ``sample=False`` gives
+        ``pi = mu`` and ``log_pi`` of the mean (used only for acting)."""
+        mu, log_std = self.trunk(self.project(conv_features)).chunk(2, dim=-1)
+        log_std = torch.tanh(log_std)
+        log_std = self.log_std_min + 0.5 * (self.log_std_max - self.log_std_min) * (log_std + 1)
+        noise = torch.randn_like(mu) if sample else torch.zeros_like(mu)
+        pi = mu + noise * log_std.exp()
+        # log N(pi; mu, std) summed over action dimensions
+        log_pi = (-0.5 * noise.pow(2) - log_std).sum(-1, keepdim=True) - 0.5 * math.log(2 * math.pi) * mu.shape[-1]
+        mu, pi = torch.tanh(mu), torch.tanh(pi)
+        log_pi = log_pi - torch.log(F.relu(1 - pi.pow(2)) + 1e-6).sum(-1, keepdim=True)
+        return mu, pi, log_pi, log_std
+
+
+class Critic(nn.Module):
+    """Twin Q functions ``Q_i(encoder(obs), a)`` on the shared pixel encoder."""
+
+    def __init__(self, encoder: PixelEncoder, action_dim: int, hidden_dim: int = 1024) -> None:
+        super().__init__()
+        self.encoder = encoder
+        self.q1 = _mlp(encoder.feature_dim + action_dim, hidden_dim, 1)
+        self.q2 = _mlp(encoder.feature_dim + action_dim, hidden_dim, 1)
+        self.q1.apply(orthogonal_init)
+        self.q2.apply(orthogonal_init)
+
+    def heads(self, features: Tensor, action: Tensor) -> tuple[Tensor, Tensor]:
+        x = torch.cat([features, action], dim=-1)
+        return self.q1(x), self.q2(x)
+
+    def forward(self, obs: Tensor, action: Tensor) -> tuple[Tensor, Tensor]:
+        return self.heads(self.encoder(obs), action)

@@ -1,0 +1,172 @@
+"""SAC + CURL: the contrastive batch, the policy density, and what one update changes."""
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from domains.rl.agent import CurlSacAgent
+from domains.rl.config import AgentConfig, EncoderConfig
+from domains.rl.curl import BilinearCURL
+from domains.rl.networks import Actor
+from toolkit.objective import build
+from toolkit.recipe import Objective
+
+ENC = EncoderConfig(feature_dim=8, num_layers=2, num_filters=4)
+OBS = (9, 20, 20)
+
+
+def objective(loss="info_nce", **kw):
+    return build(Objective.model_validate({"loss": {"name": loss, **kw}}))
+
+
+def make_agent(obj=None, seed=0, **agent_kw):
+    torch.manual_seed(seed)
+    cfg = AgentConfig(hidden_dim=16, **agent_kw)
+    return CurlSacAgent(OBS, 2, encoder=ENC, agent=cfg, objective=obj, lr=1e-3)
+
+
+def make_batch(seed=0, n=6):
+    g = torch.Generator().manual_seed(seed)
+    img = lambda: torch.randint(0, 256, (n, *OBS), generator=g, dtype=torch.uint8)  # noqa: E731
+    return {"obs": img(), "pos": img(), "next_obs": img(),
+            "action": torch.rand(n, 2, generator=g) * 2 - 1, "reward": torch.rand(n, 1, generator=g),
+            "not_done": torch.ones(n, 1)}
+
+
+def params(module):
+    return {k: v.detach().clone() for k, v in module.named_parameters()}
+
+
+def changed(before, module):
+    return {k for k, v in module.named_parameters() if not torch.equal(before[k], v)}
+
+
+# -- the contrastive batch -------------------------------------------------------------------
+
+def test_bilinear_logits_and_curl_infonce_match_loops():
+    torch.manual_seed(0)
+    curl = BilinearCURL(5).double()
+    za, zp = torch.randn(4, 5, dtype=torch.float64), torch.randn(4, 5, dtype=torch.float64)
+    batch = curl.batch(za, zp)
+    W = curl.W.detach()
+    for i in range(4):
+        raw = [sum(za[i, a].item() * W[a, b].item() * zp[j, b].item() for a in range(5) for b in range(5))
+               for j in range(4)]
+        for j in range(4):
+            assert batch.scores[i, j].item() == pytest.approx(raw[j] - max(raw), abs=1e-12)
+    assert torch.equal(batch.positive_mask, torch.eye(4, dtype=torch.bool))
+    assert torch.allclose(batch.views.norm(dim=-1), torch.ones(4, 2, dtype=torch.float64))
+    # CURL's loss: cross-entropy of the logits with the diagonal as labels (temperature 1)
+    ref = 0.0
+    for i in range(4):
+        row = batch.scores[i]
+        ref += -(row[i].item() - math.log(sum(math.exp(v) for v in row.tolist())))
+    out = objective("info_nce")(batch)
+    assert out.loss.item() == pytest.approx(ref / 4, rel=1e-10)
+
+
+def test_dcl_on_curl_scores_matches_the_paper_formula():
+    torch.manual_seed(1)
+    curl = BilinearCURL(6).double()
+    batch = curl.batch(torch.randn(5, 6, dtype=torch.float64), torch.randn(5, 6, dtype=torch.float64))
+    tau, tp = 1.0, 0.1
+    n_neg = 4
+    ref = 0.0
+    for i in range(5):
+        pos = math.exp(batch.scores[i, i].item() / tau)
+        neg = sum(math.exp(batch.scores[i, j].item() / tau) for j in range(5) if j != i)
+        ng = max((-tp * n_neg * pos + neg) / (1 - tp), n_neg * math.exp(-1 / tau))
+        ref += -math.log(pos / (pos + ng))
+    out = objective("dcl", temperature=tau, tau_plus=tp)(batch)
+    assert out.loss.item() == pytest.approx(ref / 5, rel=1e-9)
+
+
+def test_actor_log_density_matches_torch_distributions():
+    torch.manual_seed(2)
+    actor = Actor(conv_dim=12, feature_dim=4, action_dim=3, hidden_dim=8)
+    h = torch.randn(5, 12)
+    torch.manual_seed(3)
+    mu, pi, log_pi, log_std = actor(h)
+    # rebuild the pre-tanh mean and sample from the same noise
+    raw_mu, _ = actor.trunk(actor.project(h)).chunk(2, dim=-1)
+    torch.manual_seed(3)
+    noise = torch.randn_like(raw_mu)
+    u = raw_mu + noise * log_std.exp()
+    base = torch.distributions.Normal(raw_mu, log_std.exp())
+    ref = base.log_prob(u).sum(-1, keepdim=True) - torch.log(1 - torch.tanh(u) ** 2 + 1e-6).sum(-1, keepdim=True)
+    assert torch.allclose(pi, torch.tanh(u), atol=1e-6) and torch.allclose(mu, torch.tanh(raw_mu))
+    assert torch.allclose(log_pi, ref, atol=1e-4)
+    assert (log_std >= -10).all() and (log_std <= 2).all()
+
+
+# -- one update ----------------------------------------------------------------------------
+
+def test_one_update_changes_what_it_should_and_targets_follow_the_ema():
+    full, plain = make_agent(objective()), make_agent(None)
+    target_before = params(full.critic_target)
+    before = {name: params(getattr(full, name)) for name in ("critic", "actor", "curl")}
+    alpha_before = full.log_alpha.item()
+    torch.manual_seed(10)
+    full.update(make_batch())
+    torch.manual_seed(10)
+    plain.update(make_batch())
+    # update 0 makes every step: critic, actor + alpha, target EMA, contrastive
+    assert changed(before["critic"], full.critic) == set(before["critic"])
+    assert changed(before["actor"], full.actor) == set(before["actor"])
+    assert changed(before["curl"], full.curl) == {"W"}
+    assert full.log_alpha.item() != alpha_before
+    # the actor, alpha, Q heads and target networks do not see the contrastive step ...
+    for a, b in [(full.actor, plain.actor), (full.critic.q1, plain.critic.q1),
+                 (full.critic.q2, plain.critic.q2), (full.critic_target, plain.critic_target)]:
+        for (k, v), w in zip(a.named_parameters(), b.parameters()):
+            assert torch.equal(v, w), k
+    assert full.log_alpha.item() == plain.log_alpha.item()
+    # ... but the encoder does, and W only moves with a contrastive term
+    assert changed(params(plain.critic.encoder), full.critic.encoder) == set(params(full.critic.encoder))
+    assert torch.equal(plain.curl.W, before["curl"]["W"])
+    # targets: theta' <- tau theta + (1 - tau) theta', with theta after the critic step
+    # (= plain's online critic, which nothing else changed)
+    online = dict(plain.critic.named_parameters())
+    for k, v in plain.critic_target.named_parameters():
+        tau = 0.05 if k.startswith("encoder.") else 0.01
+        assert torch.allclose(v, tau * online[k] + (1 - tau) * target_before[k], atol=1e-7), k
+    # the shared convolutions are not the actor's to train
+    assert not any(k.startswith("convs") for k in dict(full.actor.named_parameters()))
+
+
+def test_odd_updates_leave_actor_alpha_and_targets_alone():
+    agent = make_agent(objective())
+    agent.update(make_batch(0))
+    actor, target, alpha = params(agent.actor), params(agent.critic_target), agent.log_alpha.item()
+    critic = params(agent.critic)
+    records = agent.update(make_batch(1))
+    assert not changed(actor, agent.actor) and not changed(target, agent.critic_target)
+    assert agent.log_alpha.item() == alpha
+    assert changed(critic, agent.critic)
+    assert {"critic_loss", "contrastive_loss", "alpha"} <= set(records) and "actor_loss" not in records
+    assert agent.num_updates == 2
+
+
+def test_shared_encoder_pass_computes_the_same_update_as_separate_passes():
+    fused, separate = make_agent(objective("hcl", temperature=1.0)), make_agent(objective("hcl", temperature=1.0))
+    separate.fused = False
+    for step in range(3):
+        for agent in (fused, separate):
+            torch.manual_seed(100 + step)
+            agent.update(make_batch(step))
+    for (k, v), w in zip(fused.named_parameters(), separate.parameters()):
+        assert torch.allclose(v, w, rtol=1e-5, atol=1e-6), k
+
+
+def test_reference_code_double_encoder_step_moves_the_encoder_twice():
+    single, double, none = make_agent(objective()), make_agent(objective(), code_double_encoder_step=True), make_agent(None)
+    for agent in (single, double, none):
+        torch.manual_seed(5)
+        agent.update(make_batch())
+    mid = params(none.critic.encoder)  # the encoder after the critic step
+    for (k, a), b in zip(single.critic.encoder.named_parameters(), double.critic.encoder.parameters()):
+        # Adam's first step is the same for two fresh optimizers on one gradient
+        assert torch.allclose(b - mid[k], 2 * (a - mid[k]), atol=1e-6), k
+    assert torch.equal(single.curl.W, double.curl.W)

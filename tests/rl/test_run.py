@@ -1,0 +1,77 @@
+"""Recipes validate, RL-specific recipe errors are reported, and a short real run completes."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from domains import registry
+from domains.rl import RLDomain
+from domains.rl.domain import settings_from_recipe
+from toolkit.reporting import load_table
+from toolkit.runs import load_recipe
+
+RECIPES = Path(__file__).resolve().parents[2] / "recipes" / "rl"
+
+
+@pytest.mark.parametrize("path", sorted(RECIPES.glob("*.yaml")), ids=lambda p: p.stem)
+def test_recipes_validate(path):
+    recipe = load_recipe(path, [], registry.get)
+    s = settings_from_recipe(recipe)
+    assert s.data.repeat == {"cartpole": 8, "finger": 2, "walker": 2}.get(s.data.task.split("-")[0], 4)
+    if "cpu" not in path.stem:
+        assert s.total_env_steps == 100_000 and s.batch_size == 512 and s.data.crop_size == 84
+        assert s.lr == (2e-4 if "cheetah" in path.stem else 1e-3)
+        assert recipe.paper.metrics["return_mean"] > 0
+
+
+@pytest.mark.parametrize("path", sorted((RECIPES / "tables").glob("*.yaml")), ids=lambda p: p.stem)
+def test_table_rows_validate(path):
+    table = load_table(path)
+    assert table.rows
+    for row in table.rows:
+        recipe = load_recipe(row.recipe, row.overrides, registry.get)
+        assert recipe.domain == "rl"
+        if "DCL" in row.label or "HCL" in row.label:
+            assert recipe.objective.loss.name in ("dcl", "hcl")
+        if "DP" in row.label:
+            assert [r.name for r in recipe.objective.regularizers] == ["distance_polarization"]
+
+
+@pytest.mark.parametrize("override, message", [
+    ("budget.epochs=3", "budget.epochs"),
+    ("budget.eval_every=5", "evaluation.every_env_steps"),
+    ("optimizer.name=sgd", "optimizer.name"),
+    ("schedule.name=cosine", "schedule.name"),
+    ("objective.negatives.source=queue", "objective.negatives.source"),
+])
+def test_rl_specific_recipe_errors(override, message):
+    recipe = load_recipe(RECIPES / "cartpole_swingup_cpu.yaml", [override], registry.get)
+    with pytest.raises(ValueError, match=message):
+        settings_from_recipe(recipe)
+
+
+def test_short_real_run_completes_and_logs(tracker, tmp_path, monkeypatch):
+    monkeypatch.setenv("CTK_CHECKPOINTS", str(tmp_path))
+    overrides = ["data.image_size=32", "data.crop_size=28", "data.action_repeat=25",
+                 "encoder.num_layers=2", "encoder.num_filters=8", "agent.hidden_dim=32",
+                 "agent.init_env_steps=100", "budget.steps=300", "budget.batch_size=8",
+                 "budget.log_every=100", "budget.checkpoint_every=null",
+                 "evaluation.episodes=2", "evaluation.every_env_steps=100000", "evaluation.save_frames=true",
+                 "objective.regularizers=[{name: distance_polarization, weight: 0.1}]"]
+    recipe = load_recipe(RECIPES / "cartpole_swingup_cpu.yaml", overrides, registry.get)
+    metrics = RLDomain().run(recipe, tracker)
+    # 300 environment steps at action repeat 25: 12 agent steps, updates after the first 100
+    assert metrics["env_steps"] == 300 and metrics["agent_steps"] == 12
+    assert {"return_mean", "return_std", "random_return_mean", "random_return_std"} <= set(metrics)
+    assert 0 <= metrics["random_return_mean"] <= 1000 and 0 <= metrics["return_mean"] <= 1000
+    # evaluations at 0 and at the end, logged by environment step with the agent step beside
+    assert [s for s, _ in tracker.series("return_mean")] == [0, 300]
+    assert dict(tracker.series("agent_steps"))[300] == 12
+    logged = {k for _, m in tracker.metrics for k in m}
+    assert {"train/critic_loss", "train/contrastive_loss", "train/curl_distance_polarization",
+            "train/env_steps_per_s"} <= logged
+    assert tracker.series("train/updates")[-1] == (300, 8.0)  # agent steps 4..11 update
+    assert tracker.figures == ["return_curve"] and tracker.models == ["encoder"]
+    assert any(a.endswith(".gif") for a in tracker.artifacts)
+    assert (tmp_path / "local" / "last.pt").is_file()

@@ -1,0 +1,75 @@
+"""Snapshots: a round trip restores everything, and a killed run resumes exactly."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from domains.rl.workspace import Workspace
+from toolkit.objective import build
+from toolkit.recipe import Objective
+
+from .conftest import RecordingTracker, tiny_settings
+
+
+class Killed(Exception):
+    pass
+
+
+def objective():
+    return build(Objective.model_validate({"loss": {"name": "info_nce"},
+                                           "regularizers": [{"name": "distance_polarization", "weight": 0.1}]}))
+
+
+def settings():
+    # action repeat 25: 40 agent steps per 1000-step episode, so three runs stay cheap
+    return tiny_settings(data={"action_repeat": 25}, evaluation={"random_baseline": False},
+                         total_env_steps=2000, checkpoint_every=1000)
+
+
+def test_snapshot_round_trip(cheap_render, tmp_path):
+    ws = Workspace(settings(), RecordingTracker(), objective(), tmp_path / "last.pt")
+    ws.s.total_env_steps = 1000  # one episode
+    ws.train()
+    path = ws.save()
+    fresh = Workspace(settings(), RecordingTracker(), objective(), tmp_path / "other.pt")
+    fresh.restore(path)
+    for (k, v), w in zip(ws.agent.state_dict().items(), fresh.agent.state_dict().values()):
+        if torch.is_tensor(v):
+            assert torch.equal(v, w), k
+    for name, opt in ws.agent.optimizers().items():
+        a, b = opt.state_dict()["state"], fresh.agent.optimizers()[name].state_dict()["state"]
+        assert a.keys() == b.keys() and all(torch.equal(a[i]["exp_avg"], b[i]["exp_avg"]) for i in a)
+    for name in ("frames", "start", "action", "reward", "terminated", "has_next"):
+        assert np.array_equal(getattr(ws.buffer, name), getattr(fresh.buffer, name)), name
+    assert fresh.buffer.num_frames == ws.buffer.num_frames
+    assert fresh.c == ws.c and fresh.agent.num_updates == ws.agent.num_updates > 0
+    assert fresh.rng.bit_generator.state == ws.rng.bit_generator.state
+    assert torch.equal(torch.get_rng_state(), torch.load(path, weights_only=False)["rng"]["torch"])
+    assert str(fresh.env.unwrapped.task_random_state()) == str(ws.env.unwrapped.task_random_state())
+
+
+def test_killed_run_resumes_as_if_uninterrupted(cheap_render, tmp_path):
+    reference = RecordingTracker()
+    full = Workspace(settings(), reference, objective(), tmp_path / "a" / "last.pt")
+    expected = full.train()
+
+    def kill(ws):
+        if ws.c.env_steps >= 1400:
+            raise Killed
+
+    killed = Workspace(settings(), RecordingTracker(), objective(), tmp_path / "b" / "last.pt", step_hook=kill)
+    with pytest.raises(Killed):
+        killed.train()
+    assert killed.c.env_steps == 1400
+    resumed_tracker = RecordingTracker()
+    resumed = Workspace(settings(), resumed_tracker, objective(), tmp_path / "b" / "last.pt")
+    got = resumed.train(resume_from=tmp_path / "b" / "last.pt")
+    assert got == expected
+    for (k, v), w in zip(full.agent.named_parameters(), resumed.agent.parameters()):
+        assert torch.equal(v, w), k
+    # the snapshot was written at the first episode end after 1000 environment steps
+    assert resumed_tracker.series("train/episode_return")[0][0] == 2000
+    assert resumed_tracker.series("train/episode_return") == reference.series("train/episode_return")[1:]
+    # only the newest buffer folder is kept
+    assert len(list((tmp_path / "b").glob("last.buffer-*"))) == 1
