@@ -52,7 +52,7 @@ def step(encoder, model, objective, views, natural, ctx=None):
     out = objective(cb)
     encoder.zero_grad()
     out.loss.backward()
-    return float(out.loss), {k: p.grad.detach().clone() for k, p in encoder.named_parameters()}
+    return float(out.loss.detach()), {k: p.grad.detach().clone() for k, p in encoder.named_parameters()}
 
 
 def build(spec, regs, source=None):

@@ -1,0 +1,169 @@
+"""The text domain: quick-thought sentence encoders (Logeswaran & Lee 2018) on contiguous
+books, SentEval-style evaluation (LMCL Sec. 5.3, Table 4, Fig. 5).
+
+A step: a batch of contiguous sentences -> ``f``, ``g`` -> the score matrix ``f(s).g(c)`` with
+the neighbour positives (``quickthought.quick_thought_batch``) -> any score-level core loss
+(``info_nce`` = the QT softmax, ``dcl``, ``hcl``) plus view-based regularizers (LMCL's DP on
+the normalised f/g embeddings). Evaluation: the six transfer tasks, the held-out geometry
+(alignment, uniformity, DP margin occupancy, distance histogram), and, when asked, the
+random-encoder and bag-of-words baselines.
+"""
+from __future__ import annotations
+
+import json
+import sys
+from typing import Any, ClassVar, Mapping
+
+import torch
+from torch import nn
+
+from domains.base import DataBundle, Domain, Encoder, Evaluation
+from domains.text.config import DataConfig, EncoderConfig, EvaluationConfig
+from domains.text.corpora import load_corpus, split_by_book
+from domains.text.diagnostics import neighbour_top1, sentence_geometry
+from domains.text.encoders import GRUSentenceEncoder, QuickThoughtEncoder, TransformerSentenceEncoder
+from domains.text.quickthought import quick_thought_batch
+from domains.text.sampling import ContiguousBatches, SentenceTable
+from domains.text.senteval import BagOfWords, EncoderEmbedder, evaluate_tasks, load_task, settings_for, subsample
+from domains.text.tokenizer import SentenceTokenizer, train_tokenizer
+from toolkit.losses.base import ContrastiveBatch
+
+__all__ = ["TextDomain", "build_quick_thought_encoder"]
+
+
+def build_quick_thought_encoder(cfg: EncoderConfig, tokenizer: SentenceTokenizer,
+                                max_length: int = 30) -> QuickThoughtEncoder:
+    """f and g with separate parameters (the authors' code keeps separate word embeddings)."""
+    def one() -> nn.Module:
+        if cfg.kind == "gru":
+            return GRUSentenceEncoder(tokenizer.vocab_size, cfg.embedding_dim, cfg.hidden_size,
+                                      cfg.bidirectional, cfg.num_layers, tokenizer.pad_id,
+                                      cfg.init_scale)
+        return TransformerSentenceEncoder(tokenizer.vocab_size, cfg.hidden_size, cfg.num_layers,
+                                          cfg.num_heads, cfg.intermediate_size, max_length,
+                                          tokenizer.pad_id, cfg.pretrained)
+    return QuickThoughtEncoder(one(), one(), tokenizer)
+
+
+def _log(message: str) -> None:
+    print(f"[text] {message}", file=sys.stderr, flush=True)
+
+
+class TextDomain(Domain):
+    """Quick-thought on contiguous books; SentEval-style transfer evaluation."""
+
+    name: ClassVar[str] = "text"
+    description: ClassVar[str] = ("quick-thought sentence encoders on contiguous books (Austen, "
+                                  "BookCorpus, any folder); SentEval-style MR/CR/SUBJ/MPQA/TREC/MSRP")
+    DataConfig = DataConfig
+    EncoderConfig = EncoderConfig
+    EvaluationConfig = EvaluationConfig
+
+    def __init__(self) -> None:
+        self._prepared: dict[str, Any] = {}
+        self._tasks: dict[str, Any] = {}
+
+    # -- data and tokenizer ---------------------------------------------------------------
+    def _prepare(self, recipe: Any) -> dict[str, Any]:
+        """Corpus, split and tokenizer, computed once per data section (build_data and
+        build_encoder both need the tokenizer)."""
+        cfg: DataConfig = recipe.data
+        key = json.dumps(cfg.model_dump(mode="json"), sort_keys=True)
+        if self._prepared.get("key") == key:
+            return self._prepared
+        books = load_corpus(cfg.corpus, cfg.path, cfg.data_root, cfg.max_books, cfg.drop_headings)
+        train_books, val_books = split_by_book(books, cfg.val_books)
+        tok_cfg = cfg.tokenizer
+        if tok_cfg.path:
+            tokenizer = SentenceTokenizer.load(tok_cfg.path, cfg.max_length)
+        elif recipe.encoder.pretrained:
+            tokenizer = SentenceTokenizer.pretrained(recipe.encoder.pretrained, cfg.max_length)
+        else:
+            tokenizer = train_tokenizer((s for b in train_books for s in b.sentences), tok_cfg.kind,
+                                        tok_cfg.vocab_size, tok_cfg.lowercase, tok_cfg.min_frequency,
+                                        cfg.max_length)
+        train = SentenceTable.build(train_books, tokenizer)
+        val = SentenceTable.build(val_books, tokenizer) if val_books else None
+        _log(f"{cfg.corpus}: {len(train_books)} training books ({len(train)} sentences), "
+             f"{len(val_books)} held out ({len(val) if val else 0}); vocabulary {tokenizer.vocab_size}")
+        self._prepared = {"key": key, "tokenizer": tokenizer, "train": train, "val": val}
+        return self._prepared
+
+    def build_data(self, recipe: Any) -> DataBundle:
+        prep = self._prepare(recipe)
+        cfg: DataConfig = recipe.data
+        # contrastive_batch gets no recipe; the step options are fixed here (the loop builds
+        # the data before the first step)
+        self._window, self._score, self._self_candidate = cfg.window, recipe.encoder.score, cfg.self_candidate
+        batches = ContiguousBatches(prep["train"], prep["tokenizer"], recipe.budget.batch_size,
+                                    cfg.run_length, shuffle=True, seed=recipe.seed)
+        return DataBundle(train=batches, num_instances=len(prep["train"]), sampler=batches,
+                          eval={"val": prep["val"], "tokenizer": prep["tokenizer"]})
+
+    def build_encoder(self, recipe: Any) -> Encoder:
+        prep = self._prepare(recipe)
+        return build_quick_thought_encoder(recipe.encoder, prep["tokenizer"], recipe.data.max_length)
+
+    # -- a step ----------------------------------------------------------------------------
+    def contrastive_batch(self, batch: Mapping[str, Any], encoder: nn.Module,
+                          key_encoder: nn.Module | None, needs: set[str], num_views: int,
+                          step: int, generator: torch.Generator | None = None) -> ContrastiveBatch:
+        unsupported = needs - {"views", "scores", "positive_mask", "valid_mask", "indices"}
+        if unsupported:
+            raise ValueError(f"the text domain builds quick-thought score batches; the objective "
+                             f"also needs {sorted(unsupported)}, which it cannot provide (use "
+                             "loss info_nce, dcl or hcl with negatives.source: in_batch)")
+        return quick_thought_batch(batch, encoder, window=self._window, score=self._score,
+                                   self_candidate=self._self_candidate, step=step)
+
+    # set by build_data from the recipe; these defaults are the paper's
+    _window, _score, _self_candidate = 1, "dot", "exclude"
+
+    # -- evaluation ------------------------------------------------------------------------
+    def _load_tasks(self, ev: EvaluationConfig, seed: int) -> list[Any]:
+        out = []
+        for name in ev.tasks:
+            key = json.dumps([name, ev.senteval_path, ev.data_root, seed, ev.min_abs_rating,
+                              ev.msrp_pairs, ev.max_examples])
+            if key not in self._tasks:
+                task = load_task(name, ev.senteval_path, ev.data_root, seed, ev.min_abs_rating,
+                                 ev.msrp_pairs)
+                self._tasks[key] = subsample(task, ev.max_examples, seed)
+            out.append(self._tasks[key])
+        return out
+
+    def monitor(self, encoder: QuickThoughtEncoder, data: DataBundle) -> dict[str, float]:
+        val = (data.eval or {}).get("val")
+        if val is None or len(val) < 3:
+            return {}
+        return {"neighbour_top1": neighbour_top1(encoder, val, window=self._window, score=self._score)}
+
+    def evaluate(self, encoder: QuickThoughtEncoder, data: DataBundle, recipe: Any) -> Evaluation:
+        ev: EvaluationConfig = recipe.evaluation
+        seed = recipe.seed if ev.seed is None else ev.seed
+        settings = settings_for(ev.mode, folds=ev.folds, selection=ev.selection,
+                                inner_folds=ev.inner_folds, c_grid=ev.c_grid, seed=seed)
+        tasks = self._load_tasks(ev, seed)
+        metrics = evaluate_tasks(EncoderEmbedder(encoder, ev.batch_size), tasks, settings, log=_log)
+        figures: dict[str, Any] = {}
+        val = (data.eval or {}).get("val") if data is not None else None
+        if ev.diagnostics and val is not None and len(val) >= 3:
+            geo, figs = sentence_geometry(encoder, val, ev.diagnostic_sentences, ev.d_plus,
+                                          ev.d_minus, ev.batch_size)
+            metrics.update(geo)
+            metrics["neighbour_top1"] = neighbour_top1(encoder, val, window=self._window, score=self._score)
+            figures.update(figs)
+        if "random" in ev.baselines:
+            metrics.update(evaluate_tasks(EncoderEmbedder(self.random_encoder(encoder, recipe), ev.batch_size),
+                                          tasks, settings, prefix="random_", log=_log))
+        if "bow" in ev.baselines:
+            metrics.update(evaluate_tasks(BagOfWords(), tasks, settings, prefix="bow_", log=_log))
+        return Evaluation(metrics={k: float(v) for k, v in metrics.items()}, figures=figures)
+
+    def random_encoder(self, trained: QuickThoughtEncoder, recipe: Any) -> QuickThoughtEncoder:
+        """An untrained encoder of the same architecture and vocabulary (seeded, without
+        touching the global random state)."""
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(recipe.seed + 7919)
+            enc = build_quick_thought_encoder(recipe.encoder, trained.tokenizer, recipe.data.max_length)
+        return enc.to(next(trained.parameters()).device)

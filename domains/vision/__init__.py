@@ -1,0 +1,13 @@
+"""The vision domain: image datasets with batched views, vision encoders, probes and geometry.
+
+``domains.vision:VisionDomain`` is the entry the domain registry loads. Modules, one idea each:
+``datasets`` (torchvision loaders, class-imbalanced subsets), ``fixtures`` (CIFAR-format files
+from foolbox's real test images), ``augment`` (batched view families of the papers'
+appendices), ``encoders`` (ResNet, small AlexNet, conv net, projection head), ``probes``
+(linear probe, weighted kNN), ``evaluation`` (metrics, baselines, online monitor),
+``diagnostics`` (alignment, uniformity, tolerance, H(X-|X), LMCL margin, figures),
+``config`` (recipe sections), ``domain`` (the ``VisionDomain`` adapter).
+"""
+from domains.vision.domain import VisionDomain
+
+__all__ = ["VisionDomain"]

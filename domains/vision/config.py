@@ -1,0 +1,138 @@
+"""The vision domain's recipe sections: ``data``, ``encoder``, ``evaluation``.
+
+Every key has a default, so a recipe names only what differs (see ``recipes/vision/``)::
+
+    data:
+      dataset: fashion-mnist
+      train_subset: 12000
+      augment: {preset: grey}
+    encoder: {arch: convnet, width: 32, head: {hidden: [128], out_dim: 64}}
+    evaluation:
+      linear: {solver: lbfgs, epochs: 100}
+      baselines: [random_init, raw_pixels]
+"""
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field, model_validator
+
+from domains.base import Section
+from domains.vision.augment import PRESETS
+
+__all__ = ["AugmentConfig", "DataConfig", "HeadConfig", "EncoderConfig", "LinearConfig",
+           "KnnConfig", "MonitorConfig", "DiagnosticsConfig", "EvaluationConfig"]
+
+Dataset = Literal["cifar10", "cifar100", "stl10", "mnist", "fashion-mnist"]
+
+
+class AugmentConfig(Section):
+    """A view family: a preset (``augment.PRESETS``) with any field overridden."""
+
+    preset: str | None = Field(None, description="cacr_cifar, cacr_stl10, simclr_cifar, moco_v2, ring_imagenet, grey; default by dataset")
+    size: int | None = Field(None, ge=1)
+    scale: tuple[float, float] | None = None
+    ratio: tuple[float, float] | None = None
+    flip_p: float | None = Field(None, ge=0, le=1)
+    jitter: tuple[float, float, float, float] | None = None
+    jitter_p: float | None = Field(None, ge=0, le=1)
+    grayscale_p: float | None = Field(None, ge=0, le=1)
+    blur_p: float | None = Field(None, ge=0, le=1)
+    blur_sigma: tuple[float, float] | None = None
+    blur_kernel: int | None = Field(None, ge=0)
+
+    @model_validator(mode="after")
+    def _known_preset(self) -> "AugmentConfig":
+        if self.preset is not None and self.preset not in PRESETS:
+            raise ValueError(f"preset must be one of {', '.join(sorted(PRESETS))}, got {self.preset!r}")
+        return self
+
+
+class DataConfig(Section):
+    dataset: Dataset = "fashion-mnist"
+    root: str | None = Field(None, description="data root; default: the data provider's ($CTK_DATA or ./data)")
+    download: bool = Field(False, description="let torchvision download CIFAR / STL-10 (needs a network)")
+    verify: bool = Field(True, description="torchvision's md5 check of the CIFAR files")
+    train_split: Literal["train", "unlabeled", "train+unlabeled"] = Field(
+        "train", description="pretraining split; STL-10 papers use train+unlabeled")
+    train_subset: int | None = Field(None, ge=2, description="pretrain on this many images (a fixed random subset, the same for every seed)")
+    imbalance: Literal["linear", "exponential"] | None = Field(
+        None, description="CACR Sec. 5.2 class-imbalanced training set (test set unchanged)")
+    imbalance_seed: int = Field(2021, ge=0, description="seed of the imbalanced subset (fixed once sampled)")
+    augment: AugmentConfig = Field(default_factory=AugmentConfig)
+    drop_last: bool = True
+
+    @model_validator(mode="after")
+    def _splits(self) -> "DataConfig":
+        if self.train_split != "train" and self.dataset != "stl10":
+            raise ValueError(f"train_split {self.train_split!r} exists only for stl10, got dataset {self.dataset!r}")
+        if self.imbalance is not None and self.dataset not in ("cifar10", "cifar100"):
+            raise ValueError(f"imbalance applies to cifar10 / cifar100 (CACR Sec. 5.2), got dataset {self.dataset!r}")
+        return self
+
+
+class HeadConfig(Section):
+    hidden: list[int] = Field(default_factory=lambda: [512], description="hidden layer sizes ([] = linear head)")
+    out_dim: int = Field(128, ge=1)
+    batch_norm: bool = False
+
+
+class EncoderConfig(Section):
+    arch: Literal["resnet18", "resnet50", "small_alexnet", "convnet"] = "convnet"
+    stem: Literal["cifar", "no_maxpool", "imagenet"] = Field("cifar", description="ResNet stem")
+    feature: Literal["pooled", "prepool"] = Field("pooled", description="ResNet feature the probes read")
+    width: int = Field(32, ge=1, description="convnet base width")
+    head: HeadConfig = Field(default_factory=HeadConfig)
+    normalize: bool = Field(True, description="L2-normalise the projection")
+
+
+class LinearConfig(Section):
+    enabled: bool = True
+    solver: Literal["lbfgs", "adam", "sgd"] = "lbfgs"
+    epochs: int = Field(100, ge=1, description="L-BFGS iterations, or passes for adam / sgd")
+    lr: float | None = Field(None, gt=0)
+    weight_decay: float = Field(1e-4, ge=0)
+    batch_size: int = Field(256, ge=1)
+    milestones: list[int] = Field(default_factory=list)
+    gamma: float = Field(0.1, gt=0, le=1)
+    betas: tuple[float, float] = (0.9, 0.999)
+    momentum: float = Field(0.9, ge=0, lt=1)
+    final_lr: float | None = Field(None, gt=0, description="exponential decay per epoch to this rate (replaces milestones)")
+    standardize: bool = Field(True, description="standardise features with the training split's mean / std")
+
+
+class KnnConfig(Section):
+    enabled: bool = True
+    k: int = Field(200, ge=1)
+    temperature: float = Field(0.1, gt=0)
+    five_nn: bool = Field(True, description="also report knn5_top1 (majority vote of 5)")
+
+
+class MonitorConfig(Section):
+    k: int = Field(200, ge=1)
+    temperature: float = Field(0.1, gt=0)
+    train_samples: int = Field(5000, ge=1)
+    test_samples: int = Field(1000, ge=1)
+
+
+class DiagnosticsConfig(Section):
+    enabled: bool = True
+    samples: int = Field(2000, ge=4, description="test images used for the geometry metrics")
+    t_neg: float | None = Field(None, gt=0, description="CACR t- for H(X-|X); default: the loss's, else 2")
+    entropy_batch: int = Field(512, ge=2, description="mini-batch size M of H(X-|X) (CACR Fig. 3)")
+    d_plus: float | None = Field(None, ge=0, le=1, description="LMCL margin; default: the regularizer's, else 0.1")
+    d_minus: float | None = Field(None, ge=0, le=1, description="default: the regularizer's, else 0.5")
+    uniformity_t: float = Field(2.0, gt=0)
+    figures: bool = True
+
+
+class EvaluationConfig(Section):
+    linear: LinearConfig = Field(default_factory=LinearConfig)
+    knn: KnnConfig = Field(default_factory=KnnConfig)
+    monitor: MonitorConfig = Field(default_factory=MonitorConfig)
+    diagnostics: DiagnosticsConfig = Field(default_factory=DiagnosticsConfig)
+    baselines: list[Literal["random_init", "raw_pixels"]] = Field(
+        default_factory=list, description="probe a random encoder of the same architecture / raw pixels too")
+    probe_train_subset: int | None = Field(None, ge=2, description="labelled training images for the probes (a fixed random subset)")
+    test_subset: int | None = Field(None, ge=2, description="test images (a fixed random subset)")
+    batch_size: int = Field(512, ge=1, description="feature-extraction batch size")

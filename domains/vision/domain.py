@@ -1,0 +1,152 @@
+"""``VisionDomain``: image datasets, batched views, vision encoders and probes behind the
+domain face of ``domains/base.py``; it shares the toolkit's pretraining loop.
+
+What the objective gets from this domain (``Domain.contrastive_batch``): ``V`` augmented views
+per image (``make_views``; K positives = V - 1 for CMC / CACR), the un-augmented natural view
+(``natural_view``, CPCL's projection term), and the dataset ``index`` of every image (memory
+bank slots; the MoCo queue and the momentum encoder are the toolkit's). Training batches are
+``{"x": uint8 [N, C, H, W], "y": [N], "index": [N]}``; augmentation runs on the batch, on the
+device the loop moved it to.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+import torch
+from torch import Tensor
+
+from domains.base import DataBundle, Domain, Evaluation
+from domains.vision import datasets as ds
+from domains.vision.augment import BatchAugment, preset
+from domains.vision.config import DataConfig, EncoderConfig, EvaluationConfig, MonitorConfig
+from domains.vision.encoders import ProjectionHead, VisionEncoder, build_backbone
+
+__all__ = ["VisionDomain", "VisionEvalData", "default_preset"]
+
+
+def default_preset(dataset: str) -> str:
+    return {"cifar10": "cacr_cifar", "cifar100": "cacr_cifar", "stl10": "cacr_stl10"}.get(dataset, "grey")
+
+
+@dataclass
+class VisionEvalData:
+    """What ``evaluate`` and ``monitor`` read: labelled splits (uint8) and the view family."""
+
+    probe_train: ds.ImageSplit
+    test: ds.ImageSplit
+    augment: BatchAugment
+    num_classes: int
+    seed: int = 0
+    monitor: MonitorConfig | None = None
+
+
+# Subsets do not depend on the run's seed: runs with different seeds see the same images, so
+# their spread measures training randomness alone.
+_SUBSET_SEEDS = (1009, 2003, 3001)
+
+
+def _seeded_subset(split: ds.ImageSplit, n: int | None, seed: int) -> ds.ImageSplit:
+    if n is None or n >= len(split):
+        return split
+    g = torch.Generator().manual_seed(seed)
+    return split.subset(torch.randperm(len(split), generator=g)[:n].sort().values)
+
+
+def build_augment(cfg: DataConfig) -> BatchAugment:
+    a = cfg.augment
+    spec = preset(a.preset or default_preset(cfg.dataset), **a.model_dump(exclude={"preset"}))
+    mean, std = ds.NORMALIZATION[cfg.dataset]
+    return BatchAugment(spec, mean, std)
+
+
+class VisionDomain(Domain):
+    """CIFAR-10/100, STL-10, MNIST and Fashion-MNIST with the papers' view families, ResNet /
+    small-AlexNet / conv-net encoders, linear probe, weighted kNN and geometry diagnostics."""
+
+    name = "vision"
+    description = ("images: CIFAR-10/100, STL-10, (Fashion-)MNIST; batched SimCLR/MoCo-v2 views; "
+                   "ResNet, small AlexNet, conv net; linear probe, weighted kNN, geometry")
+    DataConfig = DataConfig
+    EncoderConfig = EncoderConfig
+    EvaluationConfig = EvaluationConfig
+
+    def __init__(self) -> None:
+        self.augment: BatchAugment | None = None
+
+    # -- data -------------------------------------------------------------------------------
+    def load_train(self, recipe: Any) -> ds.ImageSplit:
+        """The pretraining images (imbalanced / subset as the recipe says)."""
+        cfg: DataConfig = recipe.data
+        split = ds.load_split(cfg.dataset, cfg.train_split, cfg.root, download=cfg.download,
+                              verify=cfg.verify)
+        if cfg.imbalance is not None:
+            split = split.subset(ds.imbalanced_indices(split.labels, cfg.imbalance,
+                                                       split.num_classes, cfg.imbalance_seed))
+        return _seeded_subset(split, cfg.train_subset, _SUBSET_SEEDS[0])
+
+    def load_eval(self, recipe: Any) -> VisionEvalData:
+        cfg: DataConfig = recipe.data
+        ev: EvaluationConfig = recipe.evaluation
+        probe = ds.load_split(cfg.dataset, "train", cfg.root, download=cfg.download, verify=cfg.verify)
+        test = ds.load_split(cfg.dataset, "test", cfg.root, download=cfg.download, verify=cfg.verify)
+        probe = _seeded_subset(probe, ev.probe_train_subset, _SUBSET_SEEDS[1])
+        test = _seeded_subset(test, ev.test_subset, _SUBSET_SEEDS[2])
+        return VisionEvalData(probe, test, self.augment or build_augment(cfg), probe.num_classes,
+                              recipe.seed, ev.monitor)
+
+    def build_data(self, recipe: Any) -> DataBundle:
+        from toolkit.training.data import TensorBatches
+
+        self.augment = build_augment(recipe.data)
+        train = self.load_train(recipe)
+        batches = TensorBatches({"x": train.images, "y": train.labels}, recipe.budget.batch_size,
+                                seed=recipe.seed, drop_last=recipe.data.drop_last)
+        return DataBundle(train=batches, num_instances=len(train), eval=self.load_eval(recipe),
+                          sampler=batches)
+
+    # -- encoder ----------------------------------------------------------------------------
+    def build_encoder(self, recipe: Any) -> VisionEncoder:
+        cfg: EncoderConfig = recipe.encoder
+        data: DataConfig = recipe.data
+        channels = len(ds.NORMALIZATION[data.dataset][0])
+        size = (self.augment or build_augment(data)).spec.size
+        backbone, dim = build_backbone(cfg.arch, channels, size, stem=cfg.stem, feature=cfg.feature,
+                                       width=cfg.width)
+        head = ProjectionHead(dim, cfg.head.hidden, cfg.head.out_dim, cfg.head.batch_norm)
+        enc = VisionEncoder(backbone, head, cfg.normalize)
+        enc.out_dim = cfg.head.out_dim
+        return enc
+
+    # -- views ------------------------------------------------------------------------------
+    def _aug(self) -> BatchAugment:
+        if self.augment is None:
+            raise ValueError("VisionDomain.make_views needs build_data(recipe) first (it sets the view family)")
+        return self.augment
+
+    def make_views(self, batch: Mapping[str, Any], num_views: int,
+                   generator: torch.Generator | None = None) -> Tensor:
+        """``[N, V, C, S, S]``: V independently augmented views of each image of ``batch["x"]``."""
+        if not isinstance(num_views, int) or num_views < 1:
+            raise ValueError(f"num_views must be an integer >= 1, got {num_views!r}")
+        x = batch["x"]
+        n = x.shape[0]
+        rep = x.unsqueeze(1).expand(n, num_views, *x.shape[1:]).reshape(n * num_views, *x.shape[1:])
+        views = self._aug()(rep, generator)
+        return views.view(n, num_views, *views.shape[1:])
+
+    def natural_view(self, batch: Mapping[str, Any]) -> Tensor:
+        """The un-augmented image, resized to the view size and normalised (CPCL's x-bar)."""
+        return self._aug().natural(batch["x"])
+
+    # -- evaluation -------------------------------------------------------------------------
+    def evaluate(self, encoder: VisionEncoder, data: DataBundle, recipe: Any) -> Evaluation:
+        from domains.vision.evaluation import evaluate
+
+        return evaluate(self, encoder, data.eval, recipe)
+
+    def monitor(self, encoder: VisionEncoder, data: DataBundle) -> dict[str, float]:
+        """Cheap online kNN accuracy (logged by the loop as ``online_knn_top1``)."""
+        from domains.vision.evaluation import monitor
+
+        return monitor(encoder, data.eval)

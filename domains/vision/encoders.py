@@ -1,0 +1,194 @@
+"""Vision encoders: backbone + projection head, L2-normalised output.
+
+Backbones (``features`` is what evaluation probes):
+
+* ``resnet18`` / ``resnet50`` (torchvision's ResNet classes, randomly initialised) with a
+  ``stem``: ``cifar`` (3x3 stride-1 first conv, no max-pool: Wang & Liu Sec. 5, CPCL Sec. 6,
+  SimCLR's CIFAR variant), ``no_maxpool`` (7x7 stride-2 conv, max-pool removed: CPCL's STL-10 /
+  Tiny-ImageNet variant) or ``imagenet`` (the original stem). ``feature: pooled`` gives the
+  global-average-pooled 512 / 2048 vector; ``feature: prepool`` the flattened last feature map
+  (Ring Sec. 5 probes the 512x7x7 pre-pool output).
+* ``small_alexnet``: the AlexNet-style encoder of Wang & Isola (2020) / CMC that CACR's Table 2
+  uses: five 3x3 conv blocks (96-192-384-384-192 channels, BN, ReLU, 3x3/2 max-pools after
+  blocks 1, 2 and 5), fc6 and fc7 (4096, BN, ReLU); the probe reads fc7 (CACR App. B.1) and the
+  head is fc8 (a linear map to 128, ``head.hidden: []``). Weights start N(0, 0.02).
+* ``convnet``: a small net for 28x28 grey images (three 3x3 conv blocks of ``width``,
+  2*``width``, 4*``width`` channels with BN and ReLU, max-pools after the first two, global
+  average pool; channels-last memory layout, ~30% faster on CPU); cheap enough for the CPU
+  quickstart.
+
+Head: an MLP with ``hidden`` layer sizes (ReLU, optional BN) ending in ``out_dim``; SimCLR's
+2-layer head is ``hidden: [d]``. The output is L2-normalised (``normalize``), which every
+loss in ``toolkit.losses`` expects.
+"""
+from __future__ import annotations
+
+from typing import Sequence
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from domains.base import Encoder
+
+__all__ = ["VisionEncoder", "ProjectionHead", "ResNetBackbone", "SmallAlexNet", "ConvNet",
+           "build_backbone", "ARCHS"]
+
+ARCHS = ("resnet18", "resnet50", "small_alexnet", "convnet")
+
+
+class ResNetBackbone(nn.Module):
+    """A torchvision ResNet without its classifier, with the chosen stem."""
+
+    def __init__(self, depth: int = 18, in_channels: int = 3, stem: str = "cifar",
+                 feature: str = "pooled") -> None:
+        super().__init__()
+        import torchvision.models as tvm
+
+        if depth not in (18, 50):
+            raise ValueError(f"ResNet depth must be 18 or 50, got {depth!r}")
+        if stem not in ("cifar", "no_maxpool", "imagenet"):
+            raise ValueError(f"stem must be 'cifar', 'no_maxpool' or 'imagenet', got {stem!r}")
+        if feature not in ("pooled", "prepool"):
+            raise ValueError(f"feature must be 'pooled' or 'prepool', got {feature!r}")
+        net = tvm.resnet18(weights=None) if depth == 18 else tvm.resnet50(weights=None)
+        if stem == "cifar":
+            net.conv1 = nn.Conv2d(in_channels, 64, kernel_size=3, stride=1, padding=1, bias=False)
+        elif in_channels != 3:
+            net.conv1 = nn.Conv2d(in_channels, 64, kernel_size=7, stride=2, padding=3, bias=False)
+        if stem in ("cifar", "no_maxpool"):
+            net.maxpool = nn.Identity()
+        self.body = nn.Sequential(net.conv1, net.bn1, net.relu, net.maxpool,
+                                  net.layer1, net.layer2, net.layer3, net.layer4)
+        self.feature = feature
+        self.channels = 512 if depth == 18 else 2048
+
+    def forward(self, x: Tensor) -> Tensor:
+        h = self.body(x)
+        if self.feature == "prepool":
+            return h.flatten(1)
+        return torch.flatten(F.adaptive_avg_pool2d(h, 1), 1)
+
+
+def _conv_block(cin: int, cout: int, pool: bool) -> nn.Sequential:
+    layers: list[nn.Module] = [nn.Conv2d(cin, cout, 3, padding=1, bias=False), nn.BatchNorm2d(cout),
+                               nn.ReLU(inplace=True)]
+    if pool:
+        layers.append(nn.MaxPool2d(3, 2))
+    return nn.Sequential(*layers)
+
+
+class SmallAlexNet(nn.Module):
+    """Wang & Isola's small AlexNet up to fc7 (the probed feature, 4096-d)."""
+
+    def __init__(self, in_channels: int = 3, image_size: int = 32) -> None:
+        super().__init__()
+        self.convs = nn.Sequential(
+            _conv_block(in_channels, 96, True), _conv_block(96, 192, True),
+            _conv_block(192, 384, False), _conv_block(384, 384, False), _conv_block(384, 192, True))
+        side = image_size
+        for _ in range(3):
+            side = (side - 3) // 2 + 1
+        if side < 1:
+            raise ValueError(f"image_size {image_size!r} is too small for small_alexnet (needs >= 15)")
+        self.fc = nn.Sequential(
+            nn.Flatten(), nn.Linear(192 * side * side, 4096, bias=False), nn.BatchNorm1d(4096),
+            nn.ReLU(inplace=True), nn.Linear(4096, 4096, bias=False), nn.BatchNorm1d(4096),
+            nn.ReLU(inplace=True))
+        self.channels = 4096
+        for m in self.modules():
+            if isinstance(m, (nn.Conv2d, nn.Linear)):
+                nn.init.normal_(m.weight, 0.0, 0.02)
+                if m.bias is not None:
+                    nn.init.zeros_(m.bias)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.fc(self.convs(x))
+
+
+class ConvNet(nn.Module):
+    """Three conv blocks for 28x28 grey images; ``4 * width`` pooled features."""
+
+    def __init__(self, in_channels: int = 1, width: int = 32) -> None:
+        super().__init__()
+        if width < 1:
+            raise ValueError(f"convnet width must be >= 1, got {width!r}")
+        w = width
+
+        def block(cin: int, cout: int) -> list[nn.Module]:
+            return [nn.Conv2d(cin, cout, 3, padding=1, bias=False), nn.BatchNorm2d(cout),
+                    nn.ReLU(inplace=True)]
+
+        self.body = nn.Sequential(*block(in_channels, w), nn.MaxPool2d(2), *block(w, 2 * w),
+                                  nn.MaxPool2d(2), *block(2 * w, 4 * w))
+        self.body.to(memory_format=torch.channels_last)  # ~30% faster convolutions on CPU
+        self.channels = 4 * w
+
+    def forward(self, x: Tensor) -> Tensor:
+        h = self.body(x.contiguous(memory_format=torch.channels_last))
+        return torch.flatten(F.adaptive_avg_pool2d(h, 1), 1)
+
+
+class ProjectionHead(nn.Module):
+    """MLP ``in -> hidden[0] -> ... -> out_dim`` (ReLU, optional BatchNorm between layers)."""
+
+    def __init__(self, in_dim: int, hidden: Sequence[int] = (512,), out_dim: int = 128,
+                 batch_norm: bool = False) -> None:
+        super().__init__()
+        if out_dim < 1 or any(h < 1 for h in hidden):
+            raise ValueError(f"head sizes must be >= 1, got hidden={list(hidden)!r}, out_dim={out_dim!r}")
+        layers: list[nn.Module] = []
+        d = in_dim
+        for h in hidden:
+            layers.append(nn.Linear(d, h, bias=not batch_norm))
+            if batch_norm:
+                layers.append(nn.BatchNorm1d(h))
+            layers.append(nn.ReLU(inplace=True))
+            d = h
+        layers.append(nn.Linear(d, out_dim))
+        self.net = nn.Sequential(*layers)
+
+    def forward(self, h: Tensor) -> Tensor:
+        return self.net(h)
+
+
+class VisionEncoder(Encoder):
+    """``forward``: L2-normalised projection (the loss's input); ``features``: the backbone
+    output (what the probes read)."""
+
+    def __init__(self, backbone: nn.Module, head: nn.Module, normalize: bool = True) -> None:
+        super().__init__()
+        self.backbone = backbone
+        self.head = head
+        self.normalize = normalize
+
+    def features(self, x: Tensor) -> Tensor:
+        return self.backbone(x)
+
+    def project(self, h: Tensor) -> Tensor:
+        z = self.head(h)
+        return F.normalize(z, dim=1) if self.normalize else z
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.project(self.backbone(x))
+
+
+def build_backbone(arch: str, in_channels: int, image_size: int, *, stem: str = "cifar",
+                   feature: str = "pooled", width: int = 32) -> tuple[nn.Module, int]:
+    """The backbone named ``arch`` and its feature size for ``image_size`` inputs."""
+    if arch in ("resnet18", "resnet50"):
+        net = ResNetBackbone(18 if arch == "resnet18" else 50, in_channels, stem, feature)
+        if feature == "prepool":
+            with torch.no_grad():
+                net.eval()
+                dim = net(torch.zeros(1, in_channels, image_size, image_size)).shape[1]
+                net.train()
+            return net, int(dim)
+        return net, net.channels
+    if arch == "small_alexnet":
+        net = SmallAlexNet(in_channels, image_size)
+        return net, net.channels
+    if arch == "convnet":
+        net = ConvNet(in_channels, width)
+        return net, net.channels
+    raise ValueError(f"encoder arch must be one of {', '.join(ARCHS)}, got {arch!r}")

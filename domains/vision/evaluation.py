@@ -1,0 +1,127 @@
+"""The vision domain's evaluation: offline probes on the frozen backbone, baselines, geometry.
+
+Metrics (flat snake_case):
+
+* ``linear_top1`` (``linear_top5`` when there are more than 10 classes): softmax regression on
+  backbone features extracted once from the un-augmented training images (``probes.py``);
+* ``knn_top1``: weighted kNN, k=200, t=0.1 (Wu et al. 2018); ``knn5_top1``: 5-NN vote;
+* ``linear_top1_random_init`` / ``linear_top1_raw_pixels`` (``evaluation.baselines``): the
+  same probe on a randomly initialised encoder of the same architecture, and on the pixels;
+* geometry of the L2-normalised projections of test images (``diagnostics.py``):
+  ``alignment``, ``uniformity`` / ``neg_uniformity``, ``tolerance``, ``cond_entropy``,
+  ``dp_margin_occupancy``, plus the LMCL distance histogram and the Wang & Liu similarity
+  profile as figures.
+
+``monitor`` is the cheap online kNN the loop calls during training (``online_knn_top1``).
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from domains.base import Evaluation
+from domains.vision.config import EvaluationConfig, MonitorConfig
+from domains.vision.probes import extract, knn_predict, linear_probe, topk_accuracy
+
+__all__ = ["evaluate", "monitor", "probe_features"]
+
+
+def _device(encoder: torch.nn.Module) -> torch.device:
+    try:
+        return next(encoder.parameters()).device
+    except StopIteration:
+        return torch.device("cpu")
+
+
+def probe_features(train_x: torch.Tensor, train_y: torch.Tensor, test_x: torch.Tensor,
+                   test_y: torch.Tensor, num_classes: int, cfg: EvaluationConfig, seed: int,
+                   suffix: str = "", knn: bool = True,
+                   device: torch.device | None = None) -> dict[str, float]:
+    """Linear probe (and kNN) metrics on given features, names suffixed with ``suffix``;
+    the classifiers run on ``device`` (the encoder's)."""
+    out: dict[str, float] = {}
+    lin = cfg.linear
+    if lin.enabled:
+        with torch.enable_grad():  # the loop evaluates under no_grad
+            res = linear_probe(train_x, train_y, test_x, test_y, num_classes, solver=lin.solver,
+                               epochs=lin.epochs, lr=lin.lr, weight_decay=lin.weight_decay,
+                               batch_size=lin.batch_size, milestones=lin.milestones,
+                               gamma=lin.gamma, betas=lin.betas, momentum=lin.momentum,
+                               final_lr=lin.final_lr, standardize=lin.standardize, seed=seed,
+                               device=device)
+        out[f"linear_top1{suffix}"] = res["top1"]
+        if "top5" in res:
+            out[f"linear_top5{suffix}"] = res["top5"]
+    if knn and cfg.knn.enabled:
+        scores = knn_predict(train_x, train_y, test_x, num_classes, k=cfg.knn.k,
+                             temperature=cfg.knn.temperature, device=device).cpu()
+        out[f"knn_top1{suffix}"] = topk_accuracy(scores, test_y, 1)
+        if cfg.knn.five_nn:
+            scores5 = knn_predict(train_x, train_y, test_x, num_classes, k=5, weighted=False,
+                                  device=device).cpu()
+            out[f"knn5_top1{suffix}"] = topk_accuracy(scores5, test_y, 1)
+    return out
+
+
+def evaluate(domain: Any, encoder: torch.nn.Module, data: Any, recipe: Any) -> Evaluation:
+    """All evaluation metrics and figures for a trained ``encoder`` (see the module doc)."""
+    cfg: EvaluationConfig = recipe.evaluation
+    dev = _device(encoder)
+    aug = data.augment
+    was_training = encoder.training
+    encoder.eval()
+    result = Evaluation()
+    with torch.no_grad():
+        tr = extract(encoder.features, data.probe_train.images, aug.natural, cfg.batch_size, dev)
+        te = extract(encoder.features, data.test.images, aug.natural, cfg.batch_size, dev)
+    ytr, yte = data.probe_train.labels, data.test.labels
+    result.metrics.update(probe_features(tr, ytr, te, yte, data.num_classes, cfg, data.seed,
+                                         device=dev))
+
+    if "random_init" in cfg.baselines:
+        state = torch.random.get_rng_state()
+        torch.manual_seed(data.seed + 7919)
+        fresh = domain.build_encoder(recipe).to(dev).eval()
+        torch.random.set_rng_state(state)
+        with torch.no_grad():
+            rtr = extract(fresh.features, data.probe_train.images, aug.natural, cfg.batch_size, dev)
+            rte = extract(fresh.features, data.test.images, aug.natural, cfg.batch_size, dev)
+        result.metrics.update(probe_features(rtr, ytr, rte, yte, data.num_classes, cfg, data.seed,
+                                             suffix="_random_init", knn=False, device=dev))
+    if "raw_pixels" in cfg.baselines:
+        def pixels(x: torch.Tensor) -> torch.Tensor:
+            return x.flatten(1)
+        ptr = extract(pixels, data.probe_train.images, aug.natural, cfg.batch_size)
+        pte = extract(pixels, data.test.images, aug.natural, cfg.batch_size)
+        result.metrics.update(probe_features(ptr, ytr, pte, yte, data.num_classes, cfg, data.seed,
+                                             suffix="_raw_pixels", knn=False, device=dev))
+
+    if cfg.diagnostics.enabled:
+        from domains.vision.diagnostics import geometry
+
+        metrics, figures = geometry(encoder, data, recipe)
+        result.metrics.update(metrics)
+        result.figures.update(figures)
+    encoder.train(was_training)
+    return result
+
+
+@torch.no_grad()
+def monitor(encoder: torch.nn.Module, data: Any, cfg: MonitorConfig | None = None) -> dict[str, float]:
+    """Online weighted-kNN accuracy on fixed subsets of the labelled splits (cheap)."""
+    cfg = cfg or data.monitor or MonitorConfig()
+    dev = _device(encoder)
+    was_training = encoder.training
+    encoder.eval()
+    g = torch.Generator().manual_seed(data.seed + 31)
+    n_tr = min(cfg.train_samples, len(data.probe_train))
+    n_te = min(cfg.test_samples, len(data.test))
+    itr = torch.randperm(len(data.probe_train), generator=g)[:n_tr]
+    ite = torch.randperm(len(data.test), generator=g)[:n_te]
+    tr = extract(encoder.features, data.probe_train.images[itr], data.augment.natural, 512, dev)
+    te = extract(encoder.features, data.test.images[ite], data.augment.natural, 512, dev)
+    scores = knn_predict(tr, data.probe_train.labels[itr], te, data.num_classes, k=cfg.k,
+                         temperature=cfg.temperature, device=dev).cpu()
+    encoder.train(was_training)
+    return {"knn_top1": topk_accuracy(scores, data.test.labels[ite], 1)}

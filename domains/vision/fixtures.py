@@ -1,0 +1,94 @@
+"""Small real-data fixtures in CIFAR's own on-disk format, so that torchvision's real CIFAR
+loaders can be exercised offline.
+
+foolbox 3.3.4 ships the first 20 test images of CIFAR-10 and of CIFAR-100 as PNGs
+(``cifar10_<i>_<label>.png``, ``cifar100_<i>_<label>.png``; ``toolkit.data.locate
+("foolbox-samples")``). :func:`write_cifar_fixture` writes them as the python-pickle batches
+of ``cifar-10-batches-py`` (``data_batch_1..5``, ``test_batch``, ``batches.meta``) and
+``cifar-100-python`` (``train``, ``test``, ``meta``): rows of 3072 bytes, the red plane then
+green then blue, each row-major. The first ``num_train`` images go to the training files (spread
+over the five CIFAR-10 batches), the rest to the test file.
+"""
+from __future__ import annotations
+
+import pickle
+import re
+from pathlib import Path
+
+import numpy as np
+
+__all__ = ["find_foolbox_pngs", "write_cifar_fixture"]
+
+_NAME = re.compile(r"^(cifar10|cifar100)_(\d+)_(\d+)\.png$")
+
+
+def find_foolbox_pngs(folder: str | Path, dataset: str) -> list[tuple[int, int, Path]]:
+    """``(position, label, path)`` of foolbox's ``dataset`` PNGs under ``folder``, in order."""
+    found = []
+    for path in Path(folder).rglob(f"{dataset}_*.png"):
+        m = _NAME.match(path.name)
+        if m and m.group(1) == dataset:
+            found.append((int(m.group(2)), int(m.group(3)), path))
+    if not found:
+        raise FileNotFoundError(f"no {dataset}_<i>_<label>.png files under {folder} (expected "
+                                "foolbox 3.3.4's data folder; toolkit.data.locate('foolbox-samples'))")
+    return sorted(found)
+
+
+def _read_png(path: Path) -> np.ndarray:
+    from PIL import Image
+
+    with Image.open(path) as im:
+        arr = np.asarray(im.convert("RGB"), dtype=np.uint8)
+    if arr.shape != (32, 32, 3):
+        raise ValueError(f"{path} is {arr.shape}, expected a 32x32 RGB CIFAR image")
+    return arr
+
+
+def _rows(images: np.ndarray) -> np.ndarray:
+    """[N, 32, 32, 3] HWC -> [N, 3072] CIFAR rows (planes R, G, B, each row-major)."""
+    return images.transpose(0, 3, 1, 2).reshape(len(images), -1).copy()
+
+
+def _dump(obj: dict, path: Path) -> None:
+    with open(path, "wb") as fh:
+        pickle.dump(obj, fh, protocol=2)
+
+
+def write_cifar_fixture(png_folder: str | Path, root: str | Path, num_train: int = 15) -> dict:
+    """Write both CIFAR fixtures under ``root``; return what was written per dataset as
+    ``{"cifar10": (train_images HWC, train_labels, test_images, test_labels), ...}``."""
+    root = Path(root)
+    written = {}
+    for dataset in ("cifar10", "cifar100"):
+        items = find_foolbox_pngs(png_folder, dataset)
+        if not 0 < num_train < len(items):
+            raise ValueError(f"num_train must lie in [1, {len(items) - 1}], got {num_train!r}")
+        images = np.stack([_read_png(p) for _, _, p in items])
+        labels = [lab for _, lab, _ in items]
+        names = [p.name for _, _, p in items]
+        tr, te = slice(0, num_train), slice(num_train, None)
+        if dataset == "cifar10":
+            out = root / "cifar-10-batches-py"
+            out.mkdir(parents=True, exist_ok=True)
+            chunks = np.array_split(np.arange(num_train), 5)
+            for b, idx in enumerate(chunks, start=1):
+                _dump({"batch_label": f"training batch {b} of 5 (fixture)",
+                       "labels": [labels[i] for i in idx], "data": _rows(images[idx]),
+                       "filenames": [names[i] for i in idx]}, out / f"data_batch_{b}")
+            _dump({"batch_label": "testing batch 1 of 1 (fixture)", "labels": labels[te],
+                   "data": _rows(images[te]), "filenames": names[te]}, out / "test_batch")
+            _dump({"label_names": ["airplane", "automobile", "bird", "cat", "deer", "dog",
+                                   "frog", "horse", "ship", "truck"],
+                   "num_cases_per_batch": 10000, "num_vis": 3072}, out / "batches.meta")
+        else:
+            out = root / "cifar-100-python"
+            out.mkdir(parents=True, exist_ok=True)
+            for part, sl in (("train", tr), ("test", te)):
+                _dump({"batch_label": f"{part} (fixture)", "fine_labels": labels[sl],
+                       "coarse_labels": [0] * len(labels[sl]), "data": _rows(images[sl]),
+                       "filenames": names[sl]}, out / part)
+            _dump({"fine_label_names": [f"class_{i}" for i in range(100)],
+                   "coarse_label_names": [f"superclass_{i}" for i in range(20)]}, out / "meta")
+        written[dataset] = (images[tr], labels[tr], images[te], labels[te])
+    return written

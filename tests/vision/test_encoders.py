@@ -1,0 +1,56 @@
+"""Encoder architectures: stems, feature sizes, heads, normalised outputs."""
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+from domains.vision.encoders import ProjectionHead, VisionEncoder, build_backbone
+
+
+def _encoder(arch, channels=3, size=32, **kw):
+    backbone, dim = build_backbone(arch, channels, size, **kw)
+    return VisionEncoder(backbone, ProjectionHead(dim, [64], 32)), dim
+
+
+def test_resnet18_cifar_stem():
+    enc, dim = _encoder("resnet18", stem="cifar")
+    conv1 = enc.backbone.body[0]
+    assert dim == 512 and conv1.kernel_size == (3, 3) and conv1.stride == (1, 1)
+    assert isinstance(enc.backbone.body[3], nn.Identity)  # no max-pool
+    enc.eval()
+    with torch.no_grad():
+        x = torch.randn(2, 3, 32, 32)
+        assert enc.features(x).shape == (2, 512)
+        z = enc(x)
+    assert z.shape == (2, 32) and torch.allclose(z.norm(dim=1), torch.ones(2), atol=1e-5)
+
+
+def test_resnet_prepool_feature_and_imagenet_stem():
+    backbone, dim = build_backbone("resnet18", 3, 32, stem="cifar", feature="prepool")
+    assert dim == 512 * 4 * 4  # 32x32 input, CIFAR stem: layer4 is 4x4
+    backbone, _ = build_backbone("resnet18", 3, 64, stem="imagenet")
+    assert backbone.body[0].kernel_size == (7, 7) and isinstance(backbone.body[3], nn.MaxPool2d)
+
+
+def test_small_alexnet_reads_fc7():
+    for size in (32, 64):
+        enc, dim = _encoder("small_alexnet", size=size)
+        enc.eval()
+        with torch.no_grad():
+            assert enc.features(torch.randn(2, 3, size, size)).shape == (2, 4096)
+    assert dim == 4096
+
+
+def test_convnet_for_grey_images():
+    enc, dim = _encoder("convnet", channels=1, size=28, width=8)
+    assert dim == 32
+    z = enc(torch.randn(4, 1, 28, 28))
+    assert z.shape == (4, 32) and torch.allclose(z.norm(dim=1), torch.ones(4), atol=1e-5)
+
+
+def test_linear_head_and_bad_arch():
+    head = ProjectionHead(16, [], 8)
+    assert [type(m) for m in head.net] == [nn.Linear]
+    with pytest.raises(ValueError, match="arch must be one of"):
+        build_backbone("vit", 3, 32)
