@@ -327,9 +327,9 @@ class WLContrastive(_WangLiu):
 class WLSimple(_WangLiu):
     """Wang & Liu Eq. 3: -s_ii + lam * sum_j s_ij."""
 
-    def __init__(self, lam: float = 1.0) -> None:
+    def __init__(self, lam: float | None = None) -> None:
         super().__init__()
-        self.lam = checks.non_negative("lam", lam)
+        self.lam = None if lam is None else checks.non_negative("lam", lam)
 
     def forward(self, batch: ContrastiveBatch) -> LossOutput:
         s_pos, s_neg = self._sims(batch)
@@ -358,10 +358,10 @@ class WLHard(_WangLiu):
 class WLHardSimple(_WangLiu):
     """The simple loss restricted to the hardest negatives."""
 
-    def __init__(self, lam: float = 1.0, alpha: float | None = None,
+    def __init__(self, lam: float | None = None, alpha: float | None = None,
                  num_hard: int | None = None) -> None:
         super().__init__()
-        self.lam = checks.non_negative("lam", lam)
+        self.lam = None if lam is None else checks.non_negative("lam", lam)
         self.alpha, self.num_hard = _hard_args(alpha, num_hard)
 
     def forward(self, batch: ContrastiveBatch) -> LossOutput:
@@ -374,8 +374,9 @@ class WLHardSimple(_WangLiu):
 class _CACR(ContrastiveLoss):
     def __init__(self, t_pos: float = 1.0, t_neg: float = 2.0) -> None:
         super().__init__()
-        self.t_pos = checks.positive("t_pos", t_pos)
-        self.t_neg = checks.positive("t_neg", t_neg)
+        # t = 0 is allowed: uniform weights (the paper's UAUR ablation)
+        self.t_pos = checks.non_negative("t_pos", t_pos)
+        self.t_neg = checks.non_negative("t_neg", t_neg)
 
 
 @LOSSES.register("cacr", description="CACR (paper form): views[:,1:] attract, other queries / bank rows repel")
@@ -417,17 +418,23 @@ class CACRMoCo(_CACR):
     needs = ("views", "keys", "negatives")
 
     def __init__(self, t_pos: float = 1.0, t_neg: float = 2.0, intra_batch: bool = True,
-                 detach_queue_weights: bool = True) -> None:
+                 detach_queue_weights: bool = True, reuse_first_view_queue_dists: bool = False,
+                 alpha: float = 1.0, beta: float = 1.0) -> None:
         super().__init__(t_pos, t_neg)
         self.intra_batch = bool(intra_batch)
         self.detach_queue_weights = bool(detach_queue_weights)
+        self.reuse_first_view_queue_dists = bool(reuse_first_view_queue_dists)
+        self.alpha = checks.positive("alpha", alpha)
+        self.beta = checks.positive("beta", beta)
 
     def forward(self, batch: ContrastiveBatch) -> LossOutput:
         require(batch, "cacr_moco", *self.needs)
         st = _Stats()
         return st.out(F.cacr_moco(_views(batch, "cacr_moco"), batch.keys, batch.negatives,
                                   t_pos=self.t_pos, t_neg=self.t_neg, intra_batch=self.intra_batch,
-                                  detach_queue_weights=self.detach_queue_weights, stats=st.d))
+                                  detach_queue_weights=self.detach_queue_weights,
+                                  reuse_first_view_queue_dists=self.reuse_first_view_queue_dists,
+                                  alpha=self.alpha, beta=self.beta, stats=st.d))
 
 
 @LOSSES.register("ring_nce", description="Ring / conditional NCE: negatives in a percentile ring of the queue")

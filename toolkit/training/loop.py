@@ -165,6 +165,8 @@ def pretrain(recipe: Any, domain: Any, tracker: Any, *, device: torch.device | N
             scaler.update()
             scheduler.step()
             objective.after_step(cb, encoder)
+            if hasattr(objective.selector, "record"):  # adaptive threshold schedules follow the loss
+                objective.selector.record(float(out.records["loss"]))
             state.step += 1
             state.batch_in_epoch = i + 1
             for k, v in out.records.items():

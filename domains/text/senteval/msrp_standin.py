@@ -17,27 +17,43 @@ from __future__ import annotations
 import functools
 import re
 from pathlib import Path
+from typing import Sequence
 
 import numpy as np
 
 __all__ = ["clean_osis", "word_overlap", "read_parallel_verses", "build_msrp_standin"]
 
 _NOTE = re.compile(r"<note\b.*?</note>", re.DOTALL)
-_TAG = re.compile(r"<[^>]+>")
+_TITLE = re.compile(r"<title\b.*?</title>", re.DOTALL)
+_TAG = re.compile(r"<[^>]*>")
+_SPACE_PUNCT = re.compile(r" ([,.;:!?])")
 _WORD = re.compile(r"[a-z0-9]+(?:'[a-z]+)?")
 
 
 def clean_osis(raw: str) -> str:
     """Plain text of one OSIS verse: footnotes and titles dropped, tags removed."""
-    text = _NOTE.sub(" ", raw)
-    text = re.sub(r"<title\b.*?</title>", " ", text, flags=re.DOTALL)
-    text = _TAG.sub("", text)
-    text = re.sub(r"\s+", " ", text).strip()
-    return re.sub(r"\s+([,.;:!?])", r"\1", text)
+    text = _NOTE.sub(" ", raw) if "<note" in raw else raw
+    if "<title" in text:
+        text = _TITLE.sub(" ", text)
+    text = " ".join(_TAG.sub("", text).split())
+    return _SPACE_PUNCT.sub(r"\1", text) if " " in text else text
 
 
 def _words(sentence: str) -> set[str]:
     return set(_WORD.findall(sentence.lower().replace("’", "'")))
+
+
+def _overlap_matrix(firsts: list[str], seconds: list[str]) -> np.ndarray:
+    """Jaccard overlaps of every first sentence with every second one (``[n, m]``)."""
+    vocab: dict[str, int] = {}
+    rows = [[vocab.setdefault(w, len(vocab)) for w in _words(t)] for t in firsts + seconds]
+    m = np.zeros((len(rows), max(len(vocab), 1)), dtype=np.int32)  # int: no BLAS threads for tiny products
+    for r, cols in enumerate(rows):
+        m[r, cols] = 1
+    a, b = m[: len(firsts)], m[len(firsts):]
+    inter = a @ b.T
+    union = a.sum(1)[:, None] + b.sum(1)[None, :] - inter
+    return np.where(union > 0, inter / np.maximum(union, 1.0), 0.0)
 
 
 def word_overlap(a: str, b: str) -> float:
@@ -48,8 +64,10 @@ def word_overlap(a: str, b: str) -> float:
 
 
 def read_parallel_verses(folder: str | Path, first: str = "engKJV2006eb",
-                         second: str = "engWEB2015eb") -> list[list[tuple[str, str]]]:
-    """Chapters of aligned verse pairs ``(first, second)``; verses empty in either are skipped."""
+                         second: str = "engWEB2015eb",
+                         books: Sequence[str] | None = None) -> list[list[tuple[str, str]]]:
+    """Chapters of aligned verse pairs ``(first, second)``; verses empty in either are skipped.
+    ``books`` (OSIS names such as ``"Gen"``, ``"John"``) restricts the reading."""
     from pysword.modules import SwordModules
     modules = SwordModules(str(folder))
     found = modules.parse_modules()
@@ -63,7 +81,10 @@ def read_parallel_verses(folder: str | Path, first: str = "engKJV2006eb",
         bible._decompressed_text = functools.lru_cache(maxsize=8)(bible._decompressed_text)
     chapters = []
     structure = a.get_structure().get_books()
+    wanted = None if books is None else {b.lower() for b in books}
     for book in structure.get("ot", []) + structure.get("nt", []):
+        if wanted is not None and book.osis_name.lower() not in wanted:
+            continue
         for c in range(1, book.num_chapters + 1):
             va = list(a.get_iter(books=[book.osis_name], chapters=[c], clean=False))
             vb = list(b.get_iter(books=[book.osis_name], chapters=[c], clean=False))
@@ -93,14 +114,13 @@ def build_msrp_standin(chapters: list[list[tuple[str, str]]], n_pairs: int = 400
     positives: list[tuple[str, str, float]] = []
     negatives: list[tuple[str, str, float]] = []
     for pairs in chapters:
-        seconds = [_words(y) for _, y in pairs]
+        overlaps = _overlap_matrix([x for x, _ in pairs], [y for _, y in pairs])
         for i, (x, y) in enumerate(pairs):
-            wx = _words(x)
-            overlaps = np.array([len(wx & s) / max(len(wx | s), 1) for s in seconds])
-            positives.append((x, y, float(overlaps[i])))
-            overlaps[i] = -1.0
-            j = int(np.argmax(overlaps))
-            negatives.append((x, pairs[j][1], float(overlaps[j])))
+            row = overlaps[i].copy()
+            positives.append((x, y, float(row[i])))
+            row[i] = -1.0
+            j = int(np.argmax(row))
+            negatives.append((x, pairs[j][1], float(row[j])))
     rng = np.random.default_rng(seed)
     n_bins = int(np.ceil(1.0 / bin_width)) + 1
     pos_bins = np.minimum((np.array([o for *_, o in positives]) / bin_width).astype(int), n_bins - 1)

