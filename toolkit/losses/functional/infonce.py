@@ -33,32 +33,36 @@ _NEG_INF = float("-inf")
 def _masked_exponentials(left: Tensor, right: Tensor | None, scales: Sequence[float],
                          drop_self: bool, partner: Tensor | None, partner_kept: bool,
                          keep: Tensor | None):
-    """X = c0 left @ right^T (right=None: the Gram matrix of left; c0 = scales[0] applied by the
-    GEMM itself) with -inf at self (``drop_self``) and at the partner unless
-    ``partner_kept``; m = row max of X; per scale c: E_c = exp((c / c0) (X - m)), and entries
-    dropped by ``keep`` (single scale only) zeroed after the exp.
+    """X = c0 left @ right^T (right=None: the Gram matrix of left; c0 = scales[0]) with -inf at
+    self (``drop_self``) and at the partner unless ``partner_kept``; per scale c:
+    E_c = exp((c / c0) (X - m)) with a row shift m >= max_b X_ab; entries dropped by ``keep``
+    (single scale only) are zeroed after the exp.
 
     Returns (exps, sums, lse) with lse[c, a] = (c / c0) m_a + log sum_b E_c[a, b]. When the
     scales are (2c, c) (HCL at beta = 1) only E_c is kept: E_2c = E_c^2 and its row sums are
     squared row norms, so ``exps`` is ``[None, E_c]``.
 
-    Masks are applied after the exp (exp(-inf) takes a ~10x slower path on CPU), with the
-    unmasked row max as the shift; a row whose kept entries all underflow against that shift
-    (kept max far below the row max) is recomputed exactly with the max over its kept entries.
+    The shift is the Cauchy-Schwarz bound m_a = c0 ||left_a|| max_b ||right_b||, known before
+    the product, so the GEMM itself computes c0 left right^T - m (no row-max and no subtraction
+    pass). It is exact for unit rows up to a gap of 2 c0; a row whose sum would lose precision
+    to underflow (far below its bound: large 1/tau, very unequal norms, or a mask that keeps
+    only distant candidates) is recomputed exactly with its true max over allowed entries.
+    Masks are applied after the exp: exp(-inf) takes a ~10x slower path on CPU.
     """
     if keep is not None and len(scales) != 1:
         raise ValueError("a keep-mask needs a single temperature scale")  # internal misuse
     c0 = scales[0]
     other = left if right is None else right
-    x = torch.addmm(left.new_zeros(()), left, other.t(), beta=0.0, alpha=c0)  # c0 in the GEMM
+    norms = torch.linalg.vector_norm(left, dim=1)
+    other_max = (norms if right is None else torch.linalg.vector_norm(other, dim=1)).max()
+    shift = (norms * (c0 * other_max)).unsqueeze(1)
+    x = torch.addmm(shift.neg(), left, other.t(), alpha=c0)  # X - m, in the GEMM
     n = x.shape[0]
     rows = torch.arange(n, device=x.device)
     if drop_self:
         x.diagonal().fill_(_NEG_INF)
     if partner is not None and not partner_kept:
         x[rows, partner] = _NEG_INF
-    shift = x.amax(dim=1, keepdim=True)
-    x.sub_(shift)
     if _squares(scales):
         half = x.mul_(0.5).exp_()
         exps: list[Tensor | None] = [None, half]
@@ -74,21 +78,24 @@ def _masked_exponentials(left: Tensor, right: Tensor | None, scales: Sequence[fl
             if saved is not None:
                 x[rows, partner] = saved
         sums = [e.sum(dim=1) for e in exps]
-        if keep is not None:
-            low = (sums[0] < torch.finfo(x.dtype).tiny / torch.finfo(x.dtype).eps).nonzero()
-            if low.numel():
-                _exact_rows(low.flatten(), x, sums[0], shift, left, other, c0, drop_self,
-                            partner, partner_kept, keep)
+    # terms below `tiny` add at most m * tiny: negligible (< eps relative) above this level
+    floor = torch.finfo(x.dtype).tiny * x.shape[1] / torch.finfo(x.dtype).eps
+    low = torch.stack(sums).amin(dim=0) < floor
+    if low.any():
+        _exact_rows(low.nonzero().flatten(), exps, sums, shift, left, other, scales, drop_self,
+                    partner, partner_kept, keep)
     lse = torch.stack([(c / c0) * shift.squeeze(1) + s.log() for c, s in zip(scales, sums)])
     return exps, sums, lse
 
 
-def _exact_rows(idx: Tensor, e: Tensor, sums: Tensor, shift: Tensor, left: Tensor, other: Tensor,
-                c0: float, drop_self: bool, partner: Tensor | None, partner_kept: bool,
-                keep: Tensor) -> None:
-    """Recompute rows ``idx`` of E, their sums and shifts with the max over the kept entries."""
+def _exact_rows(idx: Tensor, exps: list, sums: list, shift: Tensor, left: Tensor,
+                other: Tensor, scales: Sequence[float], drop_self: bool, partner: Tensor | None,
+                partner_kept: bool, keep: Tensor | None) -> None:
+    """Recompute rows ``idx`` of every E_c, their sums and shifts with the exact max over the
+    allowed entries of each row (in place in ``exps``, ``sums``, ``shift``)."""
+    c0 = scales[0]
     x = (left[idx] * c0) @ other.t()
-    allowed = keep[idx].clone()
+    allowed = torch.ones_like(x, dtype=torch.bool) if keep is None else keep[idx].clone()
     local = torch.arange(idx.numel(), device=x.device)
     if drop_self:
         allowed[local, idx] = False
@@ -96,10 +103,18 @@ def _exact_rows(idx: Tensor, e: Tensor, sums: Tensor, shift: Tensor, left: Tenso
         allowed[local, partner[idx]] = partner_kept
     x.masked_fill_(allowed.logical_not(), _NEG_INF)
     m = x.amax(dim=1, keepdim=True)
-    x.sub_(m).exp_()
-    e[idx] = x
-    sums[idx] = x.sum(dim=1)
+    x.sub_(m)
     shift[idx] = m
+    if _squares(scales):
+        half = x.mul_(0.5).exp_()
+        exps[1][idx] = half
+        sums[0][idx] = torch.linalg.vector_norm(half, dim=1).square()
+        sums[1][idx] = half.sum(dim=1)
+        return
+    for i, c in enumerate(scales):
+        e = (x * (c / c0)).exp_()
+        exps[i][idx] = e
+        sums[i][idx] = e.sum(dim=1)
 
 
 def _squares(scales: Sequence[float]) -> bool:
