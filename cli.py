@@ -251,16 +251,19 @@ def _tables() -> dict:
 @click.option("--list", "list_only", is_flag=True, help="List the paper tables that exist.")
 @click.option("--seeds", help="Comma-separated seeds (default: the table's).")
 @click.option("--set", "sets", multiple=True, metavar="KEY=VALUE", help="Override applied to every row (e.g. a shorter budget).")
+@click.option("--row", "rows", multiple=True, metavar="LABEL",
+              help="Run only this row (repeatable; default: every row of the table).")
 @click.option("--experiment", help="Experiment for the runs (default: reproduce-NAME).")
 @click.option("--quiet", is_flag=True, help="No progress bars.")
 def reproduce(name: str | None, list_only: bool, seeds: str | None, sets: tuple[str, ...],
-              experiment: str | None, quiet: bool) -> None:
+              rows: tuple[str, ...], experiment: str | None, quiet: bool) -> None:
     """Run the recipes behind a paper table; print measured (mean ± std over seeds) beside the paper.
 
     \b
     Example:
       ctk reproduce --list
       ctk reproduce ring-mi-toy --seeds 0,1,2
+      ctk reproduce lmcl-table4-cpu --row QT --row "LMCL(QT+DP)"
     """
     from toolkit.reporting import reproduce_report
     tables = _tables()
@@ -273,6 +276,13 @@ def reproduce(name: str | None, list_only: bool, seeds: str | None, sets: tuple[
     table = tables[name]
     seed_list = [int(s) for s in seeds.split(",")] if seeds else table.seeds
     table.seeds = seed_list
+    if rows:
+        labels = [row.label for row in table.rows]
+        unknown = [r for r in rows if r not in labels]
+        if unknown:
+            _fail(f"error: --row {unknown[0]!r} is not a row of {name}; expected one of: "
+                  f"{', '.join(repr(lab) for lab in labels)}", 2)
+        table.rows = [row for row in table.rows if row.label in rows]
     experiment = experiment or f"reproduce-{name}"
     jobs = []
     for row in table.rows:
