@@ -125,6 +125,23 @@ def test_extreme_logits_stay_finite(rows):
         assert all(torch.isfinite(g).all() for g in grads(loss, z1, z2))
 
 
+@pytest.mark.parametrize("tau", [0.5, 0.05, 0.02])
+def test_hcl_beta_one_float32_against_float64_loop(rows, tau):
+    """beta = 1 is the kernel's (2c, c) path (E_2c = E_c^2, the GEMM at c). Non-unit rows and
+    small tau put some rows far below their Cauchy-Schwarz shift, so the exact-row fallback
+    runs too; float32 value and gradients against the float64 loop reference."""
+    z1 = rows(6, 5, seed=11, unit=False, dtype=torch.float32)  # norms ~0.9-3: the reference
+    # stays finite in float64 down to tau = 0.02 (e^{2s/tau} < e^{709})
+    z2 = rows(6, 5, seed=12, unit=False, dtype=torch.float32)
+    r1, r2 = (z.detach().double().requires_grad_() for z in (z1, z2))
+    loss = hcl(z1, z2, tau, 0.1, beta=1.0)
+    ref = ref_in_batch(r1, r2, tau, 0.1, beta=1.0)
+    assert torch.isfinite(loss)
+    torch.testing.assert_close(loss.double(), ref.detach(), rtol=2e-5, atol=1e-5)
+    for g, gr in zip(grads(loss, z1, z2), grads(ref, r1, r2)):
+        torch.testing.assert_close(g.double(), gr, rtol=2e-4, atol=1e-4)
+
+
 # ----------------------------------------------------------------------------- limit identities
 def test_limits_reduce_to_nt_xent_on_unit_vectors(dtype, close, rows):
     z1, z2 = rows(7, 4, seed=7, dtype=dtype), rows(7, 4, seed=8, dtype=dtype)

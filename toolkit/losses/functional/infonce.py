@@ -33,14 +33,15 @@ _NEG_INF = float("-inf")
 def _masked_exponentials(left: Tensor, right: Tensor | None, scales: Sequence[float],
                          drop_self: bool, partner: Tensor | None, partner_kept: bool,
                          keep: Tensor | None):
-    """X = c0 left @ right^T (right=None: the Gram matrix of left; c0 = scales[0]) with -inf at
-    self (``drop_self``) and at the partner unless ``partner_kept``; per scale c:
-    E_c = exp((c / c0) (X - m)) with a row shift m >= max_b X_ab; entries dropped by ``keep``
-    (single scale only) are zeroed after the exp.
+    """X = c0 left @ right^T (right=None: the Gram matrix of left; c0 = scales[0], or scales[1]
+    when the scales are (2c, c)) with -inf at self (``drop_self``) and at the partner unless
+    ``partner_kept``; per scale c: E_c = exp((c / c0) (X - m)) with a row shift
+    m >= max_b X_ab; entries dropped by ``keep`` (single scale only) are zeroed after the exp.
 
     Returns (exps, sums, lse) with lse[c, a] = (c / c0) m_a + log sum_b E_c[a, b]. When the
-    scales are (2c, c) (HCL at beta = 1) only E_c is kept: E_2c = E_c^2 and its row sums are
-    squared row norms, so ``exps`` is ``[None, E_c]``.
+    scales are (2c, c) (HCL at beta = 1) the GEMM runs at c and only E_c is kept: E_2c = E_c^2
+    and its row sums are squared row norms, so ``exps`` is ``[None, E_c]`` (one exp pass and no
+    rescaling pass over the matrix).
 
     The shift is the Cauchy-Schwarz bound m_a = c0 ||left_a|| max_b ||right_b||, known before
     the product, so the GEMM itself computes c0 left right^T - m (no row-max and no subtraction
@@ -51,7 +52,7 @@ def _masked_exponentials(left: Tensor, right: Tensor | None, scales: Sequence[fl
     """
     if keep is not None and len(scales) != 1:
         raise ValueError("a keep-mask needs a single temperature scale")  # internal misuse
-    c0 = scales[0]
+    c0 = _base_scale(scales)
     other = left if right is None else right
     norms = torch.linalg.vector_norm(left, dim=1)
     other_max = (norms if right is None else torch.linalg.vector_norm(other, dim=1)).max()
@@ -64,7 +65,7 @@ def _masked_exponentials(left: Tensor, right: Tensor | None, scales: Sequence[fl
     if partner is not None and not partner_kept:
         x[rows, partner] = _NEG_INF
     if _squares(scales):
-        half = x.mul_(0.5).exp_()
+        half = x.exp_()
         exps: list[Tensor | None] = [None, half]
         sums = [torch.linalg.vector_norm(half, dim=1).square(), half.sum(dim=1)]
     else:
@@ -93,7 +94,7 @@ def _exact_rows(idx: Tensor, exps: list, sums: list, shift: Tensor, left: Tensor
                 partner_kept: bool, keep: Tensor | None) -> None:
     """Recompute rows ``idx`` of every E_c, their sums and shifts with the exact max over the
     allowed entries of each row (in place in ``exps``, ``sums``, ``shift``)."""
-    c0 = scales[0]
+    c0 = _base_scale(scales)
     x = (left[idx] * c0) @ other.t()
     allowed = torch.ones_like(x, dtype=torch.bool) if keep is None else keep[idx].clone()
     local = torch.arange(idx.numel(), device=x.device)
@@ -106,7 +107,7 @@ def _exact_rows(idx: Tensor, exps: list, sums: list, shift: Tensor, left: Tensor
     x.sub_(m)
     shift[idx] = m
     if _squares(scales):
-        half = x.mul_(0.5).exp_()
+        half = x.exp_()
         exps[1][idx] = half
         sums[0][idx] = torch.linalg.vector_norm(half, dim=1).square()
         sums[1][idx] = half.sum(dim=1)
@@ -119,6 +120,11 @@ def _exact_rows(idx: Tensor, exps: list, sums: list, shift: Tensor, left: Tensor
 
 def _squares(scales: Sequence[float]) -> bool:
     return len(scales) == 2 and scales[0] == 2 * scales[1]
+
+
+def _base_scale(scales: Sequence[float]) -> float:
+    """The scale the GEMM and the shift use: the smaller one for (2c, c), else the first."""
+    return scales[1] if _squares(scales) else scales[0]
 
 
 class _RowLogSumExp(torch.autograd.Function):
