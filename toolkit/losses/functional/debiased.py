@@ -25,6 +25,7 @@ import math
 
 import torch
 from torch import Tensor
+from torch.autograd.function import once_differentiable
 
 from toolkit import checks
 
@@ -46,33 +47,65 @@ def _debiased_loss(pos_logit: Tensor, log_r: Tensor, log_n: Tensor | float, tau:
                    tau_plus: float, clamp: bool, stats: dict | None = None) -> Tensor:
     """Per-pair -log(pos / (pos + Ng)) from log pos = ``pos_logit`` and log R = ``log_r``
     (vectors over the positive pairs; ``log_n`` is log N, a float or a matching vector)."""
-    if tau_plus == 0.0:
-        log_est = log_r
-        ok = None
-    else:
-        # r = log( tau+ N pos / R ); the estimate is positive iff r < 0
-        r = math.log(tau_plus) + log_n + pos_logit - log_r
-        ok = r < 0
-        r_safe = torch.where(ok, r, torch.full_like(r, -1.0))
-        log_est = torch.where(ok, log_r + torch.log(-torch.expm1(r_safe)),
-                              torch.full_like(r, _NEG_INF)) - math.log1p(-tau_plus)
-    bound = log_n - 1.0 / tau
-    if clamp:
-        bound_t = torch.as_tensor(bound, dtype=log_est.dtype, device=log_est.device)
-        log_ng = torch.maximum(log_est, bound_t.expand_as(log_est))
-        if stats is not None:
-            stats["clamp_active"] = float((log_est.detach() < bound_t).float().mean())
-    else:
-        if ok is not None:
-            bad = ~ok
-            if bad.any():
-                raise ValueError(
-                    f"clamp=False but the debiased estimate Ng = (R - tau_plus*N*pos)/(1-tau_plus) "
-                    f"is <= 0 for {int(bad.sum())} positive pair(s) (tau_plus={tau_plus!r}); "
-                    "its log is undefined: use clamp=True (the papers' default) or a smaller "
-                    "tau_plus")
-        log_ng = log_est
-    return torch.logaddexp(pos_logit, log_ng) - pos_logit
+    return _DebiasedTail.apply(pos_logit, log_r, log_n, tau, tau_plus, clamp, stats)
+
+
+class _DebiasedTail(torch.autograd.Function):
+    """The per-pair tail of DCL / HCL as one autograd node (the vector ops would otherwise cost
+    ~20 autograd nodes, as much as a pass over the similarity matrix at N = 512).
+
+    With a = log pos, L = log R, r = log(tau+ N) + a - L (the estimate is positive iff r < 0):
+
+        log Ng = max( L + log(1 - e^r) - log(1 - tau+),  log N - 1/tau )      (clamp)
+        loss   = softplus(log Ng - a)
+
+    and, with p = sigmoid(log Ng - a) and q = [not clamped] / (1 - e^r),
+    d loss / d L = p q and d loss / d a = p (-1 + [not clamped] - q).
+    """
+
+    @staticmethod
+    def forward(ctx, pos_logit, log_r, log_n, tau, tau_plus, clamp, stats):
+        if tau_plus == 0.0:
+            log_est, e_r = log_r, None
+        else:
+            r = (math.log(tau_plus) + log_n) + pos_logit - log_r
+            ok = r < 0
+            e_r = torch.where(ok, r, torch.full_like(r, -1.0)).exp_()  # e^r, r < 0 where used
+            log_est = torch.where(ok, log_r + torch.log1p(-e_r), torch.full_like(r, _NEG_INF))
+            log_est = log_est - math.log1p(-tau_plus)
+            if not clamp:
+                bad = ~ok
+                if bad.any():
+                    raise ValueError(
+                        f"clamp=False but the debiased estimate Ng = (R - tau_plus*N*pos)/"
+                        f"(1-tau_plus) is <= 0 for {int(bad.sum())} positive pair(s) "
+                        f"(tau_plus={tau_plus!r}); its log is undefined: use clamp=True (the "
+                        "papers' default) or a smaller tau_plus")
+        if clamp:
+            bound = torch.as_tensor(log_n - 1.0 / tau, dtype=log_est.dtype,
+                                    device=log_est.device).expand_as(log_est)
+            active = log_est < bound
+            log_ng = torch.where(active, bound, log_est)
+            if stats is not None:
+                stats["clamp_active"] = float(active.float().mean())
+            kept = (~active).to(log_est.dtype)
+        else:
+            log_ng, kept = log_est, None
+        u = log_ng - pos_logit
+        p = torch.sigmoid(u)
+        q = kept if kept is not None else torch.ones_like(u)
+        if e_r is not None:
+            q = q / (1.0 - e_r)  # 1 - e^r > 0 where kept; 1 elsewhere (e^-1)
+        grad_l = p * q
+        grad_a = p * ((q.new_ones(()) if kept is None else kept) - 1.0 - q)
+        ctx.save_for_backward(grad_a, grad_l)
+        return torch.logaddexp(u, u.new_zeros(()))
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, grad):
+        grad_a, grad_l = ctx.saved_tensors
+        return grad * grad_a, grad * grad_l, None, None, None, None, None
 
 
 def _in_batch(z1: Tensor, z2: Tensor, tau: float, tau_plus: float, beta: float | None,
