@@ -62,8 +62,8 @@ def _execute(recipe: rc.Recipe, **kwargs) -> tuple[str | None, dict[str, float]]
         _fail(f"error: run stopped: {exc}", 1)
     except (FileNotFoundError, ValueError, domain_registry.DomainError) as exc:
         _fail(f"error: {exc}", 1)
-    except KeyboardInterrupt:
-        _fail("interrupted: the run is marked KILLED; continue it with --resume RUN_ID", 130)
+    except KeyboardInterrupt as exc:
+        _fail(f"interrupted: the run is marked KILLED; {exc or 'continue it with --resume RUN_ID'}", 130)
     raise AssertionError  # unreachable
 
 

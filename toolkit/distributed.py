@@ -125,6 +125,12 @@ class Context:
             keys=all_gather_no_grad(batch.keys) if batch.keys is not None else None,
             indices=all_gather_no_grad(batch.indices) if batch.indices is not None else None)
 
+    def any_rank(self, flag: bool) -> bool:
+        """True on every rank when ``flag`` is true on at least one (one small all-reduce)."""
+        t = torch.tensor([int(flag)], device=self.device)
+        dist.all_reduce(t, op=dist.ReduceOp.MAX)
+        return bool(t.item())
+
     def broadcast_object(self, obj: Any) -> Any:
         box = [obj]
         dist.broadcast_object_list(box, src=0)

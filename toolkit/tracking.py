@@ -75,7 +75,9 @@ class Tracker:
             tracker.log_metrics({"train/loss": 0.5}, step=10)
 
     ``enabled=False`` (every rank but 0 in a distributed run) makes every call a no-op.
-    ``run_id`` resumes an existing run (``ctk run --resume``).
+    ``run_id`` resumes an existing run (``ctk run --resume``). A resumed run replays the steps
+    between its checkpoint and the kill; a metric already logged at a step is not logged there
+    again, so every metric keeps one value per step (the replay is deterministic: same values).
     """
 
     def __init__(self, experiment: str = "ctk", run_name: str | None = None, uri: str | None = None,
@@ -89,6 +91,7 @@ class Tracker:
         self.run_id = run_id
         self.client: MlflowClient | None = None
         self._pending: list[Metric] = []
+        self._logged_up_to: dict[str, int] = {}  # resumed run: the last step of each metric so far
 
     # -- lifecycle --------------------------------------------------------------------------
     def __enter__(self) -> "Tracker":
@@ -101,6 +104,9 @@ class Tracker:
             self.run_id = run.info.run_id
         else:
             self.client.update_run(self.run_id, status="RUNNING")
+            for key in self.client.get_run(self.run_id).data.metrics:
+                history = self.client.get_metric_history(self.run_id, key)
+                self._logged_up_to[key] = max(m.step for m in history)
         return self
 
     def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
@@ -138,7 +144,7 @@ class Tracker:
         ts = int(time.time() * 1000)
         for k, v in metrics.items():
             value = float(v.item() if hasattr(v, "item") else v)
-            if math.isfinite(value):
+            if math.isfinite(value) and int(step) > self._logged_up_to.get(str(k), -1):
                 self._pending.append(Metric(str(k), value, ts, int(step)))
         if flush:
             self.flush()

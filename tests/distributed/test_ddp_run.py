@@ -67,6 +67,11 @@ def test_two_process_run_interrupts_resumes_and_logs_once(tmp_path, monkeypatch)
     assert killed.info.status == "KILLED"
     logged_before = {m.step for m in client.get_metric_history(killed.info.run_id, "train/loss")}
     assert logged_before and max(logged_before) < 4 * STEPS_PER_EPOCH
+    # every rank stopped after the same step, and rank 0 checkpointed it: nothing logged is lost
+    from toolkit.training import checkpoint as ckpt
+    saved = ckpt.load(tmp_path / "checkpoints" / killed.info.run_id / "last.pt")
+    assert f"stopped after step {saved['loop']['step']} of" in out, out
+    assert saved["loop"]["step"] >= max(logged_before)
 
     resumed = _cli("run", "tiny.yaml", "--nproc", "2", "--quiet", "--resume", killed.info.run_id,
                    cwd=tmp_path)

@@ -1,6 +1,9 @@
 """The shared pretraining loop: determinism, kill-and-resume, the non-finite guard, sources."""
 from __future__ import annotations
 
+import os
+import signal
+
 import pytest
 import torch
 
@@ -58,8 +61,50 @@ def test_kill_and_resume_matches_uninterrupted(points_domain, points_recipe):
     ref_loss = {m.step: m.value for m in client.get_metric_history(ref_id, "train/loss")}
     got_loss = [(m.step, m.value) for m in client.get_metric_history(run_id, "train/loss")]
     assert {s for s, _ in got_loss} == set(ref_loss) == {4, 8, 12, 16, 20, 24}
+    assert len(got_loss) == len(ref_loss)  # step 12, logged before the kill and replayed, once
     for step, value in got_loss:  # logged before the kill and after the resume alike
         assert value == ref_loss[step], step
+
+
+def _ctrl_c_at(step_to_stop, times=1):
+    def hook(step):
+        if step == step_to_stop:
+            for _ in range(times):
+                os.kill(os.getpid(), signal.SIGINT)
+    return hook
+
+
+def _latest_run(client):
+    exp = client.get_experiment_by_name("pipeline-test").experiment_id
+    return client.search_runs([exp], order_by=["attributes.start_time DESC"])[0]
+
+
+def test_ctrl_c_checkpoints_the_current_step_and_resume_matches(points_domain, points_recipe):
+    r = load_recipe(points_recipe, [], points_domain)
+    ref_id, ref_metrics = execute(r, points_domain, progress=False)
+    with pytest.raises(KeyboardInterrupt, match="after step 13 of 24") as info:
+        execute(r, points_domain, progress=False, hooks=[_ctrl_c_at(13)])
+    client = client_for()
+    killed = _latest_run(client)
+    assert killed.info.status == "KILLED" and f"--resume {killed.info.run_id}" in str(info.value)
+    saved = ckpt.load(ckpt.checkpoint_dir(killed.info.run_id) / "last.pt")
+    assert saved["loop"]["step"] == 13  # not the periodic checkpoint at 8: no step is lost
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # the handler is restored
+    run_id, metrics = execute(r, points_domain, progress=False, resume=killed.info.run_id)
+    assert metrics == ref_metrics
+    for k, v in _final_weights(ref_id).items():
+        assert torch.equal(v, _final_weights(run_id)[k]), k
+    steps = [m.step for m in client.get_metric_history(run_id, "train/loss")]
+    assert sorted(steps) == [4, 8, 12, 16, 20, 24]
+
+
+def test_second_ctrl_c_stops_at_once(points_domain, points_recipe):
+    r = load_recipe(points_recipe, [], points_domain)
+    with pytest.raises(KeyboardInterrupt, match="second Ctrl-C"):
+        execute(r, points_domain, progress=False, hooks=[_ctrl_c_at(13, times=2)])
+    killed = _latest_run(client_for())
+    assert killed.info.status == "KILLED"
+    assert ckpt.load(ckpt.checkpoint_dir(killed.info.run_id) / "last.pt")["loop"]["step"] == 8
 
 
 def test_nonfinite_loss_stops_with_message_and_checkpoint(points_domain, points_recipe, workdir):

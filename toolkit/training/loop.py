@@ -3,12 +3,17 @@
 Seeded and deterministic on CPU; logs batched metrics and the objective's records; evaluates
 periodically and at the end; checkpoints model, optimizer, scheduler, queues/banks, RNG states
 and the position in the epoch, so ``resume`` continues a killed run to the same result; stops
-with a clear message and a saved checkpoint on a non-finite loss.
+with a clear message and a saved checkpoint on a non-finite loss. Ctrl-C finishes the current
+step, checkpoints it and then stops (every rank at the same step under torchrun), so no work is
+lost and the resumed run logs no step twice.
 """
 from __future__ import annotations
 
 import contextlib
 import math
+import signal
+import sys
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,6 +30,37 @@ from toolkit.training.optim import build_optimizer, build_scheduler
 
 class NonFiniteLoss(RuntimeError):
     """The loss became NaN or infinite; the message says where and what was saved."""
+
+
+class StopAfterStep:
+    """Ctrl-C (SIGINT) during training asks the loop to stop after the current step.
+
+    The loop checkpoints that step and raises KeyboardInterrupt, so ``--resume`` continues
+    exactly where the run stopped. With ``allow_force`` (one process) a second Ctrl-C stops at
+    once; under torchrun the launcher's own timeout ends a rank that does not stop.
+    """
+
+    def __init__(self, allow_force: bool = True) -> None:
+        self.requested = False
+        self.allow_force = allow_force
+        self._previous: Any = None
+
+    def __enter__(self) -> "StopAfterStep":
+        if threading.current_thread() is threading.main_thread():
+            self._previous = signal.signal(signal.SIGINT, self._handle)
+        return self
+
+    def _handle(self, signum: int, frame: Any) -> None:
+        if self.requested and self.allow_force:
+            raise KeyboardInterrupt("stopped at once (second Ctrl-C); the last periodic checkpoint is kept")
+        if not self.requested:
+            print("\n[ctk] Ctrl-C: stopping after this step and checkpointing it (Ctrl-C again stops at once)",
+                  file=sys.stderr, flush=True)
+        self.requested = True
+
+    def __exit__(self, *exc: Any) -> None:
+        if self._previous is not None:
+            signal.signal(signal.SIGINT, self._previous)
 
 
 @dataclass
@@ -135,74 +171,81 @@ def pretrain(recipe: Any, domain: Any, tracker: Any, *, device: torch.device | N
     encoder.train()
     tick, tick_step = time.perf_counter(), state.step
     sampler = getattr(data, "sampler", None) or data.train
-    while state.step < total:
-        if hasattr(sampler, "set_epoch"):
-            sampler.set_epoch(state.epoch)
-        for i, batch in enumerate(data.train):
-            if i < state.batch_in_epoch:
-                continue
-            if distributed:
-                batch = distributed.shard(batch)
-            batch = _to_device(batch, device)
-            autocast = torch.autocast("cuda", dtype=torch.float16) if use_amp else contextlib.nullcontext()
-            with autocast:
-                cb = domain.contrastive_batch(batch, model, objective.key_encoder, objective.needs,
-                                              recipe.objective.views, state.step, views_gen)
+    with StopAfterStep(allow_force=distributed is None) as stop:
+        while state.step < total:
+            if hasattr(sampler, "set_epoch"):
+                sampler.set_epoch(state.epoch)
+            for i, batch in enumerate(data.train):
+                if i < state.batch_in_epoch:
+                    continue
                 if distributed:
-                    cb = distributed.gather_batch(cb)
-                objective.prepare(cb)
-                out = objective(cb)
-            if not torch.isfinite(out.loss):
-                where = snapshot(checkpoint_path.with_name("nonfinite.pt")) if checkpoint_path else None
-                recs = ", ".join(f"{k}={float(v):.4g}" for k, v in out.records.items())
-                raise NonFiniteLoss(
-                    f"the loss is {float(out.loss.detach())} at step {state.step} (epoch {state.epoch}); records: {recs}. "
-                    f"The state before this step was saved to {where or '(no checkpoint path)'}. "
-                    "Lower the learning rate, raise the temperature, or check the inputs.")
-            optimizer.zero_grad(set_to_none=True)
-            scaler.scale(out.loss).backward()
-            scaler.step(optimizer)
-            scaler.update()
-            scheduler.step()
-            objective.after_step(cb, encoder)
-            if hasattr(objective.selector, "record"):  # adaptive threshold schedules follow the loss
-                objective.selector.record(float(out.records["loss"]))
-            state.step += 1
-            state.batch_in_epoch = i + 1
-            for k, v in out.records.items():
-                state.sums[k] = state.sums.get(k, 0.0) + float(v)
-            state.count += 1
-            bar.update(1)
-            if state.step % budget.log_every == 0 or state.step == total:
-                avg = {f"train/{k}": v / state.count for k, v in state.sums.items()}
-                now = time.perf_counter()
-                rate = (state.step - tick_step) * budget.batch_size / max(now - tick, 1e-9)
-                tick, tick_step = now, state.step
-                avg["train/lr"] = optimizer.param_groups[0]["lr"]
-                avg["train/epoch"] = state.epoch + state.batch_in_epoch / steps_per_epoch
-                state.history.append((state.step, avg["train/loss"]))
-                tracker.log_metrics({**avg, "train/samples_per_s": rate}, state.step)
-                bar.set_postfix(loss=f"{avg['train/loss']:.4f}", rate=f"{rate:.0f}/s")
-                state.sums, state.count = {}, 0
-            if (budget.monitor_every and state.step % budget.monitor_every == 0 and hasattr(domain, "monitor")
-                    and (distributed is None or distributed.is_main)):
-                encoder.eval()
-                with torch.no_grad():
-                    tracker.log_metrics({f"online_{k}": v for k, v in domain.monitor(encoder, data).items()}, state.step)
-                encoder.train()
-            if budget.eval_every and state.step % budget.eval_every == 0 and state.step < total:
-                state.metrics = evaluate(prefix="")
-            if budget.checkpoint_every and state.step % budget.checkpoint_every == 0:
-                snapshot(checkpoint_path)
-            for hook in hooks or ():
-                hook(state.step)
-            if state.step >= total:
-                break
-        else:
-            state.epoch += 1
-            state.batch_in_epoch = 0
-            continue
-        break
+                    batch = distributed.shard(batch)
+                batch = _to_device(batch, device)
+                autocast = torch.autocast("cuda", dtype=torch.float16) if use_amp else contextlib.nullcontext()
+                with autocast:
+                    cb = domain.contrastive_batch(batch, model, objective.key_encoder, objective.needs,
+                                                  recipe.objective.views, state.step, views_gen)
+                    if distributed:
+                        cb = distributed.gather_batch(cb)
+                    objective.prepare(cb)
+                    out = objective(cb)
+                if not torch.isfinite(out.loss):
+                    where = snapshot(checkpoint_path.with_name("nonfinite.pt")) if checkpoint_path else None
+                    recs = ", ".join(f"{k}={float(v):.4g}" for k, v in out.records.items())
+                    raise NonFiniteLoss(
+                        f"the loss is {float(out.loss.detach())} at step {state.step} (epoch {state.epoch}); records: {recs}. "
+                        f"The state before this step was saved to {where or '(no checkpoint path)'}. "
+                        "Lower the learning rate, raise the temperature, or check the inputs.")
+                optimizer.zero_grad(set_to_none=True)
+                scaler.scale(out.loss).backward()
+                scaler.step(optimizer)
+                scaler.update()
+                scheduler.step()
+                objective.after_step(cb, encoder)
+                if hasattr(objective.selector, "record"):  # adaptive threshold schedules follow the loss
+                    objective.selector.record(float(out.records["loss"]))
+                state.step += 1
+                state.batch_in_epoch = i + 1
+                for k, v in out.records.items():
+                    state.sums[k] = state.sums.get(k, 0.0) + float(v)
+                state.count += 1
+                bar.update(1)
+                if state.step % budget.log_every == 0 or state.step == total:
+                    avg = {f"train/{k}": v / state.count for k, v in state.sums.items()}
+                    now = time.perf_counter()
+                    rate = (state.step - tick_step) * budget.batch_size / max(now - tick, 1e-9)
+                    tick, tick_step = now, state.step
+                    avg["train/lr"] = optimizer.param_groups[0]["lr"]
+                    avg["train/epoch"] = state.epoch + state.batch_in_epoch / steps_per_epoch
+                    state.history.append((state.step, avg["train/loss"]))
+                    tracker.log_metrics({**avg, "train/samples_per_s": rate}, state.step)
+                    bar.set_postfix(loss=f"{avg['train/loss']:.4f}", rate=f"{rate:.0f}/s")
+                    state.sums, state.count = {}, 0
+                if (budget.monitor_every and state.step % budget.monitor_every == 0 and hasattr(domain, "monitor")
+                        and (distributed is None or distributed.is_main)):
+                    encoder.eval()
+                    with torch.no_grad():
+                        tracker.log_metrics({f"online_{k}": v for k, v in domain.monitor(encoder, data).items()}, state.step)
+                    encoder.train()
+                if budget.eval_every and state.step % budget.eval_every == 0 and state.step < total:
+                    state.metrics = evaluate(prefix="")
+                if budget.checkpoint_every and state.step % budget.checkpoint_every == 0:
+                    snapshot(checkpoint_path)
+                for hook in hooks or ():
+                    hook(state.step)
+                if distributed.any_rank(stop.requested) if distributed else stop.requested:
+                    snapshot(checkpoint_path)
+                    raise KeyboardInterrupt(
+                        f"stopped after step {state.step} of {total}, checkpointed in {checkpoint_path}; "
+                        f"continue with --resume {checkpoint_path.parent.name}" if checkpoint_path else
+                        f"stopped after step {state.step} of {total} (no checkpoint path, so no resume)")
+                if state.step >= total:
+                    break
+            else:
+                state.epoch += 1
+                state.batch_in_epoch = 0
+                continue
+            break
     bar.close()
     state.metrics = evaluate()
     snapshot(checkpoint_path)
