@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pytest
 import torch
 
@@ -170,3 +171,16 @@ def test_reference_code_double_encoder_step_moves_the_encoder_twice():
         # Adam's first step is the same for two fresh optimizers on one gradient
         assert torch.allclose(b - mid[k], 2 * (a - mid[k]), atol=1e-6), k
     assert torch.equal(single.curl.W, double.curl.W)
+
+
+def test_acting_uses_the_centre_crop_of_the_rendered_stack():
+    agent = make_agent(objective())
+    g = torch.Generator().manual_seed(7)
+    full = torch.randint(0, 256, (9, 26, 26), generator=g, dtype=torch.uint8)  # rendered 26, crop 20
+    action = agent.act(full.numpy(), sample=False)
+    assert action.shape == (2,) and np.all(np.abs(action) <= 1)
+    with torch.no_grad():
+        mu, _, _, _ = agent.actor(agent.critic.encoder.conv(full[None, :, 3:23, 3:23]), sample=False)
+        shifted, _, _, _ = agent.actor(agent.critic.encoder.conv(full[None, :, 0:20, 0:20]), sample=False)
+    assert np.allclose(action, mu[0].numpy(), atol=1e-6)
+    assert not np.allclose(action, shifted[0].numpy(), atol=1e-6)  # the crop position matters

@@ -87,3 +87,30 @@ def test_bad_inputs_raise_value_errors(cheap_render):
         env.step(np.array([0.1, 0.2]))
     with pytest.raises(ValueError, match="crop_size"):
         DataConfig(image_size=64, crop_size=84)
+
+
+def test_action_repeat_that_does_not_divide_the_episode_stops_at_its_end(cheap_render):
+    # 1000 environment steps at action repeat 3: 333 full agent steps, then one of 1 step
+    env = DMCPixelEnv("cartpole-swingup", action_repeat=3, image_size=16, seed=4)
+    from dm_control import suite
+
+    raw = suite.load("cartpole", "swingup", task_kwargs={"random": 4})
+    env.reset()
+    raw.reset()
+    counts, done = [], False
+    while not done:
+        action = np.array([0.3], dtype=np.float32)
+        _, reward, terminated, truncated, info = env.step(action)
+        expected, steps = 0.0, 0
+        for _ in range(3):  # the raw environment, stopped at the end of its episode
+            ts = raw.step(action.astype(np.float64))
+            expected += ts.reward
+            steps += 1
+            if ts.last():
+                break
+        assert info["env_steps"] == steps
+        assert reward == pytest.approx(expected, rel=1e-12, abs=1e-12)
+        counts.append(info["env_steps"])
+        done = terminated or truncated
+    assert truncated and not terminated
+    assert sum(counts) == 1000 and len(counts) == 334 and counts[-1] == 1 and set(counts[:-1]) == {3}

@@ -136,3 +136,15 @@ def test_buffer_errors():
     buf.start_episode(np.zeros((3, 4, 4), np.uint8))
     with pytest.raises(ValueError, match="no transition"):
         buf.sample(np.random.default_rng(0), 2, 3)
+
+
+def test_anchor_and_positive_are_independent_crops():
+    # CURL's positive is a second random crop of the same stack, not the anchor's crop again
+    shape, size = (3, 12, 12), 8
+    rng = np.random.default_rng(4)
+    buf = FrameReplayBuffer(100, shape, action_dim=2, frame_stack=3)
+    _play(buf, rng, [30], 3, shape)
+    batch = buf.sample(np.random.default_rng(5), 64, size)
+    same = [bool((batch["obs"][b] == batch["pos"][b]).all()) for b in range(64)]
+    # 25 crop positions: a shared position has probability 1/25 per sample (~3 of 64)
+    assert sum(same) < 16

@@ -75,3 +75,30 @@ def test_short_real_run_completes_and_logs(tracker, tmp_path, monkeypatch):
     assert tracker.figures == ["return_curve"] and tracker.models == ["encoder"]
     assert any(a.endswith(".gif") for a in tracker.artifacts)
     assert (tmp_path / "local" / "last.pt").is_file()
+
+
+def test_loop_counts_environment_and_agent_steps_separately(cheap_render, tracker):
+    # action repeat 3: the first episode is 334 agent steps for 1000 environment steps (its
+    # last agent step holds the action for 1 step); one more agent step ends the budget
+    from domains.rl.workspace import Workspace
+
+    from .conftest import tiny_settings
+
+    s = tiny_settings(data={"action_repeat": 3}, agent={"init_env_steps": 990},
+                      total_env_steps=1003, log_every=500)
+    ws = Workspace(s, tracker, None)
+    metrics = ws.train()
+    assert (ws.c.env_steps, ws.c.agent_steps, ws.c.episodes) == (1003, 335, 1)
+    assert metrics["env_steps"] == 1003 and metrics["agent_steps"] == 335
+    assert ws.buffer.num_transitions == 335
+    # the episode's return and the evaluations are logged at environment steps
+    assert [step for step, _ in tracker.series("train/episode_return")] == [1000]
+    assert [step for step, _ in tracker.series("return_mean")] == [0, 1003]
+    agent_steps = dict(tracker.series("agent_steps"))
+    assert agent_steps[1003] == 335 and agent_steps[0] == 0
+    # training logs at the first agent step reaching each multiple of log_every
+    assert {step: agent_steps[step] for step in (501, 1000)} == {501: 167, 1000: 334}
+    # updates start once 990 environment steps were taken: agent steps 330..334 update,
+    # four of them before the log at 1000
+    assert tracker.series("train/updates")[-1] == (1000, 4.0)
+    assert ws.agent.num_updates == 5

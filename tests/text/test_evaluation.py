@@ -141,3 +141,42 @@ def test_transformer_option_builds_locally() -> None:
     assert out.shape == (2, 32) and np.isfinite(out).all()
     u, v = enc(tok(["one two.", "three."]), pair=True)
     assert u.shape == v.shape == (2, 16)
+
+
+def test_baselines_random_encoder_of_the_same_size_and_bag_of_words() -> None:
+    """``evaluation.baselines`` adds ``random_<task>`` (an untrained encoder of the trained
+    one's architecture and vocabulary, seeded, the global random state untouched) and
+    ``bow_<task>`` for every task."""
+    from types import SimpleNamespace
+
+    from domains.text.config import EvaluationConfig
+    from domains.text.domain import TextDomain
+
+    sentences = [("a good " if i % 2 else "a bad ") + "film " * (i % 4) + "today." for i in range(80)]
+    labels = np.array([i % 2 for i in range(80)])
+    tok = train_tokenizer(sentences, kind="word", vocab_size=40, min_frequency=1)
+    cfg = EncoderConfig(embedding_dim=8, hidden_size=6)
+    recipe = SimpleNamespace(seed=3, encoder=cfg, data=SimpleNamespace(max_length=30),
+                             evaluation=EvaluationConfig(tasks=["mr", "trec"], baselines=["random", "bow"],
+                                                         diagnostics=False, folds=4))
+    torch.manual_seed(0)
+    trained = build_quick_thought_encoder(cfg, tok)
+    domain = TextDomain()
+
+    state = torch.get_rng_state()
+    rand = domain.random_encoder(trained, recipe)
+    assert torch.equal(torch.get_rng_state(), state)
+    again = domain.random_encoder(trained, recipe)
+    shapes = {k: tuple(v.shape) for k, v in trained.state_dict().items() if isinstance(v, torch.Tensor)}
+    assert {k: tuple(v.shape) for k, v in rand.state_dict().items() if isinstance(v, torch.Tensor)} == shapes
+    assert all(torch.equal(a, b) for a, b in zip(rand.parameters(), again.parameters()))
+    assert not torch.equal(rand.f.rnn.weight_hh_l0, trained.f.rnn.weight_hh_l0)
+    assert rand.tokenizer is trained.tokenizer
+
+    # two tiny tasks stand in for the real ones (their loaders are tested in test_tasks.py)
+    tasks = [Task("mr", labels, sentences=sentences), Task("trec", labels[::-1].copy(), sentences=sentences[::-1])]
+    domain._load_tasks = lambda ev, seed: tasks  # type: ignore[method-assign]
+    metrics = domain.evaluate(trained, None, recipe).metrics
+    for name in ("mr", "trec"):
+        assert {name, f"random_{name}", f"bow_{name}"} <= set(metrics)
+        assert metrics[f"bow_{name}"] == 100.0  # "good" vs "bad" is one word of the bag

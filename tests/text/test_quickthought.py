@@ -3,6 +3,7 @@ QT softmax against a loop reference written from Logeswaran & Lee (2018), Eq. 1-
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -85,11 +86,24 @@ class _TinyPair(nn.Module):
         return (self.ef(x) * mask).sum(1), (self.eg(x) * mask).sum(1)
 
 
-def _qt_loop_reference(u: torch.Tensor, v: torch.Tensor, book: list[int], pos: list[int],
-                       window: int, zero_logit: bool) -> float:
+def _loop_scores(u: torch.Tensor, v: torch.Tensor, score: str = "dot") -> list[list[float]]:
+    """Eq. 2 with loops: c(s_a, s_c) = f(s_a) . g(s_c), or its cosine."""
+    n, d = u.shape
+
+    def dot(x: torch.Tensor, y: torch.Tensor) -> float:
+        return sum(float(x[k]) * float(y[k]) for k in range(d))
+
+    if score == "dot":
+        return [[dot(u[a], v[c]) for c in range(n)] for a in range(n)]
+    return [[dot(u[a], v[c]) / math.sqrt(dot(u[a], u[a]) * dot(v[c], v[c])) for c in range(n)]
+            for a in range(n)]
+
+
+def _qt_loop_reference(s: list[list[float]], book: list[int], pos: list[int], window: int,
+                       zero_logit: bool, tau: float = 1.0) -> float:
     """Logeswaran & Lee Eq. 1-2 with loops: for each sentence s and each context sentence
     s_ctx (same book, |offset| <= window), -log p(s_ctx | s, S_cand) with
-    p = exp(f(s).g(s_ctx)) / sum_{s' in S_cand} exp(f(s).g(s')), S_cand = the other
+    p = exp(c(s, s_ctx) / tau) / sum_{s' in S_cand} exp(c(s, s') / tau), S_cand = the other
     sentences of the batch (zero_logit: the authors' code keeps s itself with score 0).
     Per sentence the mean over its context sentences; then the mean over sentences that
     have one."""
@@ -102,13 +116,12 @@ def _qt_loop_reference(u: torch.Tensor, v: torch.Tensor, book: list[int], pos: l
                 if zero_logit:
                     cands.append(0.0)
                 continue
-            cands.append(sum(float(u[a, k]) * float(v[c, k]) for k in range(u.shape[1])))
-        log_z = math.log(sum(math.exp(s) for s in cands))
+            cands.append(s[a][c] / tau)
+        log_z = math.log(sum(math.exp(x) for x in cands))
         terms = []
         for p in range(n):
             if p != a and book[p] == book[a] and abs(pos[p] - pos[a]) <= window:
-                score = sum(float(u[a, k]) * float(v[p, k]) for k in range(u.shape[1]))
-                terms.append(-(score - log_z))
+                terms.append(-(s[a][p] / tau - log_z))
         if terms:
             per_anchor.append(sum(terms) / len(terms))
     return sum(per_anchor) / len(per_anchor)
@@ -125,7 +138,7 @@ def test_qt_softmax_matches_the_loop_reference(window: int, self_candidate: str)
     cb = quick_thought_batch(batch, model, window=window, self_candidate=self_candidate)
     loss = LOSSES.get("info_nce")()(cb).loss
     u, v = model(batch["x"], pair=True)
-    ref = _qt_loop_reference(u.detach(), v.detach(), table.book[idx].tolist(),
+    ref = _qt_loop_reference(_loop_scores(u.detach(), v.detach()), table.book[idx].tolist(),
                              table.position[idx].tolist(), window, self_candidate == "zero_logit")
     assert loss.item() == pytest.approx(ref, rel=1e-10)
     # the book boundary between positions 6 (a) and 0 (b) gives no positive
@@ -152,3 +165,96 @@ def test_cosine_scores_and_bad_options() -> None:
         quick_thought_batch(batch, model, self_candidate="keep")
     with pytest.raises(ValueError, match="position"):
         quick_thought_batch({"x": batch["x"], "book": batch["book"]}, model)
+
+
+def _debiased_loop_reference(s: list[list[float]], book: list[int], pos: list[int], window: int,
+                             tau: float, tau_plus: float, beta: float | None) -> float:
+    """DCL (Chuang et al. 2020, Eq. 6 with its clamp) and HCL (Robinson et al. 2021, Eq. 5,
+    importance weights e^{beta s / tau} normalised to mean 1) on the quick-thought candidates:
+    the negatives of s_a are the other sentences that are not its neighbours (N_a of them),
+    and for each neighbour p, Ng = max((R - tau+ N_a e^{s_ap/tau}) / (1 - tau+), N_a e^{-1/tau})
+    with R the (weighted) sum of e^{s_an/tau}; l_ap = -log(e^{s_ap/tau} / (e^{s_ap/tau} + Ng)).
+    Per sentence the mean over its neighbours, then the mean over sentences that have one."""
+    n = len(book)
+    per_anchor = []
+    for a in range(n):
+        near = [c for c in range(n) if c != a and book[c] == book[a] and 1 <= abs(pos[c] - pos[a]) <= window]
+        if not near:
+            continue
+        far = [c for c in range(n) if c != a and c not in near]
+        e = [math.exp(s[a][c] / tau) for c in far]
+        if beta is None:
+            r = sum(e)
+        else:
+            w = [math.exp(beta * s[a][c] / tau) for c in far]
+            r = sum(wi * ei for wi, ei in zip(w, e)) / (sum(w) / len(w))
+        terms = []
+        for p in near:
+            e_pos = math.exp(s[a][p] / tau)
+            ng = max((r - tau_plus * len(far) * e_pos) / (1 - tau_plus), len(far) * math.exp(-1 / tau))
+            terms.append(-math.log(e_pos / (e_pos + ng)))
+        per_anchor.append(sum(terms) / len(terms))
+    return sum(per_anchor) / len(per_anchor)
+
+
+def _dp_loop_reference(u: torch.Tensor, d_plus: float, d_minus: float) -> tuple[float, int]:
+    """LMCL Eq. 9: R1 = sum over ordered pairs i != j of |min((D - d+)(D - d-), 0)| with
+    D = (1 - cos(f_i, f_j)) / 2, and the number of pairs inside the margin."""
+    cos = _loop_scores(u, u, "cosine")
+    total, inside = 0.0, 0
+    for i in range(u.shape[0]):
+        for j in range(u.shape[0]):
+            if i != j:
+                d = (1.0 - cos[i][j]) / 2.0
+                total += abs(min((d - d_plus) * (d - d_minus), 0.0))
+                inside += int(d_plus < d < d_minus)
+    return total, inside
+
+
+CPU_RECIPES = sorted((Path(__file__).resolve().parents[2] / "recipes" / "text" / "cpu").glob("*.yaml"))
+
+
+@pytest.mark.parametrize("path", CPU_RECIPES, ids=lambda p: p.stem)
+def test_each_cpu_recipe_objective_matches_loop_references(path: Path) -> None:
+    """The objective each CPU recipe builds (loss on the quick-thought scores of the recipe's
+    score function, plus its weighted DP term on the normalised f embeddings) equals the same
+    quantities written out with loops from the papers' equations, on a tiny batch that
+    straddles two book boundaries."""
+    from domains import registry
+    from toolkit.objective import build
+    from toolkit.runs import load_recipe
+
+    recipe = load_recipe(path, [], registry.get)
+    assert recipe.data.self_candidate == "exclude"  # the references below drop s from its candidates
+    table, tok = _table()
+    torch.manual_seed(1)
+    model = _TinyPair(tok.vocab_size).double()
+    idx = np.array([2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13])  # a's end, all of b, c's start
+    book, pos = table.book[idx].tolist(), table.position[idx].tolist()
+    batch = {"x": tok.pad([table.ids[i] for i in idx]), "book": torch.from_numpy(table.book[idx]),
+             "position": torch.from_numpy(table.position[idx]), "index": torch.from_numpy(idx)}
+    cb = quick_thought_batch(batch, model, window=recipe.data.window, score=recipe.encoder.score,
+                             self_candidate=recipe.data.self_candidate)
+    out = build(recipe.objective)(cb)
+
+    u, v = (t.detach() for t in model(batch["x"], pair=True))
+    n = len(idx)
+    s = _loop_scores(u, v, recipe.encoder.score)
+    loss = recipe.objective.loss
+    if loss.name == "info_nce":
+        ref = _qt_loop_reference(s, book, pos, recipe.data.window, False, loss.args["temperature"])
+    else:
+        ref = _debiased_loop_reference(s, book, pos, recipe.data.window, loss.args["temperature"],
+                                       loss.args["tau_plus"],
+                                       loss.args.get("beta", 1.0) if loss.name == "hcl" else None)
+    assert float(out.records["contrastive"]) == pytest.approx(ref, rel=1e-9)
+
+    for spec in recipe.objective.regularizers:
+        assert spec.name == "distance_polarization"
+        r1, inside = _dp_loop_reference(u, spec.args.get("d_plus", 0.1), spec.args.get("d_minus", 0.5))
+        assert inside > 0  # the margin is populated, so the comparison means something
+        if spec.args.get("reduction", "sum") == "mean":
+            r1 /= n * (n - 1)
+        assert float(out.records["distance_polarization"]) == pytest.approx(r1, rel=1e-9)
+        ref += spec.weight * r1
+    assert float(out.loss.detach()) == pytest.approx(ref, rel=1e-9)
