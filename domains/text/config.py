@@ -2,7 +2,7 @@
 
 Defaults are the CPU-scale setting on Austen; the paper-scale values of Logeswaran & Lee
 (2018) and their code (lajanugen/S2V) are given in each field's description and used by
-``recipes/text/qt_bookcorpus_paper.yaml``.
+``recipes/text/paper/qt_bookcorpus.yaml``.
 """
 from __future__ import annotations
 
