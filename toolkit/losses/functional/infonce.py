@@ -6,8 +6,8 @@ the partition, MoCo keys and queue rows are constants (detached), inputs are use
 
 Cost. The in-batch and queue forms go through :class:`_RowLogSumExp`, an autograd function
 with a hand-written backward: one matmul for the similarity matrix (1/tau applied by the
-GEMM), -inf written at self / the excluded partner, a row max and one ``exp`` pass
-in place; a selector's keep-mask zeroes entries after the exp (``torch.where`` into the same
+GEMM, in base 2: ``exp2`` is ~2x faster than ``exp`` on CPU), -inf written at self / the
+excluded partner, a row shift known before the product and one exponential pass in place; a selector's keep-mask zeroes entries after the exp (``torch.where`` into the same
 buffer: no gathers, and no exp(-inf), which is ~10x slower on CPU). The backward is the
 matmul(s) of the bound with the per-row softmax factors applied to ``[n, d]`` operands, never
 to the ``[n, m]`` matrix. Peak memory is one ``[n, m]`` matrix per temperature scale; nothing
@@ -27,6 +27,7 @@ from toolkit import checks
 __all__ = ["info_nce_scores", "nt_xent", "moco_infonce", "cmc"]
 
 _NEG_INF = float("-inf")
+_LOG2E = 1.4426950408889634  # 1 / ln 2
 
 
 # ----------------------------------------------------------------------------- kernel
@@ -57,7 +58,9 @@ def _masked_exponentials(left: Tensor, right: Tensor | None, scales: Sequence[fl
     norms = torch.linalg.vector_norm(left, dim=1)
     other_max = (norms if right is None else torch.linalg.vector_norm(other, dim=1)).max()
     shift = (norms * (c0 * other_max)).unsqueeze(1)
-    x = torch.addmm(shift.neg(), left, other.t(), alpha=c0)  # X - m, in the GEMM
+    # (X - m) log2(e) in the GEMM, then exp2: the same value as exp(X - m) to the rounding the
+    # GEMM output has anyway, and exp2 is ~2x faster than exp on CPU (measured, AVX2).
+    x = torch.addmm(shift * -_LOG2E, left, other.t(), alpha=c0 * _LOG2E)
     n = x.shape[0]
     rows = torch.arange(n, device=x.device)
     if drop_self:
@@ -65,14 +68,14 @@ def _masked_exponentials(left: Tensor, right: Tensor | None, scales: Sequence[fl
     if partner is not None and not partner_kept:
         x[rows, partner] = _NEG_INF
     if _squares(scales):
-        half = x.exp_()
+        half = x.exp2_()
         exps: list[Tensor | None] = [None, half]
         sums = [torch.linalg.vector_norm(half, dim=1).square(), half.sum(dim=1)]
     else:
         exps = [x] * len(scales)
         for i in range(1, len(scales)):
-            exps[i] = (x * (scales[i] / c0)).exp_()
-        exps[0] = x.exp_()
+            exps[i] = (x * (scales[i] / c0)).exp2_()
+        exps[0] = x.exp2_()
         if keep is not None:
             saved = x[rows, partner] if partner is not None and partner_kept else None
             torch.where(keep, x, x.new_zeros(()), out=x)
@@ -158,7 +161,7 @@ class _RowLogSumExp(torch.autograd.Function):
             g, row = saved[0], w[0]
         elif _squares(scales):  # w0 E^2 + w1 E = E (w0 E + w1)
             half = saved[0]
-            g, row = torch.addcmul(w[1], half, w[0]).mul_(half), None
+            g, row = (half * w[0]).add_(w[1]).mul_(half), None  # 2x faster than addcmul here
         else:
             g = saved[0] * w[0]
             for e, wc in zip(saved[1:len(scales)], w[1:]):
