@@ -25,6 +25,7 @@ the benchmark and the equivalence test).
 from __future__ import annotations
 
 import copy
+import functools
 import math
 import time
 from collections import defaultdict
@@ -52,7 +53,9 @@ def soft_update(online: nn.Module, target: nn.Module, tau: float) -> None:
 class CurlSacAgent(nn.Module):
     """SAC + CURL. ``objective`` is the core objective built from the recipe (``None``:
     plain pixel SAC, no contrastive term). ``fused=False`` and ``channels_last=False``
-    reproduce the reference code's separate encoder passes and NCHW layout (benchmarks)."""
+    reproduce the reference code's separate encoder passes, per-parameter Adam loops and NCHW
+    layout (benchmarks); ``fused=True`` shares the encoder pass and uses PyTorch's fused Adam
+    (the same update rule in one kernel per optimizer step)."""
 
     def __init__(self, obs_shape: tuple[int, int, int], action_dim: int, *,
                  encoder: EncoderConfig, agent: AgentConfig, objective: Objective | None,
@@ -74,12 +77,12 @@ class CurlSacAgent(nn.Module):
         # The actor's optimizer holds only its projection and MLP: the shared convolutions
         # get no gradient from the actor (the reference ties them into the actor's
         # optimizer, where they never receive a gradient).
-        self.actor_opt = torch.optim.Adam(self.actor.parameters(), lr=lr, betas=betas)
-        self.critic_opt = torch.optim.Adam(self.critic.parameters(), lr=lr, betas=betas)
-        self.alpha_opt = torch.optim.Adam([self.log_alpha], lr=agent.alpha_lr, betas=agent.alpha_betas)
-        self.contrastive_opt = torch.optim.Adam([self.curl.W, *self.critic.encoder.parameters()],
-                                                lr=lr, betas=betas)
-        self.encoder_opt = (torch.optim.Adam(self.critic.encoder.parameters(), lr=lr, betas=betas)
+        adam = functools.partial(torch.optim.Adam, fused=fused)
+        self.actor_opt = adam(self.actor.parameters(), lr=lr, betas=betas)
+        self.critic_opt = adam(self.critic.parameters(), lr=lr, betas=betas)
+        self.alpha_opt = adam([self.log_alpha], lr=agent.alpha_lr, betas=agent.alpha_betas)
+        self.contrastive_opt = adam([self.curl.W, *self.critic.encoder.parameters()], lr=lr, betas=betas)
+        self.encoder_opt = (adam(self.critic.encoder.parameters(), lr=lr, betas=betas)
                             if agent.code_double_encoder_step else None)
         self.num_updates = 0
         self.timings: dict[str, float] = defaultdict(float)

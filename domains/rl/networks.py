@@ -2,8 +2,9 @@
 
 * :class:`PixelEncoder`: ``num_layers`` 3x3 convolutions with ``num_filters`` channels (stride 2
   for the first, 1 after), ReLU after each, then a linear layer to ``feature_dim`` and a
-  LayerNorm. Pixels are divided by 255. It is split into ``conv`` (shared by actor and
-  critic) and ``project`` (linear + LayerNorm: the critic's and the actor's are separate).
+  LayerNorm. Pixels are divided by 255 (folded into the first convolution's weights). It is
+  split into ``conv`` (shared by actor and critic) and ``project`` (linear + LayerNorm: the
+  critic's and the actor's are separate).
 * :class:`Actor`: its own projection of the critic's (detached) convolutional features, an MLP,
   a tanh-squashed Gaussian with log-std squashed into ``[log_std_min, log_std_max]``.
 * :class:`Critic`: the encoder with gradients, two Q heads on ``[features, action]``.
@@ -79,9 +80,11 @@ class PixelEncoder(nn.Module):
 
     def conv(self, obs: Tensor) -> Tensor:
         """Flattened convolutional features ``[B, conv_dim]`` of uint8 (or 0..255 float) pixels."""
-        x = obs.to(torch.float32, memory_format=self.memory_format) / 255.0
-        for layer in self.convs:
-            x = F.relu(layer(x))
+        x = obs.to(torch.float32, memory_format=self.memory_format)
+        first = self.convs[0]  # conv(x / 255, W) = conv(x, W / 255): no pass over the pixels
+        x = F.relu(F.conv2d(x, first.weight * (1.0 / 255.0), first.bias, first.stride), inplace=True)
+        for layer in self.convs[1:]:
+            x = F.relu(layer(x), inplace=True)  # in place: the conv's backward does not need its output
         return x.flatten(1)  # NCHW flattening order, as in the reference (a copy from NHWC)
 
     def forward(self, obs: Tensor) -> Tensor:
