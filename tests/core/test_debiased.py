@@ -236,6 +236,17 @@ def test_gradcheck_debiased(rows):
     assert gc(lambda x: hcl_scores(x, pos, None, 0.5, 0.1, 1.0), (s,))
 
 
+def test_hcl_second_backward_sees_the_same_saved_matrix(rows):
+    """retain_graph: the beta=1 kernel turns its exponentials into the gradient matrix in the
+    forward; the backward must leave that matrix intact."""
+    z1, z2 = rows(5, 3, seed=22), rows(5, 3, seed=23)
+    loss = hcl(z1, z2, 0.3, 0.1, 1.0)
+    g1 = torch.autograd.grad(loss, (z1, z2), retain_graph=True)
+    g2 = torch.autograd.grad(loss, (z1, z2))
+    for a, b in zip(g1, g2):
+        torch.testing.assert_close(a, b, rtol=0, atol=0)
+
+
 # ----------------------------------------------------------------------------- bad input
 def _z(n=4, d=3):
     return torch.randn(n, d)

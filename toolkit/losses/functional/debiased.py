@@ -29,7 +29,8 @@ from torch.autograd.function import once_differentiable
 
 from toolkit import checks
 
-from .infonce import (_RowLogSumExp, _bool_mask, _in_batch_neg_sim, _in_batch_partner, _pair)
+from .infonce import (_RowLogSumExp, _RowLogSumExpRatio, _bool_mask, _in_batch_neg_sim,
+                      _in_batch_partner, _pair)
 
 __all__ = ["dcl", "hcl", "dcl_scores", "hcl_scores"]
 
@@ -117,6 +118,8 @@ def _in_batch(z1: Tensor, z2: Tensor, tau: float, tau_plus: float, beta: float |
     z = torch.cat([z1, z2])
     if beta is None or beta == 0.0:
         log_r = _RowLogSumExp.apply(z, None, (1.0 / tau,), True, partner, False, None)[0]
+    elif beta == 1.0:  # scales (2/tau, 1/tau): one exponential pass, see _RowLogSumExpRatio
+        log_r = _RowLogSumExpRatio.apply(z, None, 1.0 / tau, True, partner, False) + math.log(n_neg)
     else:
         # R = sum imp*neg / mean(imp), imp = e^{beta s/tau}:
         # log R = lse((1+beta) s/tau) - lse(beta s/tau) + log N

@@ -7,10 +7,11 @@ the partition, MoCo keys and queue rows are constants (detached), inputs are use
 Cost. The in-batch and queue forms go through :class:`_RowLogSumExp`, an autograd function
 with a hand-written backward: one matmul for the similarity matrix (1/tau applied by the
 GEMM, in base 2: ``exp2`` is ~2x faster than ``exp`` on CPU), -inf written at self / the
-excluded partner, a row shift known before the product and one exponential pass in place; a selector's keep-mask zeroes entries after the exp (``torch.where`` into the same
-buffer: no gathers, and no exp(-inf), which is ~10x slower on CPU). The backward is the
-matmul(s) of the bound with the per-row softmax factors applied to ``[n, d]`` operands, never
-to the ``[n, m]`` matrix. Peak memory is one ``[n, m]`` matrix per temperature scale; nothing
+excluded partner, a row shift known before the product and one exponential pass in place; a
+selector's keep-mask zeroes entries after the exp (``torch.where`` into the same buffer: no
+gathers, and no exp(-inf), which is ~10x slower on CPU). The backward is the matmul(s) of
+the bound with the per-row softmax factors applied to ``[n, d]`` operands, never to the
+``[n, m]`` matrix. Peak memory is one ``[n, m]`` matrix per temperature scale; nothing
 of shape ``[n, m, d]`` is ever built.
 """
 from __future__ import annotations
@@ -130,6 +131,17 @@ def _base_scale(scales: Sequence[float]) -> float:
     return scales[1] if _squares(scales) else scales[0]
 
 
+def _gemm_backward(g: Tensor, row: Tensor | None, left: Tensor, right: Tensor | None) -> Tensor:
+    """d/d left of sum_ab G_ab <left_a, right_b> for G = diag(row) g (``row=None``: G = g).
+    ``right=None`` is the Gram case (right = left: the transpose adds). Row factors are applied
+    to ``[n, d]`` operands and results, never to the ``[n, m]`` matrix."""
+    if right is None:
+        if row is None:
+            return torch.addmm(g @ left, g.t(), left)
+        return torch.addmm((g @ left).mul_(row), g.t(), left * row)
+    return g @ right if row is None else (g @ right).mul_(row)
+
+
 class _RowLogSumExp(torch.autograd.Function):
     """lse[c, a] = log sum_{b allowed for a} exp(c * <left_a, right_b>), for each scale c > 0.
 
@@ -140,14 +152,17 @@ class _RowLogSumExp(torch.autograd.Function):
     row factors are applied to the ``[n, d]`` operands and results, never to the ``[n, m]``
     matrix, so the backward is the matmul(s) of the bound and nothing else; several scales
     are first combined into one matrix sum_c diag(w_c) E_c. The saved exponentials stay
-    intact (a second backward with ``retain_graph`` sees the same values).
+    intact (a second backward with ``retain_graph`` sees the same values). Scales (2c, c)
+    go through :class:`_RowLogSumExpRatio` (HCL at beta = 1).
     """
 
     @staticmethod
     def forward(ctx, left, right, scales, drop_self, partner, partner_kept, keep):
+        if _squares(scales):
+            raise ValueError("scales (2c, c): use _RowLogSumExpRatio")  # internal misuse
         exps, sums, lse = _masked_exponentials(left, right, scales, drop_self, partner,
                                                partner_kept, keep)
-        ctx.save_for_backward(left, right, *[e for e in exps if e is not None], *sums)
+        ctx.save_for_backward(left, right, *exps, *sums)
         ctx.scales = tuple(scales)
         return lse
 
@@ -159,20 +174,45 @@ class _RowLogSumExp(torch.autograd.Function):
         w = [(gc * c / s).unsqueeze(1) for gc, c, s in zip(grad, scales, saved[-len(scales):])]
         if len(scales) == 1:
             g, row = saved[0], w[0]
-        elif _squares(scales):  # w0 E^2 + w1 E = E (w0 E + w1)
-            half = saved[0]
-            g, row = (half * w[0]).add_(w[1]).mul_(half), None  # 2x faster than addcmul here
         else:
             g = saved[0] * w[0]
             for e, wc in zip(saved[1:len(scales)], w[1:]):
                 g.addcmul_(e, wc)
             row = None
-        if right is None:
-            if row is None:
-                return torch.addmm(g @ left, g.t(), left), *([None] * 6)
-            return torch.addmm((g @ left).mul_(row), g.t(), left * row), *([None] * 6)
-        d_left = g @ right if row is None else (g @ right).mul_(row)
-        return d_left, *([None] * 6)
+        return _gemm_backward(g, row, left, right), *([None] * 6)
+
+
+class _RowLogSumExpRatio(torch.autograd.Function):
+    """D[a] = lse_{2c}[a] - lse_c[a] over the allowed b of row a (HCL's log-ratio at beta = 1).
+
+    With E = exp(c s - m) (one exponential pass at scale c, see :func:`_masked_exponentials`),
+    S0 = sum_b E^2 and S1 = sum_b E:  dD_a / ds_ab = 2c E^2 / S0 - c E / S1. Scaling the row
+    by lambda = 2 S1 / S0 (E' = lambda E) turns the bracket into E'^2 - E':
+
+        dD_a / ds_ab = (c S0 / (2 S1^2)) (E'^2 - E')
+
+    whose row factor goes to the ``[n, d]`` operands as in the one-scale backward. So the
+    forward turns E into E' - E'^2 in place (two passes, no new matrix) and the backward is
+    the two matmuls of the bound and nothing else (the general two-scale backward needed a
+    new matrix and three passes over it).
+    """
+
+    @staticmethod
+    def forward(ctx, left, right, c, drop_self, partner, partner_kept):
+        exps, (s0, s1), lse = _masked_exponentials(left, right, (2.0 * c, c), drop_self, partner,
+                                                   partner_kept, None)
+        f = exps[1].mul_((2.0 * s1 / s0).unsqueeze(1))
+        f.addcmul_(f, f, value=-1.0)  # E' - E'^2 (masked entries stay 0)
+        ctx.save_for_backward(left, right, f, s0, s1)
+        ctx.c = c
+        return lse[0] - lse[1]
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, grad):
+        left, right, f, s0, s1 = ctx.saved_tensors
+        row = (grad * (-ctx.c) * s0 / (2.0 * s1.square())).unsqueeze(1)
+        return _gemm_backward(f, row, left, right), *([None] * 5)
 
 
 # ----------------------------------------------------------------------------- checks
