@@ -175,7 +175,7 @@ def test_masked_rows_far_below_the_row_max_are_recomputed_exactly(close, rows, l
     """float32, tau = 0.01, and masks that keep only dissimilar candidates: against the
     unmasked row max (a dropped near-duplicate, e^{-200} = 0 in float32) every kept term
     underflows, so the kernel must recompute those rows with the max over the kept entries."""
-    import toolkit.losses.functional.infonce as module
+    import toolkit.losses.functional._kernel as module
     calls = []
     real = module._exact_rows
     monkeypatch.setattr(module, "_exact_rows", lambda idx, *a: (calls.append(idx), real(idx, *a)))

@@ -233,7 +233,8 @@ def pretrain(recipe: Any, domain: Any, tracker: Any, *, device: torch.device | N
                     snapshot(checkpoint_path)
                 for hook in hooks or ():
                     hook(state.step)
-                if distributed.any_rank(stop.requested) if distributed else stop.requested:
+                stopping = stop.requested if distributed is None else distributed.any_rank(stop.requested)
+                if stopping:
                     snapshot(checkpoint_path)
                     raise KeyboardInterrupt(
                         f"stopped after step {state.step} of {total}, checkpointed in {checkpoint_path}; "

@@ -29,12 +29,10 @@ from torch.autograd.function import once_differentiable
 
 from toolkit import checks
 
-from .infonce import (_RowLogSumExp, _RowLogSumExpRatio, _bool_mask, _in_batch_neg_sim,
-                      _in_batch_partner, _pair)
+from ._kernel import _NEG_INF, _RowLogSumExp, _RowLogSumExpRatio
+from .infonce import _bool_mask, _in_batch_neg_sim, _in_batch_partner, _pair
 
 __all__ = ["dcl", "hcl", "dcl_scores", "hcl_scores"]
-
-_NEG_INF = float("-inf")
 
 
 def _check_common(temperature: float, tau_plus: float) -> tuple[float, float]:

@@ -1,0 +1,200 @@
+"""Registered loss modules of Wang & Liu (memory bank), CACR and Ring / CNCE.
+
+Split from :mod:`toolkit.losses.modules` (which imports this file at its end, so importing
+either registers every loss); the shared helpers and the registry live there.
+"""
+from __future__ import annotations
+
+from typing import ClassVar
+
+import torch
+from torch import Tensor
+
+from toolkit import checks
+from toolkit.losses import functional as F
+from toolkit.losses.base import ContrastiveBatch, ContrastiveLoss, LossOutput, require
+from toolkit.losses.modules import LOSSES, _Stats, _views
+
+
+class _WangLiu(ContrastiveLoss):
+    """Memory-bank losses of Wang & Liu: similarities of views[:,0] to every bank row."""
+
+    needs = ("views", "negatives", "indices")
+    min_views: ClassVar[int] = 1
+
+    def _sims(self, batch: ContrastiveBatch) -> tuple[Tensor, Tensor]:
+        require(batch, type(self).__name__, *self.needs)
+        q = _views(batch, type(self).__name__, at_least=1)[:, 0]
+        return F.wl_sims_from_bank(q, batch.negatives, batch.indices)
+
+
+def _hard_args(alpha: float | None, num_hard: int | None) -> tuple[float | None, int | None]:
+    if alpha is not None and num_hard is not None:
+        raise ValueError(f"give at most one of alpha ({alpha!r}) and num_hard ({num_hard!r})")
+    if alpha is not None:
+        checks.in_range("alpha", alpha, 0.0, 1.0, low_open=True)
+    if num_hard is not None and (not isinstance(num_hard, int) or num_hard < 1):
+        raise ValueError(f"num_hard must be an integer >= 1, got {num_hard!r}")
+    return alpha, num_hard
+
+
+@LOSSES.register("wl_contrastive", description="Wang & Liu Eq. 1: contrastive loss against a memory bank")
+class WLContrastive(_WangLiu):
+    """Wang & Liu Eq. 1 (a selector may restrict the bank negatives)."""
+
+    accepts_selector = True
+
+    def __init__(self, temperature: float = 0.2) -> None:
+        super().__init__()
+        self.temperature = checks.positive("temperature", temperature)
+
+    def forward(self, batch: ContrastiveBatch) -> LossOutput:
+        s_pos, s_neg = self._sims(batch)
+        mask = None
+        if self.selector is not None:
+            with torch.no_grad():
+                mask = self.selector(s_neg, batch.step)
+        st = _Stats()
+        return st.out(F.wl_contrastive(s_pos, s_neg, temperature=self.temperature, neg_mask=mask,
+                                       stats=st.d))
+
+
+@LOSSES.register("wl_simple", description="Wang & Liu Eq. 3: the simple (tau -> infinity) loss")
+class WLSimple(_WangLiu):
+    """Wang & Liu Eq. 3: -s_ii + lam * sum_j s_ij."""
+
+    def __init__(self, lam: float | None = None) -> None:
+        super().__init__()
+        self.lam = None if lam is None else checks.non_negative("lam", lam)
+
+    def forward(self, batch: ContrastiveBatch) -> LossOutput:
+        s_pos, s_neg = self._sims(batch)
+        st = _Stats()
+        return st.out(F.wl_simple(s_pos, s_neg, self.lam, stats=st.d))
+
+
+@LOSSES.register("wl_hard", description="Wang & Liu Eq. 9: contrastive loss over the hardest negatives")
+class WLHard(_WangLiu):
+    """Wang & Liu Eq. 9: keep negatives at or above the K-th largest similarity."""
+
+    def __init__(self, temperature: float = 0.2, alpha: float | None = None,
+                 num_hard: int | None = None) -> None:
+        super().__init__()
+        self.temperature = checks.positive("temperature", temperature)
+        self.alpha, self.num_hard = _hard_args(alpha, num_hard)
+
+    def forward(self, batch: ContrastiveBatch) -> LossOutput:
+        s_pos, s_neg = self._sims(batch)
+        st = _Stats()
+        return st.out(F.wl_hard(s_pos, s_neg, temperature=self.temperature, alpha=self.alpha,
+                                num_hard=self.num_hard, stats=st.d))
+
+
+@LOSSES.register("wl_hard_simple", description="Wang & Liu hard simple loss")
+class WLHardSimple(_WangLiu):
+    """The simple loss restricted to the hardest negatives."""
+
+    def __init__(self, lam: float | None = None, alpha: float | None = None,
+                 num_hard: int | None = None) -> None:
+        super().__init__()
+        self.lam = None if lam is None else checks.non_negative("lam", lam)
+        self.alpha, self.num_hard = _hard_args(alpha, num_hard)
+
+    def forward(self, batch: ContrastiveBatch) -> LossOutput:
+        s_pos, s_neg = self._sims(batch)
+        st = _Stats()
+        return st.out(F.wl_hard_simple(s_pos, s_neg, self.lam, alpha=self.alpha,
+                                       num_hard=self.num_hard, stats=st.d))
+
+
+class _CACR(ContrastiveLoss):
+    def __init__(self, t_pos: float = 1.0, t_neg: float = 2.0) -> None:
+        super().__init__()
+        # t = 0 is allowed: uniform weights (the paper's UAUR ablation)
+        self.t_pos = checks.non_negative("t_pos", t_pos)
+        self.t_neg = checks.non_negative("t_neg", t_neg)
+
+
+@LOSSES.register("cacr", description="CACR (paper form): views[:,1:] attract, other queries / bank rows repel")
+class CACR(_CACR):
+    """CACR with K = V-1 positives; negatives are the other queries of the mini-batch (paper
+    Sec. 3.2) or, with a queue / memory bank source, the shared rows in ``negatives``."""
+
+    def forward(self, batch: ContrastiveBatch) -> LossOutput:
+        v = _views(batch, "cacr")
+        st = _Stats()
+        if batch.negatives is not None:
+            return st.out(F.cacr(v[:, 0], v[:, 1:], batch.negatives, t_pos=self.t_pos,
+                                 t_neg=self.t_neg, stats=st.d))
+        return st.out(F.cacr_minibatch(v[:, 0], v[:, 1:], t_pos=self.t_pos, t_neg=self.t_neg,
+                                       stats=st.d))
+
+
+@LOSSES.register("cacr_multiview", description="CACR with the authors' small-scale cross-view pairing")
+class CACRMultiview(_CACR):
+    """CACR as in the authors' small-scale code (cross-view negatives, alpha/beta cost scales)."""
+
+    def __init__(self, t_pos: float = 1.0, t_neg: float = 2.0, alpha: float = 1.0,
+                 beta: float = 1.0) -> None:
+        super().__init__(t_pos, t_neg)
+        self.alpha = checks.positive("alpha", alpha)
+        self.beta = checks.positive("beta", beta)
+
+    def forward(self, batch: ContrastiveBatch) -> LossOutput:
+        st = _Stats()
+        return st.out(F.cacr_multiview(_views(batch, "cacr_multiview"), t_pos=self.t_pos,
+                                       t_neg=self.t_neg, alpha=self.alpha, beta=self.beta,
+                                       stats=st.d))
+
+
+@LOSSES.register("cacr_moco", description="CACR MoCo-v2 form: keys attract, queue + batch repel")
+class CACRMoCo(_CACR):
+    """CACR's MoCo-v2 form over all query views and key views."""
+
+    needs = ("views", "keys", "negatives")
+
+    def __init__(self, t_pos: float = 1.0, t_neg: float = 2.0, intra_batch: bool = True,
+                 detach_queue_weights: bool = True, reuse_first_view_queue_dists: bool = False,
+                 alpha: float = 1.0, beta: float = 1.0) -> None:
+        super().__init__(t_pos, t_neg)
+        self.intra_batch = bool(intra_batch)
+        self.detach_queue_weights = bool(detach_queue_weights)
+        self.reuse_first_view_queue_dists = bool(reuse_first_view_queue_dists)
+        self.alpha = checks.positive("alpha", alpha)
+        self.beta = checks.positive("beta", beta)
+
+    def forward(self, batch: ContrastiveBatch) -> LossOutput:
+        require(batch, "cacr_moco", *self.needs)
+        st = _Stats()
+        return st.out(F.cacr_moco(_views(batch, "cacr_moco"), batch.keys, batch.negatives,
+                                  t_pos=self.t_pos, t_neg=self.t_neg, intra_batch=self.intra_batch,
+                                  detach_queue_weights=self.detach_queue_weights,
+                                  reuse_first_view_queue_dists=self.reuse_first_view_queue_dists,
+                                  alpha=self.alpha, beta=self.beta, stats=st.d))
+
+
+@LOSSES.register("ring_nce", description="Ring / conditional NCE: negatives in a percentile ring of the queue")
+class RingNCE(ContrastiveLoss):
+    """Ring NCE with fixed percentiles [lower, upper) of the queue similarities. For annealed
+    thresholds use ``moco_infonce`` with ``selector: {name: ring, schedule: ...}``."""
+
+    needs = ("views", "keys", "negatives")
+
+    def __init__(self, temperature: float = 0.07, lower: float = 0.0, upper: float = 100.0,
+                 include_positive: bool = True) -> None:
+        super().__init__()
+        self.temperature = checks.positive("temperature", temperature)
+        checks.in_range("lower", lower, 0.0, 100.0)
+        checks.in_range("upper", upper, 0.0, 100.0)
+        if lower >= upper:
+            raise ValueError(f"lower must be < upper, got lower={lower!r}, upper={upper!r}")
+        self.lower, self.upper = float(lower), float(upper)
+        self.include_positive = bool(include_positive)
+
+    def forward(self, batch: ContrastiveBatch) -> LossOutput:
+        require(batch, "ring_nce", *self.needs)
+        q, k = _views(batch, "ring_nce")[:, 0], batch.keys[:, 1]
+        st = _Stats()
+        return st.out(F.ring_nce(q, k, batch.negatives, temperature=self.temperature,
+                                 lower=self.lower, upper=self.upper,
+                                 include_positive=self.include_positive, stats=st.d))
