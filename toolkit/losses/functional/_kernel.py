@@ -1,9 +1,10 @@
 """The similarity kernel shared by the InfoNCE family and the debiased losses.
 
-:class:`_RowLogSumExp` (one or several temperature scales) and :class:`_RowLogSumExpRatio`
-(lse(2c) - lse(c), HCL at beta = 1) compute row log-sum-exps of ``c left @ right^T`` with
-masks, in one GEMM and one exponential pass, with hand-written backwards that are the
-matmuls of the bound; see :func:`_masked_exponentials` for the shift and the masks.
+:class:`_RowLogSumExp` (one or several temperature scales) computes row log-sum-exps of
+``c left @ right^T`` with masks, in one GEMM and one exponential pass, with a hand-written
+backward that is the matmuls of the bound; :class:`_InBatchLoss` is the in-batch (SimCLR 2B)
+loss of NT-Xent, DCL and HCL on top of it as one autograd node. See
+:func:`_masked_exponentials` for the shift and the masks.
 """
 from __future__ import annotations
 
@@ -18,17 +19,19 @@ _LOG2E = 1.4426950408889634  # 1 / ln 2
 
 
 def _masked_exponentials(left: Tensor, right: Tensor | None, scales: Sequence[float],
-                         drop_self: bool, partner: Tensor | None, partner_kept: bool,
-                         keep: Tensor | None):
-    """X = c0 left @ right^T (right=None: the Gram matrix of left; c0 = scales[0], or scales[1]
-    when the scales are (2c, c)) with -inf at self (``drop_self``) and at the partner unless
-    ``partner_kept``; per scale c: E_c = exp((c / c0) (X - m)) with a row shift
-    m >= max_b X_ab; entries dropped by ``keep`` (single scale only) are zeroed after the exp.
+                         partner_kept: bool = False, keep: Tensor | None = None):
+    """X = c0 left @ right^T (c0 = scales[0], or scales[1] when the scales are (2c, c)); per
+    scale c: E_c = exp((c / c0) (X - m)) with a row shift m >= max_b X_ab; entries dropped by
+    ``keep`` (single scale only) are zeroed after the exp.
 
-    Returns (exps, sums, lse) with lse[c, a] = (c / c0) m_a + log sum_b E_c[a, b]. When the
-    scales are (2c, c) (HCL at beta = 1) the GEMM runs at c and only E_c is kept: E_2c = E_c^2
-    and its row sums are squared row norms, so ``exps`` is ``[None, E_c]`` (one exp pass and no
-    rescaling pass over the matrix).
+    ``right=None`` is the in-batch case: the Gram matrix of left = [z1; z2] (2B rows) with
+    self dropped and the partner (a + B mod 2B) dropped unless ``partner_kept``; both lie on
+    diagonals of the matrix (offsets 0 and +-B) and are written there as -inf.
+
+    Returns (exps, sums, shift) with lse[c, a] = (c / c0) shift_a + log sum_b E_c[a, b]
+    (:func:`_lse`). When the scales are (2c, c) (HCL at beta = 1) the GEMM runs at c and only
+    E_c is kept: E_2c = E_c^2 and its row sums are squared row norms, so ``exps`` is
+    ``[None, E_c]`` (one exp pass and no rescaling pass over the matrix).
 
     The shift is the Cauchy-Schwarz bound m_a = c0 ||left_a|| max_b ||right_b||, known before
     the product, so the GEMM itself computes c0 left right^T - m (no row-max and no subtraction
@@ -47,59 +50,60 @@ def _masked_exponentials(left: Tensor, right: Tensor | None, scales: Sequence[fl
     # (X - m) log2(e) in the GEMM, then exp2: the same value as exp(X - m) to the rounding the
     # GEMM output has anyway, and exp2 is ~2x faster than exp on CPU (measured, AVX2).
     x = torch.addmm(shift * -_LOG2E, left, other.t(), alpha=c0 * _LOG2E)
-    n = x.shape[0]
-    rows = torch.arange(n, device=x.device)
-    if drop_self:
+    if right is None:
+        half = x.shape[0] // 2
         x.diagonal().fill_(_NEG_INF)
-    if partner is not None and not partner_kept:
-        x[rows, partner] = _NEG_INF
+        if not partner_kept:
+            x.diagonal(half).fill_(_NEG_INF)
+            x.diagonal(-half).fill_(_NEG_INF)
     if _squares(scales):
-        half = x.exp2_()
-        exps: list[Tensor | None] = [None, half]
-        sums = [torch.linalg.vector_norm(half, dim=1).square(), half.sum(dim=1)]
+        e = x.exp2_()
+        exps: list[Tensor | None] = [None, e]
+        sums = [torch.linalg.vector_norm(e, dim=1).square(), e.sum(dim=1)]
+        smallest = sums[0]  # sum E^2 <= sum E, as E <= 1
     else:
         exps = [x] * len(scales)
         for i in range(1, len(scales)):
             exps[i] = (x * (scales[i] / c0)).exp2_()
         exps[0] = x.exp2_()
         if keep is not None:
-            saved = x[rows, partner] if partner is not None and partner_kept else None
             torch.where(keep, x, x.new_zeros(()), out=x)
-            if saved is not None:
-                x[rows, partner] = saved
         sums = [e.sum(dim=1) for e in exps]
+        smallest = sums[0] if len(sums) == 1 else torch.stack(sums).amin(dim=0)
     # terms below `tiny` add at most m * tiny: negligible (< eps relative) above this level
     floor = torch.finfo(x.dtype).tiny * x.shape[1] / torch.finfo(x.dtype).eps
-    low = torch.stack(sums).amin(dim=0) < floor
-    if low.any():
-        _exact_rows(low.nonzero().flatten(), exps, sums, shift, left, other, scales, drop_self,
-                    partner, partner_kept, keep)
-    lse = torch.stack([(c / c0) * shift.squeeze(1) + s.log() for c, s in zip(scales, sums)])
-    return exps, sums, lse
+    if float(smallest.amin()) < floor:
+        _exact_rows((smallest < floor).nonzero().flatten(), exps, sums, shift, left, right,
+                    scales, partner_kept, keep)
+    return exps, sums, shift.squeeze(1)
+
+
+def _lse(scales: Sequence[float], sums: Sequence[Tensor], shift: Tensor, i: int) -> Tensor:
+    """lse at scale ``scales[i]`` from :func:`_masked_exponentials`' sums and shift."""
+    return shift * (scales[i] / _base_scale(scales)) + sums[i].log()
 
 
 def _exact_rows(idx: Tensor, exps: list, sums: list, shift: Tensor, left: Tensor,
-                other: Tensor, scales: Sequence[float], drop_self: bool, partner: Tensor | None,
-                partner_kept: bool, keep: Tensor | None) -> None:
+                right: Tensor | None, scales: Sequence[float], partner_kept: bool,
+                keep: Tensor | None) -> None:
     """Recompute rows ``idx`` of every E_c, their sums and shifts with the exact max over the
     allowed entries of each row (in place in ``exps``, ``sums``, ``shift``)."""
     c0 = _base_scale(scales)
-    x = (left[idx] * c0) @ other.t()
+    x = (left[idx] * c0) @ (left if right is None else right).t()
     allowed = torch.ones_like(x, dtype=torch.bool) if keep is None else keep[idx].clone()
-    local = torch.arange(idx.numel(), device=x.device)
-    if drop_self:
+    if right is None:
+        local = torch.arange(idx.numel(), device=x.device)
         allowed[local, idx] = False
-    if partner is not None:
-        allowed[local, partner[idx]] = partner_kept
+        allowed[local, (idx + x.shape[1] // 2) % x.shape[1]] = partner_kept
     x.masked_fill_(allowed.logical_not(), _NEG_INF)
     m = x.amax(dim=1, keepdim=True)
     x.sub_(m)
     shift[idx] = m
     if _squares(scales):
-        half = x.exp_()
-        exps[1][idx] = half
-        sums[0][idx] = torch.linalg.vector_norm(half, dim=1).square()
-        sums[1][idx] = half.sum(dim=1)
+        e = x.exp_()
+        exps[1][idx] = e
+        sums[0][idx] = torch.linalg.vector_norm(e, dim=1).square()
+        sums[1][idx] = e.sum(dim=1)
         return
     for i, c in enumerate(scales):
         e = (x * (c / c0)).exp_()
@@ -116,85 +120,102 @@ def _base_scale(scales: Sequence[float]) -> float:
     return scales[1] if _squares(scales) else scales[0]
 
 
-def _gemm_backward(g: Tensor, row: Tensor | None, left: Tensor, right: Tensor | None) -> Tensor:
-    """d/d left of sum_ab G_ab <left_a, right_b> for G = diag(row) g (``row=None``: G = g).
-    ``right=None`` is the Gram case (right = left: the transpose adds). Row factors are applied
-    to ``[n, d]`` operands and results, never to the ``[n, m]`` matrix."""
-    if right is None:
-        if row is None:
-            return torch.addmm(g @ left, g.t(), left)
-        return torch.addmm((g @ left).mul_(row), g.t(), left * row)
-    return g @ right if row is None else (g @ right).mul_(row)
+def _in_batch_partner(n_pairs: int, device: torch.device | None = None) -> Tensor:
+    """Index of the positive of each row of z = [z1; z2]: a -> a + B (mod 2B)."""
+    return (torch.arange(2 * n_pairs, device=device) + n_pairs) % (2 * n_pairs)
+
+
+def _gram_backward(g: Tensor, row: Tensor, z: Tensor) -> Tensor:
+    """d/dz of sum_ab G_ab <z_a, z_b> for G = diag(row) g: the transpose adds. Row factors are
+    applied to ``[n, d]`` operands and results, never to the ``[n, n]`` matrix."""
+    return torch.addmm((g @ z).mul_(row), g.t(), z * row)
 
 
 class _RowLogSumExp(torch.autograd.Function):
-    """lse[c, a] = log sum_{b allowed for a} exp(c * <left_a, right_b>), for each scale c > 0.
+    """lse[a] = log sum_{b kept for a} exp(c <q_a, k_b>) against constant keys ``k`` (a MoCo
+    queue, a memory bank), with an optional keep-mask.
 
-    ``right=None`` means the Gram matrix of ``left`` (in-batch: the gradient reaches both
-    factors). Otherwise ``right`` is a constant (MoCo queue, memory bank).
-    Backward: with w_a = grad_a * c / sum_a (softmax normaliser and incoming gradient, per row)
-    the gradient is diag(w) E right (+ E^T diag(w) left in the Gram case). For one scale the
-    row factors are applied to the ``[n, d]`` operands and results, never to the ``[n, m]``
-    matrix, so the backward is the matmul(s) of the bound and nothing else; several scales
-    are first combined into one matrix sum_c diag(w_c) E_c. The saved exponentials stay
-    intact (a second backward with ``retain_graph`` sees the same values). Scales (2c, c)
-    go through :class:`_RowLogSumExpRatio` (HCL at beta = 1).
+    Backward: with w_a = grad_a c / S_a (softmax normaliser and incoming gradient, per row)
+    the gradient is diag(w) E k, the row factor applied to the ``[n, d]`` result, never to the
+    ``[n, m]`` matrix: the backward is the matmul of the bound and nothing else. The saved
+    exponentials stay intact (a second backward with ``retain_graph`` sees the same values).
     """
 
     @staticmethod
-    def forward(ctx, left, right, scales, drop_self, partner, partner_kept, keep):
-        if _squares(scales):
-            raise ValueError("scales (2c, c): use _RowLogSumExpRatio")  # internal misuse
-        exps, sums, lse = _masked_exponentials(left, right, scales, drop_self, partner,
-                                               partner_kept, keep)
-        ctx.save_for_backward(left, right, *exps, *sums)
-        ctx.scales = tuple(scales)
-        return lse
-
-    @staticmethod
-    @once_differentiable
-    def backward(ctx, grad):
-        left, right, *saved = ctx.saved_tensors
-        scales = ctx.scales
-        w = [(gc * c / s).unsqueeze(1) for gc, c, s in zip(grad, scales, saved[-len(scales):])]
-        if len(scales) == 1:
-            g, row = saved[0], w[0]
-        else:
-            g = saved[0] * w[0]
-            for e, wc in zip(saved[1:len(scales)], w[1:]):
-                g.addcmul_(e, wc)
-            row = None
-        return _gemm_backward(g, row, left, right), *([None] * 6)
-
-
-class _RowLogSumExpRatio(torch.autograd.Function):
-    """D[a] = lse_{2c}[a] - lse_c[a] over the allowed b of row a (HCL's log-ratio at beta = 1).
-
-    With E = exp(c s - m) (one exponential pass at scale c, see :func:`_masked_exponentials`),
-    S0 = sum_b E^2 and S1 = sum_b E:  dD_a / ds_ab = 2c E^2 / S0 - c E / S1. Scaling the row
-    by lambda = 2 S1 / S0 (E' = lambda E) turns the bracket into E'^2 - E':
-
-        dD_a / ds_ab = (c S0 / (2 S1^2)) (E'^2 - E')
-
-    whose row factor goes to the ``[n, d]`` operands as in the one-scale backward. So the
-    forward turns E into E' - E'^2 in place (two passes, no new matrix) and the backward is
-    the two matmuls of the bound and nothing else (the general two-scale backward needed a
-    new matrix and three passes over it).
-    """
-
-    @staticmethod
-    def forward(ctx, left, right, c, drop_self, partner, partner_kept):
-        exps, (s0, s1), lse = _masked_exponentials(left, right, (2.0 * c, c), drop_self, partner,
-                                                   partner_kept, None)
-        f = exps[1].mul_((2.0 * s1 / s0).unsqueeze(1))
-        f.addcmul_(f, f, value=-1.0)  # E' - E'^2 (masked entries stay 0)
-        ctx.save_for_backward(left, right, f, s0, s1)
+    def forward(ctx, q, keys, c, keep):
+        exps, sums, shift = _masked_exponentials(q, keys, (c,), keep=keep)
+        ctx.save_for_backward(keys, exps[0], sums[0])
         ctx.c = c
-        return lse[0] - lse[1]
+        return _lse((c,), sums, shift, 0)
 
     @staticmethod
     @once_differentiable
     def backward(ctx, grad):
-        left, right, f, s0, s1 = ctx.saved_tensors
-        row = (grad * (-ctx.c) * s0 / (2.0 * s1.square())).unsqueeze(1)
-        return _gemm_backward(f, row, left, right), *([None] * 5)
+        keys, e, s = ctx.saved_tensors
+        return (e @ keys).mul_((grad * ctx.c / s).unsqueeze(1)), None, None, None
+
+
+class _InBatchLoss(torch.autograd.Function):
+    """mean_a head(A_a, L_a) over the 2B rows of z = [z1; z2], as one autograd node.
+
+    A_a = pos_scale <z_a, z_p(a)> is the positive logit (p(a) = a + B mod 2B) and L_a the
+    row statistic of the similarities s_ab = <z_a, z_b> over the b allowed for a (self always
+    dropped, the partner kept or not, ``keep`` as in :func:`_masked_exponentials`):
+
+        scales (c,):     L = lse_c                   dL/ds = (c / S) E
+        scales (2c, c):  L = lse_2c - lse_c          dL/ds = -(c S0 / 2 S1^2) (E' - E'^2)
+        scales (c1, c2): L = lse_c1 - lse_c2         dL/ds = (c1 / S1) E_c1 - (c2 / S2) E_c2
+
+    with E = exp(c s - m), S0 = sum_b E^2, S = S1 = sum_b E and E' = (2 S1 / S0) E in the
+    (2c, c) case (HCL at beta = 1: one exponential pass; E' - E'^2 is two passes in place.
+    The one-pass E (S0 / 2 S1 - E) loses the small first term to cancellation when a row's
+    entries are far below its shift, as small tau and unequal norms make them: measured,
+    and kept out). ``head(A, L)`` returns the per-row losses and their
+    derivatives dl/dA, dl/dL (tensors or floats); being a scalar, the loss gives every row
+    factor in the forward, so the saved matrix is dloss/ds up to a row factor and the backward
+    is the two matmuls of the bound plus an ``[n, d]`` term for the positives. The per-row
+    vector arithmetic of a loss (NT-Xent, DCL, HCL) runs outside autograd: one node instead of
+    ~10, which at N = 512 costs as much as a pass over the matrix. The saved matrix stays
+    intact (a second backward with ``retain_graph`` sees the same values).
+    """
+
+    @staticmethod
+    def forward(ctx, z1, z2, pos_scale, scales, partner_kept, keep, head):
+        n = 2 * z1.shape[0]
+        z = torch.cat([z1, z2])
+        exps, sums, shift = _masked_exponentials(z, None, scales, partner_kept, keep)
+        if len(scales) == 1:
+            g, ds, stat = exps[0], scales[0] / sums[0], _lse(scales, sums, shift, 0)
+        elif _squares(scales):
+            s0, s1 = sums
+            g = exps[1].mul_((2.0 * s1 / s0).unsqueeze(1))
+            g.addcmul_(g, g, value=-1.0)  # E' - E'^2 (masked entries stay 0)
+            ds = (-0.5 * scales[1]) * s0 / s1.square()
+            stat = (s0 / s1).log_().add_(shift)  # lse_2c - lse_c, the GEMM at c
+        else:
+            g = exps[0].mul_((scales[0] / sums[0]).unsqueeze(1))
+            g.addcmul_(exps[1], (-scales[1] / sums[1]).unsqueeze(1))
+            ds = torch.ones_like(sums[0])
+            stat = _lse(scales, sums, shift, 0) - _lse(scales, sums, shift, 1)
+        pos = torch.linalg.vecdot(z1, z2)
+        logit = torch.cat([pos, pos]).mul_(pos_scale)
+        per_row, d_a, d_l = head(logit, stat)
+        ctx.save_for_backward(z, g, (ds * d_l).unsqueeze(1).div_(n),
+                              d_a if isinstance(d_a, Tensor) else None)
+        ctx.d_a, ctx.pos_scale = d_a, pos_scale
+        return per_row.mean()
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, grad):
+        z, g, row, d_a = ctx.saved_tensors
+        n = z.shape[0]
+        b = n // 2
+        dz = _gram_backward(g, row * grad, z)
+        if d_a is None:
+            d_pos = (2.0 * ctx.d_a * ctx.pos_scale / n) * grad
+        else:
+            d_pos = ((d_a[:b] + d_a[b:]) * (ctx.pos_scale / n)).mul_(grad).unsqueeze(1)
+        dz[:b].addcmul_(z[b:], d_pos)
+        dz[b:].addcmul_(z[:b], d_pos)
+        return dz[:b], dz[b:], None, None, None, None, None

@@ -26,11 +26,12 @@ import math
 import torch
 from torch import Tensor
 from torch.autograd.function import once_differentiable
+from torch.nn import functional as F
 
 from toolkit import checks
 
-from ._kernel import _NEG_INF, _RowLogSumExp, _RowLogSumExpRatio
-from .infonce import _bool_mask, _in_batch_neg_sim, _in_batch_partner, _pair
+from ._kernel import _NEG_INF, _InBatchLoss
+from .infonce import _bool_mask, _in_batch_neg_sim, _pair
 
 __all__ = ["dcl", "hcl", "dcl_scores", "hcl_scores"]
 
@@ -42,63 +43,59 @@ def _check_common(temperature: float, tau_plus: float) -> tuple[float, float]:
     return tau, tp
 
 
-def _debiased_loss(pos_logit: Tensor, log_r: Tensor, log_n: Tensor | float, tau: float,
-                   tau_plus: float, clamp: bool, stats: dict | None = None) -> Tensor:
-    """Per-pair -log(pos / (pos + Ng)) from log pos = ``pos_logit`` and log R = ``log_r``
-    (vectors over the positive pairs; ``log_n`` is log N, a float or a matching vector)."""
-    return _DebiasedTail.apply(pos_logit, log_r, log_n, tau, tau_plus, clamp, stats)
-
-
-class _DebiasedTail(torch.autograd.Function):
-    """The per-pair tail of DCL / HCL as one autograd node (the vector ops would otherwise cost
-    ~20 autograd nodes, as much as a pass over the similarity matrix at N = 512).
-
-    With a = log pos, L = log R, r = log(tau+ N) + a - L (the estimate is positive iff r < 0):
+def _tail(pos_logit: Tensor, log_r: Tensor, log_n: Tensor | float, tau: float, tau_plus: float,
+          clamp: bool, stats: dict | None) -> tuple[Tensor, Tensor, Tensor]:
+    """Per-pair -log(pos / (pos + Ng)) and its derivatives, from a = log pos = ``pos_logit`` and
+    L = log R = ``log_r`` (vectors over the positive pairs; ``log_n`` = log N, a float or a
+    matching vector). With r = log(tau+ N) + a - L (the estimate is positive iff r < 0):
 
         log Ng = max( L + log(1 - e^r) - log(1 - tau+),  log N - 1/tau )      (clamp)
         loss   = softplus(log Ng - a)
 
-    and, with p = sigmoid(log Ng - a) and q = [not clamped] / (1 - e^r),
-    d loss / d L = p q and d loss / d a = p (-1 + [not clamped] - q).
+    and, with p = sigmoid(log Ng - a), k = [not clamped], q = k / (1 - e^r):
+    d loss / d L = p q and d loss / d a = p (k - 1 - q), i.e. -p q where the estimate is kept
+    and -p where the clamp holds. Returns (loss, d/da, d/dL).
     """
+    if tau_plus == 0.0:
+        log_est, keep_share = log_r, None
+    else:
+        r = (pos_logit - log_r).add_(math.log(tau_plus) + log_n)
+        keep_share = torch.rsub(r.exp_(), 1.0)  # 1 - e^r = estimate / R (negative: no estimate)
+        if not clamp and bool((keep_share <= 0).any()):
+            raise ValueError(
+                f"clamp=False but the debiased estimate Ng = (R - tau_plus*N*pos)/"
+                f"(1-tau_plus) is <= 0 for {int((keep_share <= 0).sum())} positive pair(s) "
+                f"(tau_plus={tau_plus!r}); its log is undefined: use clamp=True (the "
+                "papers' default) or a smaller tau_plus")
+        # NaN where 1 - e^r < 0: never kept below, never returned
+        log_est = keep_share.log().add_(log_r).sub_(math.log1p(-tau_plus))
+    kept = None
+    if clamp:
+        bound = log_n - 1.0 / tau
+        kept = log_est >= bound  # False at NaN
+        log_est = torch.where(kept, log_est, bound)
+        if stats is not None:
+            stats["clamp_active"] = 1.0 - float(kept.float().mean())
+    u = log_est - pos_logit
+    p = torch.sigmoid(u)
+    grad_l = p if keep_share is None else p / keep_share
+    if kept is not None:
+        grad_l = torch.where(kept, grad_l, 0.0)
+        grad_a = torch.where(kept, grad_l, p).neg_()  # kept: -p q; clamped: -p
+    else:
+        grad_a = grad_l.neg()
+    return F.softplus(u, threshold=40.0), grad_a, grad_l
+
+
+class _DebiasedTail(torch.autograd.Function):
+    """:func:`_tail` as one autograd node (the score forms; the in-batch forms run it inside
+    ``_InBatchLoss``)."""
 
     @staticmethod
     def forward(ctx, pos_logit, log_r, log_n, tau, tau_plus, clamp, stats):
-        if tau_plus == 0.0:
-            log_est, e_r = log_r, None
-        else:
-            r = (math.log(tau_plus) + log_n) + pos_logit - log_r
-            ok = r < 0
-            e_r = torch.where(ok, r, torch.full_like(r, -1.0)).exp_()  # e^r, r < 0 where used
-            log_est = torch.where(ok, log_r + torch.log1p(-e_r), torch.full_like(r, _NEG_INF))
-            log_est = log_est - math.log1p(-tau_plus)
-            if not clamp:
-                bad = ~ok
-                if bad.any():
-                    raise ValueError(
-                        f"clamp=False but the debiased estimate Ng = (R - tau_plus*N*pos)/"
-                        f"(1-tau_plus) is <= 0 for {int(bad.sum())} positive pair(s) "
-                        f"(tau_plus={tau_plus!r}); its log is undefined: use clamp=True (the "
-                        "papers' default) or a smaller tau_plus")
-        if clamp:
-            bound = torch.as_tensor(log_n - 1.0 / tau, dtype=log_est.dtype,
-                                    device=log_est.device).expand_as(log_est)
-            active = log_est < bound
-            log_ng = torch.where(active, bound, log_est)
-            if stats is not None:
-                stats["clamp_active"] = float(active.float().mean())
-            kept = (~active).to(log_est.dtype)
-        else:
-            log_ng, kept = log_est, None
-        u = log_ng - pos_logit
-        p = torch.sigmoid(u)
-        q = kept if kept is not None else torch.ones_like(u)
-        if e_r is not None:
-            q = q / (1.0 - e_r)  # 1 - e^r > 0 where kept; 1 elsewhere (e^-1)
-        grad_l = p * q
-        grad_a = p * ((q.new_ones(()) if kept is None else kept) - 1.0 - q)
+        loss, grad_a, grad_l = _tail(pos_logit, log_r, log_n, tau, tau_plus, clamp, stats)
         ctx.save_for_backward(grad_a, grad_l)
-        return torch.logaddexp(u, u.new_zeros(()))
+        return loss
 
     @staticmethod
     @once_differentiable
@@ -110,25 +107,21 @@ class _DebiasedTail(torch.autograd.Function):
 def _in_batch(z1: Tensor, z2: Tensor, tau: float, tau_plus: float, beta: float | None,
               clamp: bool, stats: dict | None) -> Tensor:
     _pair("z1", z1, "z2", z2, min_rows=2)
-    b = z1.shape[0]
-    n_neg = 2 * b - 2
-    partner = _in_batch_partner(b, z1.device)
-    z = torch.cat([z1, z2])
+    log_n = math.log(2 * z1.shape[0] - 2)
+    c = 1.0 / tau
     if beta is None or beta == 0.0:
-        log_r = _RowLogSumExp.apply(z, None, (1.0 / tau,), True, partner, False, None)[0]
-    elif beta == 1.0:  # scales (2/tau, 1/tau): one exponential pass, see _RowLogSumExpRatio
-        log_r = _RowLogSumExpRatio.apply(z, None, 1.0 / tau, True, partner, False) + math.log(n_neg)
+        scales, offset = (c,), 0.0
     else:
         # R = sum imp*neg / mean(imp), imp = e^{beta s/tau}:
-        # log R = lse((1+beta) s/tau) - lse(beta s/tau) + log N
-        lse = _RowLogSumExp.apply(z, None, ((1.0 + beta) / tau, beta / tau), True, partner,
-                                  False, None)
-        log_r = lse[0] - lse[1] + math.log(n_neg)
-    pos = (z1 * z2).sum(dim=1)
-    loss = _debiased_loss(torch.cat([pos, pos]) / tau, log_r, math.log(n_neg), tau, tau_plus,
-                          clamp, stats=stats).mean()
+        # log R = lse((1+beta) s/tau) - lse(beta s/tau) + log N   (beta = 1: scales (2c, c))
+        scales, offset = ((1.0 + beta) * c, beta * c), log_n
+
+    def head(pos_logit: Tensor, stat: Tensor):
+        return _tail(pos_logit, stat + offset, log_n, tau, tau_plus, clamp, stats)
+
+    loss = _InBatchLoss.apply(z1, z2, c, scales, False, None, head)
     if stats is not None:
-        stats["pos_sim"] = pos.detach().mean()
+        stats["pos_sim"] = torch.linalg.vecdot(z1.detach(), z2.detach()).mean()
         stats["neg_sim"] = _in_batch_neg_sim(z1, z2)
     return loss
 
@@ -221,8 +214,8 @@ def _scores_form(scores: Tensor, positive_mask: Tensor, valid_mask: Tensor | Non
                  - torch.logsumexp(beta * neg_logits, dim=1) + log_n)
     # the per-pair formula on the P positive pairs only
     anchor, col = pos.nonzero(as_tuple=True)
-    per_pair = _debiased_loss(logits[anchor, col], log_r[anchor], log_n[anchor], tau, tau_plus,
-                              clamp, stats=stats)
+    per_pair = _DebiasedTail.apply(logits[anchor, col], log_r[anchor], log_n[anchor], tau,
+                                   tau_plus, clamp, stats)
     per_anchor = logits.new_zeros(pos.shape[0]).index_add(0, anchor, per_pair)
     per_anchor = per_anchor / pos.sum(dim=1)
     if stats is not None:

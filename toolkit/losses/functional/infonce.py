@@ -24,7 +24,7 @@ from torch.nn import functional as F
 
 from toolkit import checks
 
-from ._kernel import _NEG_INF, _RowLogSumExp
+from ._kernel import _NEG_INF, _InBatchLoss, _RowLogSumExp, _in_batch_partner
 
 __all__ = ["info_nce_scores", "nt_xent", "moco_infonce", "cmc"]
 
@@ -69,11 +69,6 @@ def _no_empty_rows(name: str, kept: Tensor) -> None:
         raise ValueError(f"{name} keeps no candidate negative for anchor(s) "
                          f"{empty[:8].tolist()}{' ...' if empty.numel() > 8 else ''}; "
                          "expected at least one kept negative per anchor")
-
-
-def _in_batch_partner(n_pairs: int, device: torch.device | None = None) -> Tensor:
-    """Index of the positive of each row of z = [z1; z2]: a -> a + B (mod 2B)."""
-    return (torch.arange(2 * n_pairs, device=device) + n_pairs) % (2 * n_pairs)
 
 
 def _in_batch_neg_sim(z1: Tensor, z2: Tensor) -> Tensor:
@@ -173,25 +168,29 @@ def nt_xent(z1: Tensor, z2: Tensor, temperature: float = 0.5, *, neg_mask: Tenso
     tau = checks.positive("temperature", temperature)
     b = z1.shape[0]
     n = 2 * b
-    partner = _in_batch_partner(b, z1.device)
     keep = _bool_mask("neg_mask", neg_mask, (n, n))
-    kept_negatives = None
+    kept_negatives = n_kept = None
     if keep is not None:
         rows = torch.arange(n, device=z1.device)
+        partner = _in_batch_partner(b, z1.device)
         kept_negatives = keep.clone()
         kept_negatives.diagonal().fill_(False)
         kept_negatives[rows, partner] = False
         _no_empty_rows("neg_mask", kept_negatives)
-    z = torch.cat([z1, z2])
-    lse = _RowLogSumExp.apply(z, None, (1.0 / tau,), True, partner, True, kept_negatives)[0]
-    pos = (z1 * z2).sum(dim=1)
-    loss = (lse - torch.cat([pos, pos]) / tau).mean()
+        n_kept = int(torch.count_nonzero(kept_negatives))
+        kept_negatives[rows, partner] = True  # the positive stays in the partition
+    loss = _InBatchLoss.apply(z1, z2, 1.0 / tau, (1.0 / tau,), True, kept_negatives,
+                              _nt_xent_head)
     if stats is not None:
-        stats["pos_sim"] = pos.detach().mean()
+        stats["pos_sim"] = torch.linalg.vecdot(z1.detach(), z2.detach()).mean()
         stats["neg_sim"] = _in_batch_neg_sim(z1, z2)
-        stats["neg_kept"] = (1.0 if keep is None else
-                             int(torch.count_nonzero(kept_negatives)) / (n * (n - 2)))
+        stats["neg_kept"] = 1.0 if n_kept is None else n_kept / (n * (n - 2))
     return loss
+
+
+def _nt_xent_head(pos_logit: Tensor, lse: Tensor):
+    """l_a = lse_a - A_a: dl/dA = -1, dl/dlse = 1."""
+    return lse - pos_logit, -1.0, 1.0
 
 
 def moco_infonce(q: Tensor, k: Tensor, queue: Tensor, temperature: float = 0.07, *,
@@ -222,7 +221,7 @@ def moco_infonce(q: Tensor, k: Tensor, queue: Tensor, temperature: float = 0.07,
     if keep is not None:
         _no_empty_rows("neg_mask", keep)
     k, queue = k.detach(), queue.detach()
-    lse_neg = _RowLogSumExp.apply(q, queue, (1.0 / tau,), False, None, False, keep)[0]
+    lse_neg = _RowLogSumExp.apply(q, queue, 1.0 / tau, keep)
     pos = (q * k).sum(dim=1)
     pos_logit = pos / tau
     loss = (torch.logaddexp(pos_logit, lse_neg) - pos_logit).mean()
