@@ -125,6 +125,18 @@ def test_uniform_matches_loop_reference(dtype, close, rows, leaves, unit, t):
     close(grads(loss, x)[0], grads(ref, rx)[0], dtype)
 
 
+def test_uniform_far_apart_points_underflowing_float32(rows):
+    """t ||x_i - x_j||^2 ~ 100-400: every e^{-t d^2} is below float32's smallest number, so the
+    sum is taken again shifted by its maximum; value and gradient against the float64 loop."""
+    x = (rows(6, 4, seed=9, dtype=torch.float32, unit=True) * 20.0).detach().requires_grad_()
+    rx = x.detach().double().requires_grad_()
+    loss, ref = uniform(x, 2.0), ref_uniform(rx, 2.0)
+    assert float(ref.detach()) < -100.0  # the regime the test is about
+    torch.testing.assert_close(loss.double(), ref.detach(), rtol=1e-5, atol=1e-4)
+    torch.testing.assert_close(grads(loss, x)[0].double(), grads(ref, rx)[0], rtol=1e-4,
+                               atol=1e-5)
+
+
 def test_align_uniform_combines_the_terms(dtype, close, rows, leaves):
     x, y = rows(6, 3, seed=5, dtype=dtype), rows(6, 3, seed=6, dtype=dtype)
     stats: dict = {}

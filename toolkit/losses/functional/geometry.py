@@ -13,15 +13,16 @@ import math
 
 import torch
 from torch import Tensor
+from torch.autograd.function import once_differentiable
 from torch.nn import functional as F
 
 from toolkit import checks
 
+from ._kernel import _LOG2E, _NEG_INF
 from .infonce import _pair, _rows, _same_dtype
 
 __all__ = ["align", "uniform", "align_uniform", "spectral", "cpcl_a", "cpcl_full", "aca"]
 
-_NEG_INF = float("-inf")
 
 
 # ----------------------------------------------------------------------------- helpers
@@ -50,12 +51,6 @@ def _cross_view_stats(z1: Tensor, z2: Tensor, stats: dict | None) -> None:
         diag = (z1 * z2).sum()
         stats["pos_sim"] = diag / b
         stats["neg_sim"] = (z1.sum(0) @ z2.sum(0) - diag) / (b * (b - 1))
-
-
-def _sq_dists(x: Tensor) -> Tensor:
-    """||x_i - x_j||^2 for all pairs from the Gram form, clamped at 0 against round-off."""
-    sq = x.square().sum(dim=1)
-    return torch.addmm(sq.unsqueeze(1) + sq.unsqueeze(0), x, x.t(), alpha=-2.0).clamp_min(0.0)
 
 
 def _powered_norm(diff: Tensor, alpha: float) -> Tensor:
@@ -97,11 +92,53 @@ def uniform(x: Tensor, t: float = 2.0) -> Tensor:
     """
     _rows("x", x, min_rows=2)
     tt = checks.positive("t", t)
-    n = x.shape[0]
-    logits = _sq_dists(x).mul(-tt)
-    logits.diagonal().fill_(_NEG_INF)
     # the off-diagonal set holds every pair i<j twice: same mean
-    return torch.logsumexp(logits.flatten(), dim=0) - math.log(n * (n - 1))
+    return _LogSumExpNegSqDists.apply(x, tt) - math.log(x.shape[0] * (x.shape[0] - 1))
+
+
+def _neg_sq_dist_exponent(x: Tensor, t: float) -> Tensor:
+    """-t ||x_i - x_j||^2 log2(e) for all pairs, as one GEMM with two extra columns."""
+    c = t * _LOG2E
+    sq = torch.linalg.vecdot(x, x).mul_(-c).unsqueeze(1)
+    ones = torch.ones_like(sq)
+    return torch.cat([x * (2.0 * c), sq, ones], 1) @ torch.cat([x, ones, sq], 1).t()
+
+
+class _LogSumExpNegSqDists(torch.autograd.Function):
+    """log sum_{i != j} exp(-t ||x_i - x_j||^2) in one GEMM and one exponential pass.
+
+    The exponent -t (|x_i|^2 + |x_j|^2 - 2 x_i.x_j) (<= 0) is the product of ``[2t x, -t|x|^2,
+    1]`` and ``[x, 1, -t|x|^2]`` (base 2: log2 e folded in), so no distance matrix is built
+    before the exp. With E the exponentials (0 on the diagonal), S = sum E and r = E 1:
+
+        d/dx = (4t / S) (E x - r * x)          (E symmetric)
+
+    one matmul in the backward, where autograd through distances and ``logsumexp`` needs a
+    softmax pass and two matmuls. If S underflows (far-apart points, large t) the exponent is
+    recomputed shifted by its maximum.
+    """
+
+    @staticmethod
+    def forward(ctx, x, t):
+        e = _neg_sq_dist_exponent(x, t)
+        e.diagonal().fill_(_NEG_INF)
+        r = e.exp2_().sum(dim=1)
+        total, shift = r.sum(), 0.0
+        if float(total) < torch.finfo(x.dtype).tiny * e.numel() / torch.finfo(x.dtype).eps:
+            e = _neg_sq_dist_exponent(x, t)  # underflow: again, shifted by the true max
+            e.diagonal().fill_(_NEG_INF)
+            shift = float(e.amax())
+            r = e.sub_(shift).exp2_().sum(dim=1)
+            total = r.sum()
+        ctx.save_for_backward(x, e, r, total)
+        ctx.t = t
+        return total.log() + shift * math.log(2.0)
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, grad):
+        x, e, r, total = ctx.saved_tensors
+        return (e @ x).sub_(x * r.unsqueeze(1)).mul_(grad * (4.0 * ctx.t) / total), None
 
 
 def align_uniform(x: Tensor, y: Tensor, align_weight: float = 1.0, uniform_weight: float = 1.0,
