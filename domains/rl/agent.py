@@ -54,7 +54,8 @@ class CurlSacAgent(nn.Module):
     """SAC + CURL. ``objective`` is the core objective built from the recipe (``None``:
     plain pixel SAC, no contrastive term). ``fused=False`` and ``channels_last=False``
     reproduce the reference code's separate encoder passes, per-parameter Adam loops and NCHW
-    layout (benchmarks); ``fused=True`` shares the encoder pass and uses PyTorch's fused Adam
+    layout (benchmarks); ``fused=True`` shares the encoder pass, fuses each ReLU into its
+    convolution on CPU (:func:`~domains.rl.networks.conv_relu`) and uses PyTorch's fused Adam
     (the same update rule in one kernel per optimizer step)."""
 
     def __init__(self, obs_shape: tuple[int, int, int], action_dim: int, *,
@@ -66,7 +67,8 @@ class CurlSacAgent(nn.Module):
         self.cfg, self.fused, self.objective = agent, fused, objective
         self.crop_size, self.action_dim = size, action_dim
         self.critic = Critic(PixelEncoder(channels, size, encoder.feature_dim, encoder.num_layers,
-                                          encoder.num_filters, channels_last), action_dim, agent.hidden_dim)
+                                          encoder.num_filters, channels_last, fuse_relu=fused),
+                             action_dim, agent.hidden_dim)
         self.critic_target = copy.deepcopy(self.critic).requires_grad_(False)
         self.actor = Actor(self.critic.encoder.conv_dim, encoder.feature_dim, action_dim,
                            agent.hidden_dim, agent.actor_log_std_range)
@@ -102,8 +104,9 @@ class CurlSacAgent(nn.Module):
     # -- one update ------------------------------------------------------------------------
     def update(self, batch: dict[str, Tensor]) -> dict[str, Tensor]:
         """One SAC + CURL update on a sampled batch; returns detached scalars to log."""
-        obs, action, reward = batch["obs"], batch["action"], batch["reward"]
-        next_obs, not_done, obs_pos = batch["next_obs"], batch["not_done"], batch["pos"]
+        prepare = self.critic.encoder.prepare  # to float once: each batch is encoded 1-3 times
+        obs, action, reward = prepare(batch["obs"]), batch["action"], batch["reward"]
+        next_obs, not_done, obs_pos = prepare(batch["next_obs"]), batch["not_done"], prepare(batch["pos"])
         cfg, u, clock = self.cfg, self.num_updates, _Clock(self.timings)
         out: dict[str, Tensor] = {}
 

@@ -10,7 +10,8 @@
 * :class:`Critic`: the encoder with gradients, two Q heads on ``[features, action]``.
 
 Convolutions run in channels-last memory format (oneDNN's native layout on CPU: the same
-arithmetic, about twice as fast as NCHW here); initialisation follows SAC-AE / CURL:
+arithmetic, about twice as fast as NCHW here), with the ReLU fused into them on CPU
+(:func:`conv_relu`); initialisation follows SAC-AE / CURL:
 orthogonal linear weights, delta-orthogonal convolutions (ReLU gain), zero biases.
 """
 from __future__ import annotations
@@ -20,8 +21,9 @@ import math
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
+from torch.autograd.function import once_differentiable
 
-__all__ = ["conv_output_size", "PixelEncoder", "Projection", "Actor", "Critic", "orthogonal_init"]
+__all__ = ["conv_output_size", "conv_relu", "PixelEncoder", "Projection", "Actor", "Critic", "orthogonal_init"]
 
 
 def conv_output_size(image_size: int, num_layers: int) -> int:
@@ -65,8 +67,10 @@ class PixelEncoder(nn.Module):
     """``obs [B, C, s, s] uint8 -> [B, feature_dim]`` = ``project(conv(obs))``."""
 
     def __init__(self, in_channels: int, image_size: int, feature_dim: int = 50,
-                 num_layers: int = 4, num_filters: int = 32, channels_last: bool = True) -> None:
+                 num_layers: int = 4, num_filters: int = 32, channels_last: bool = True,
+                 fuse_relu: bool = True) -> None:
         super().__init__()
+        self.fuse_relu = fuse_relu
         layers: list[nn.Module] = [nn.Conv2d(in_channels, num_filters, 3, stride=2)]
         for _ in range(num_layers - 1):
             layers.append(nn.Conv2d(num_filters, num_filters, 3, stride=1))
@@ -78,17 +82,75 @@ class PixelEncoder(nn.Module):
         self.memory_format = torch.channels_last if channels_last else torch.contiguous_format
         self.to(memory_format=self.memory_format)
 
+    def prepare(self, obs: Tensor) -> Tensor:
+        """uint8 (or 0..255 float) pixels as float32 in the encoder's memory format (a no-op
+        on an already prepared tensor: convert a batch once, encode it several times)."""
+        return obs.to(torch.float32, memory_format=self.memory_format)
+
     def conv(self, obs: Tensor) -> Tensor:
         """Flattened convolutional features ``[B, conv_dim]`` of uint8 (or 0..255 float) pixels."""
-        x = obs.to(torch.float32, memory_format=self.memory_format)
+        x = self.prepare(obs)
         first = self.convs[0]  # conv(x / 255, W) = conv(x, W / 255): no pass over the pixels
-        x = F.relu(F.conv2d(x, first.weight * (1.0 / 255.0), first.bias, first.stride), inplace=True)
+        x = conv_relu(x, first.weight * (1.0 / 255.0), first.bias, first.stride[0], self.fuse_relu)
         for layer in self.convs[1:]:
-            x = F.relu(layer(x), inplace=True)  # in place: the conv's backward does not need its output
+            x = conv_relu(x, layer.weight, layer.bias, layer.stride[0], self.fuse_relu)
         return x.flatten(1)  # NCHW flattening order, as in the reference (a copy from NHWC)
 
     def forward(self, obs: Tensor) -> Tensor:
         return self.project(self.conv(obs))
+
+
+def _mkldnn_conv_relu(x: Tensor, weight: Tensor, bias: Tensor | None, stride: int) -> Tensor:
+    return torch.ops.mkldnn._convolution_pointwise(x, weight, bias, [0, 0], [stride, stride],
+                                                   [1, 1], 1, "relu", [None], "")
+
+
+def _has_mkldnn_conv_relu() -> bool:
+    try:
+        x, w = torch.ones(1, 1, 3, 3), torch.ones(1, 1, 3, 3)
+        return bool(_mkldnn_conv_relu(x, w, None, 1).item() == 9.0)
+    except (AttributeError, RuntimeError):
+        return False
+
+
+_FUSED_CONV_RELU = torch.backends.mkldnn.is_available() and _has_mkldnn_conv_relu()
+
+
+class _ConvReLU(torch.autograd.Function):
+    """relu(conv2d(x, W, b)) in one oneDNN call forward (ReLU as the convolution's post-op: no
+    separate pass over the activations); backward = ReLU's mask, then the convolution's
+    backward, exactly the two steps autograd takes for ``relu(conv2d(...))``."""
+
+    @staticmethod
+    def forward(ctx, x, weight, bias, stride):
+        y = _mkldnn_conv_relu(x, weight, bias, stride)
+        ctx.save_for_backward(x, weight, y)
+        ctx.stride = stride
+        return y
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, grad):
+        x, weight, y = ctx.saved_tensors
+        s = ctx.stride
+        g = torch.ops.aten.threshold_backward(grad, y, 0)
+        gx, gw, gb = torch.ops.aten.convolution_backward(
+            g, x, weight, [weight.shape[0]], [s, s], [0, 0], [1, 1], False, [0, 0], 1,
+            list(ctx.needs_input_grad[:3]))
+        return gx, gw, gb, None
+
+
+def conv_relu(x: Tensor, weight: Tensor, bias: Tensor | None, stride: int, fused: bool = True) -> Tensor:
+    """``relu(conv2d(x, weight, bias, stride))`` (no padding). ``fused`` on a CPU float32
+    tensor: oneDNN's convolution with a ReLU post-op (the kernel PyTorch's compiler emits for
+    this pattern on CPU; measured 15% faster than conv + in-place ReLU for this encoder's
+    no-gradient pass at batch 128), with :class:`_ConvReLU`'s backward where gradients are
+    needed. Elsewhere (GPU, other dtypes, builds without oneDNN) conv2d + in-place ReLU."""
+    if fused and _FUSED_CONV_RELU and x.device.type == "cpu" and x.dtype == torch.float32:
+        if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (x, weight, bias)):
+            return _ConvReLU.apply(x, weight, bias, stride)
+        return _mkldnn_conv_relu(x, weight, bias, stride)
+    return F.relu(F.conv2d(x, weight, bias, stride), inplace=True)  # the conv's backward does not need its output
 
 
 def _mlp(in_dim: int, hidden: int, out_dim: int) -> nn.Sequential:

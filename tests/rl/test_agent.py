@@ -10,7 +10,7 @@ import torch
 from domains.rl.agent import CurlSacAgent
 from domains.rl.config import AgentConfig, EncoderConfig
 from domains.rl.curl import BilinearCURL
-from domains.rl.networks import Actor
+from domains.rl.networks import _FUSED_CONV_RELU, Actor, conv_relu
 from toolkit.objective import build
 from toolkit.recipe import Objective
 
@@ -184,3 +184,28 @@ def test_acting_uses_the_centre_crop_of_the_rendered_stack():
         shifted, _, _, _ = agent.actor(agent.critic.encoder.conv(full[None, :, 0:20, 0:20]), sample=False)
     assert np.allclose(action, mu[0].numpy(), atol=1e-6)
     assert not np.allclose(action, shifted[0].numpy(), atol=1e-6)  # the crop position matters
+
+
+def test_fused_conv_relu_matches_conv_then_relu():
+    """The oneDNN conv+ReLU (and its backward) against relu(conv2d(...)) by autograd: stride
+    1 and 2, channels-last and NCHW inputs, with and without an input gradient."""
+    assert _FUSED_CONV_RELU, "this torch build has no oneDNN fused convolution"
+    g = torch.Generator().manual_seed(0)
+    for stride, fmt, x_grad in [(1, torch.channels_last, True), (2, torch.contiguous_format, False),
+                                (1, torch.contiguous_format, True), (2, torch.channels_last, False)]:
+        x = torch.randn(3, 4, 11, 11, generator=g).contiguous(memory_format=fmt)
+        w = torch.randn(5, 4, 3, 3, generator=g).contiguous(memory_format=fmt)
+        b = torch.randn(5, generator=g)
+        leaves = [t.clone().requires_grad_(need) for t, need in ((x, x_grad), (w, True), (b, True))]
+        refs = [t.clone().requires_grad_(need) for t, need in ((x, x_grad), (w, True), (b, True))]
+        y = conv_relu(*leaves, stride)
+        y_ref = torch.relu(torch.nn.functional.conv2d(*refs, stride=stride))
+        torch.testing.assert_close(y, y_ref)
+        assert (y == 0).any() and (y > 0).any()  # the mask matters
+        seed = torch.randn(y.shape, generator=g)
+        got = torch.autograd.grad(y, [t for t in leaves if t.requires_grad], seed)
+        want = torch.autograd.grad(y_ref, [t for t in refs if t.requires_grad], seed)
+        for a, r in zip(got, want):
+            torch.testing.assert_close(a, r, rtol=1e-5, atol=1e-5)
+        with torch.no_grad():  # the no-gradient path
+            torch.testing.assert_close(conv_relu(x, w, b, stride), y_ref.detach())
