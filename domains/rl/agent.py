@@ -17,9 +17,10 @@ One update, top to bottom (CURL's order; ``u`` counts updates):
 
 What is shared and why it is the same computation: the critic step changes the encoder, so
 step 1 encodes ``o`` on its own; steps 2 and 4 both need the convolutional features of ``o``
-under the *updated* encoder (the actor step does not touch the encoder), so they are computed
-once and shared (detached for the actor, with gradient for step 4). The reference code
-encodes ``o`` three times there. ``fused=False`` keeps the reference's separate passes (for
+and their critic projection under the *updated* encoder (the actor step touches neither), so
+they are computed once and shared (detached for the actor, with gradient for step 4), and
+the actor's backward computes only the actor's gradients (the reference also computes the
+critic's there and discards them). The reference code encodes ``o`` three times there. ``fused=False`` keeps the reference's separate passes (for
 the benchmark and the equivalence test).
 """
 from __future__ import annotations
@@ -72,6 +73,7 @@ class CurlSacAgent(nn.Module):
         self.critic_target = copy.deepcopy(self.critic).requires_grad_(False)
         self.actor = Actor(self.critic.encoder.conv_dim, encoder.feature_dim, action_dim,
                            agent.hidden_dim, agent.actor_log_std_range)
+        self.critic.encoder.adopt_projection(self.actor.project)
         self.curl = BilinearCURL(encoder.feature_dim)
         self.log_alpha = nn.Parameter(torch.tensor(math.log(agent.init_temperature)))
         self.target_entropy = -float(action_dim)
@@ -124,24 +126,32 @@ class CurlSacAgent(nn.Module):
         out.update(critic_loss=critic_loss.detach(), q_mean=q1.detach().mean())
         clock.lap("critic")
 
-        # Conv features of obs under the updated encoder, shared by steps 2 and 4.
+        # Conv features of obs under the updated encoder and their critic projection, shared
+        # by steps 2 and 4 (the actor step changes neither the encoder nor that projection).
         wants_contrast = self.objective is not None and cfg.contrastive_weight > 0
         actor_step = u % cfg.actor_update_every == 0
-        h_obs = None
+        h_obs = z_obs = None
         if self.fused and (wants_contrast or actor_step):
             with torch.set_grad_enabled(wants_contrast):
                 h_obs = self.critic.encoder.conv(obs)
+                z_obs = self.critic.encoder.project(h_obs)
             clock.lap("shared_encoder")
 
         # 2. actor and temperature
         if actor_step:
             h = h_obs.detach() if self.fused else self.critic.encoder.conv(obs).detach()
             _, pi, log_pi, log_std = self.actor(h)
-            h_critic = h if self.fused else self.critic.encoder.conv(obs).detach()
-            actor_q1, actor_q2 = self.critic.heads(self.critic.encoder.project(h_critic), pi)
+            z_critic = (z_obs.detach() if self.fused else
+                        self.critic.encoder.project(self.critic.encoder.conv(obs).detach()))
+            actor_q1, actor_q2 = self.critic.heads(z_critic, pi)
             actor_loss = (self.alpha.detach() * log_pi - torch.min(actor_q1, actor_q2)).mean()
             self.actor_opt.zero_grad(set_to_none=True)
-            actor_loss.backward()
+            if self.fused:  # only the actor's gradients: the critic's would be discarded
+                params = list(self.actor.parameters())
+                for p, g in zip(params, torch.autograd.grad(actor_loss, params)):
+                    p.grad = g
+            else:
+                actor_loss.backward()
             self.actor_opt.step()
             alpha_loss = (self.alpha * (-log_pi - self.target_entropy).detach()).mean()
             self.alpha_opt.zero_grad(set_to_none=True)
@@ -160,8 +170,7 @@ class CurlSacAgent(nn.Module):
 
         # 4. contrastive term
         if wants_contrast:
-            h = h_obs if self.fused else self.critic.encoder.conv(obs)
-            z_anchor = self.critic.encoder.project(h)
+            z_anchor = z_obs if self.fused else self.critic.encoder(obs)
             with torch.no_grad():
                 z_pos = self.critic_target.encoder(obs_pos)
             result = self.objective(self.curl.batch(z_anchor, z_pos, step=u))

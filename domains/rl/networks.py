@@ -81,6 +81,20 @@ class PixelEncoder(nn.Module):
         self.apply(orthogonal_init)
         self.memory_format = torch.channels_last if channels_last else torch.contiguous_format
         self.to(memory_format=self.memory_format)
+        self.adopt_projection(self.project)
+
+    def adopt_projection(self, projection: "Projection") -> None:
+        """Reorder the input columns of a projection initialised for NCHW-flattened features
+        (the reference's order) to this encoder's flattening order: channels-last features
+        flatten as (h, w, c) without a copy, so the weight's columns are permuted once here
+        instead of the activations at every pass. The network computes the same function
+        as its NCHW twin from the same seed (tested); only the stored column order differs."""
+        if self.memory_format is not torch.channels_last:
+            return
+        w = projection.fc.weight
+        side = int(round(math.sqrt(w.shape[1] // self.convs[-1].out_channels)))
+        with torch.no_grad():
+            w.copy_(w.view(w.shape[0], -1, side, side).permute(0, 2, 3, 1).reshape(w.shape))
 
     def prepare(self, obs: Tensor) -> Tensor:
         """uint8 (or 0..255 float) pixels as float32 in the encoder's memory format (a no-op
@@ -94,7 +108,9 @@ class PixelEncoder(nn.Module):
         x = conv_relu(x, first.weight * (1.0 / 255.0), first.bias, first.stride[0], self.fuse_relu)
         for layer in self.convs[1:]:
             x = conv_relu(x, layer.weight, layer.bias, layer.stride[0], self.fuse_relu)
-        return x.flatten(1)  # NCHW flattening order, as in the reference (a copy from NHWC)
+        if self.memory_format is torch.channels_last:
+            return x.permute(0, 2, 3, 1).flatten(1)  # (h, w, c) order: a view, no copy
+        return x.flatten(1)  # NCHW order, as in the reference
 
     def forward(self, obs: Tensor) -> Tensor:
         return self.project(self.conv(obs))

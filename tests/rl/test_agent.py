@@ -209,3 +209,25 @@ def test_fused_conv_relu_matches_conv_then_relu():
             torch.testing.assert_close(a, r, rtol=1e-5, atol=1e-5)
         with torch.no_grad():  # the no-gradient path
             torch.testing.assert_close(conv_relu(x, w, b, stride), y_ref.detach())
+
+
+def test_channels_last_agent_computes_what_its_nchw_twin_computes():
+    """Channels-last features flatten as (h, w, c); the projections' columns are permuted at
+    initialisation, so the same seed gives the same critic, actor and encoder outputs as the
+    NCHW (reference-order) agent."""
+    torch.manual_seed(0)
+    nhwc = CurlSacAgent(OBS, 2, encoder=ENC, agent=AgentConfig(hidden_dim=16), objective=None)
+    torch.manual_seed(0)
+    nchw = CurlSacAgent(OBS, 2, encoder=ENC, agent=AgentConfig(hidden_dim=16), objective=None,
+                        fused=False, channels_last=False)
+    w_a, w_b = nhwc.critic.encoder.project.fc.weight, nchw.critic.encoder.project.fc.weight
+    assert not torch.equal(w_a, w_b) and torch.equal(w_a.sort(dim=1).values, w_b.sort(dim=1).values)
+    g = torch.Generator().manual_seed(1)
+    obs = torch.randint(0, 256, (5, *OBS), generator=g, dtype=torch.uint8)
+    action = torch.rand(5, 2, generator=g) * 2 - 1
+    with torch.no_grad():
+        for a, b in [(nhwc.critic.encoder(obs), nchw.critic.encoder(obs)),
+                     (nhwc.critic(obs, action)[0], nchw.critic(obs, action)[0]),
+                     (nhwc.actor(nhwc.critic.encoder.conv(obs), sample=False)[0],
+                      nchw.actor(nchw.critic.encoder.conv(obs), sample=False)[0])]:
+            torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
