@@ -4,15 +4,16 @@ Conventions (``METHODS.md`` rows 1-3): ``tau`` divides similarities, the positiv
 the partition, MoCo keys and queue rows are constants (detached), inputs are used as given
 (no L2 normalisation here: the encoder head does it), reduction is the batch mean.
 
-Cost. The in-batch and queue forms go through ``_kernel._RowLogSumExp``, an autograd
-function with a hand-written backward: one matmul for the similarity matrix (1/tau applied by the
-GEMM, in base 2: ``exp2`` is ~2x faster than ``exp`` on CPU), -inf written at self / the
-excluded partner, a row shift known before the product and one exponential pass in place; a
-selector's keep-mask zeroes entries after the exp (``torch.where`` into the same buffer: no
-gathers, and no exp(-inf), which is ~10x slower on CPU). The backward is the matmul(s) of
-the bound with the per-row softmax factors applied to ``[n, d]`` operands, never to the
-``[n, m]`` matrix. Peak memory is one ``[n, m]`` matrix per temperature scale; nothing
-of shape ``[n, m, d]`` is ever built.
+Cost. The queue form goes through ``_kernel._RowLogSumExp`` and the in-batch form through
+``_kernel._InBatchLoss``, autograd functions with hand-written backwards: one matmul for the
+similarity matrix (1/tau applied by the GEMM, in base 2: ``exp2`` is ~2x faster than ``exp``
+on CPU), -inf written at self / the excluded partner, a shift known before the product and
+one exponential pass in place; a selector's keep-mask zeroes entries after the exp
+(``torch.where`` into the same buffer: no gathers, and no exp(-inf), which is ~10x slower on
+CPU). The queue backward is the bound's matmul with the per-row softmax factors applied to
+``[n, d]`` operands, never to the ``[n, m]`` matrix; the in-batch backward is one matmul with
+the symmetrised gradient matrix (two with a keep-mask). Peak memory is one to three
+``[n, m]`` matrices; nothing of shape ``[n, m, d]`` is ever built.
 """
 from __future__ import annotations
 
