@@ -20,8 +20,9 @@ step 1 encodes ``o`` on its own; steps 2 and 4 both need the convolutional featu
 and their critic projection under the *updated* encoder (the actor step touches neither), so
 they are computed once and shared (detached for the actor, with gradient for step 4), and
 the actor's backward computes only the actor's gradients (the reference also computes the
-critic's there and discards them). The reference code encodes ``o`` three times there. ``fused=False`` keeps the reference's separate passes (for
-the benchmark and the equivalence test).
+critic's there and discards them). The reference code encodes ``o`` three times there.
+``fused=False`` keeps the reference's separate passes (for the benchmark and the equivalence
+test).
 """
 from __future__ import annotations
 

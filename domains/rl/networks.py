@@ -75,7 +75,8 @@ class PixelEncoder(nn.Module):
         for _ in range(num_layers - 1):
             layers.append(nn.Conv2d(num_filters, num_filters, 3, stride=1))
         self.convs = nn.ModuleList(layers)
-        self.conv_dim = num_filters * conv_output_size(image_size, num_layers) ** 2
+        self.conv_side = conv_output_size(image_size, num_layers)
+        self.conv_dim = num_filters * self.conv_side ** 2
         self.feature_dim = feature_dim
         self.project = Projection(self.conv_dim, feature_dim)
         self.apply(orthogonal_init)
@@ -91,8 +92,7 @@ class PixelEncoder(nn.Module):
         as its NCHW twin from the same seed (tested); only the stored column order differs."""
         if self.memory_format is not torch.channels_last:
             return
-        w = projection.fc.weight
-        side = int(round(math.sqrt(w.shape[1] // self.convs[-1].out_channels)))
+        w, side = projection.fc.weight, self.conv_side
         with torch.no_grad():
             w.copy_(w.view(w.shape[0], -1, side, side).permute(0, 2, 3, 1).reshape(w.shape))
 

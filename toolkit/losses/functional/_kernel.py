@@ -1,8 +1,8 @@
 """The similarity kernel shared by the InfoNCE family and the debiased losses.
 
-:class:`_RowLogSumExp` (one or several temperature scales) computes row log-sum-exps of
-``c left @ right^T`` with masks, in one GEMM and one exponential pass, with a hand-written
-backward that is the matmuls of the bound; :class:`_InBatchLoss` is the in-batch (SimCLR 2B)
+:class:`_RowLogSumExp` computes row log-sum-exps of ``c q @ keys^T`` (a queue or memory bank)
+with an optional mask, in one GEMM and one exponential pass, with a hand-written backward that
+is the matmul of the bound; :class:`_InBatchLoss` is the in-batch (SimCLR 2B)
 loss of NT-Xent, DCL and HCL on top of it as one autograd node. See
 :func:`_masked_exponentials` for the shift and the masks.
 """
@@ -216,17 +216,16 @@ class _InBatchLoss(torch.autograd.Function):
                 g, row = exps[0].mul_(r.unsqueeze(1) + r), None
             else:
                 g, row = exps[0], r
-        elif _squares(scales) and symmetric:  # dL/ds = (2c / S0) E^2 - (c / S1) E
-            c = scales[1]
-            a, b = u * (2.0 * c) / sums[0], u * (-c) / sums[1]
+        elif _squares(scales):  # dL/ds = (2c / S0) E^2 - (c / S1) E = E o (a E + b) per row
+            w = u if symmetric else 1.0  # u inside H, or left to the backward as the row factor
+            a = (w * (2.0 * scales[1]) / sums[0]).unsqueeze(1)
+            b = (w * -scales[1] / sums[1]).unsqueeze(1)
             e = exps[1]
-            g = torch.addcmul(b.unsqueeze(1), a.unsqueeze(1), e).addcmul_(a, e).add_(b).mul_(e)
-            row = None
-        elif _squares(scales):
-            s0, s1 = sums
-            g = exps[1].mul_((2.0 * s1 / s0).unsqueeze(1))
-            g.addcmul_(g, g, value=-1.0)  # E' - E'^2 (masked entries stay 0)
-            row = u * (-0.5 * scales[1]) * s0 / s1.square()
+            g = torch.addcmul(b, a, e)
+            if symmetric:  # G + G^T: the column factors too
+                g.addcmul_(a.t(), e).add_(b.t())
+            g.mul_(e)
+            row = None if symmetric else u
         else:
             g = exps[0].mul_((scales[0] / sums[0]).unsqueeze(1))
             g.addcmul_(exps[1], (-scales[1] / sums[1]).unsqueeze(1))

@@ -97,11 +97,14 @@ def uniform(x: Tensor, t: float = 2.0) -> Tensor:
 
 
 def _neg_sq_dist_exponent(x: Tensor, t: float) -> Tensor:
-    """-t ||x_i - x_j||^2 log2(e) for all pairs, as one GEMM with two extra columns."""
+    """-t ||x_i - x_j||^2 log2(e) for all pairs i != j (-inf on the diagonal), as one GEMM with
+    two extra columns."""
     c = t * _LOG2E
     sq = torch.linalg.vecdot(x, x).mul_(-c).unsqueeze(1)
     ones = torch.ones_like(sq)
-    return torch.cat([x * (2.0 * c), sq, ones], 1) @ torch.cat([x, ones, sq], 1).t()
+    e = torch.cat([x * (2.0 * c), sq, ones], 1) @ torch.cat([x, ones, sq], 1).t()
+    e.diagonal().fill_(_NEG_INF)
+    return e
 
 
 class _LogSumExpNegSqDists(torch.autograd.Function):
@@ -121,12 +124,10 @@ class _LogSumExpNegSqDists(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, t):
         e = _neg_sq_dist_exponent(x, t)
-        e.diagonal().fill_(_NEG_INF)
         r = e.exp2_().sum(dim=1)
         total, shift = r.sum(), 0.0
         if float(total) < torch.finfo(x.dtype).tiny * e.numel() / torch.finfo(x.dtype).eps:
             e = _neg_sq_dist_exponent(x, t)  # underflow: again, shifted by the true max
-            e.diagonal().fill_(_NEG_INF)
             shift = float(e.amax())
             r = e.sub_(shift).exp2_().sum(dim=1)
             total = r.sum()
