@@ -54,10 +54,15 @@ def _cli_overrides(seed: int | None, experiment: str | None) -> list[str]:
 
 
 def _execute(recipe: rc.Recipe, **kwargs) -> tuple[str | None, dict[str, float]]:
+    from toolkit.checkpoint import CheckpointError
     from toolkit.runs import execute
-    from toolkit.training.loop import NonFiniteLoss
+    from toolkit.training.trainer import NonFiniteLoss, RecipeMismatch
     try:
         return execute(recipe, domain_registry.get, **kwargs)
+    except rc.RecipeError as exc:
+        _fail(f"error: {exc}", 2)
+    except (CheckpointError, RecipeMismatch) as exc:
+        _fail(f"error: --resume: {exc}", 2)
     except NonFiniteLoss as exc:
         _fail(f"error: run stopped: {exc}", 1)
     except (FileNotFoundError, ValueError, domain_registry.DomainError) as exc:
@@ -222,6 +227,30 @@ def compare(experiment: str, metrics: tuple[str, ...], uri: str | None, per_run:
         click.echo(compare_table(experiment, list(metrics), uri, group_seeds=not per_run))
     except ValueError as exc:
         _fail(f"error: {exc}", 1)
+
+
+@main.command()
+@click.argument("run")
+@click.option("--out", type=click.Path(dir_okay=False), help="File to write (default: encoder-RUN.pt).")
+@click.option("--uri", help="mlflow tracking URI (default: $MLFLOW_TRACKING_URI or ./mlflow.db).")
+def export(run: str, out: str | None, uri: str | None) -> None:
+    """Write the trained encoder of RUN (a run id or an encoder file) as data: CPU tensors,
+    the resolved recipe, no pickled code. Load it with domains.export.load_encoder.
+
+    \b
+    Example:
+      ctk export 3f2a...c1 --out simclr.pt
+    """
+    from domains.export import export_encoder
+    from toolkit.checkpoint import CheckpointError
+    target = out or f"encoder-{Path(run).stem}.pt"
+    try:
+        path = export_encoder(run, target, uri)
+    except (CheckpointError, rc.RecipeError) as exc:
+        _fail(f"error: {exc}", 2)
+    except FileNotFoundError as exc:
+        _fail(f"error: {exc}", 1)
+    click.echo(f"wrote {path} (load: from domains.export import load_encoder; load_encoder({str(path)!r}))")
 
 
 def _recipe_roots() -> list[Path]:

@@ -2,7 +2,7 @@
 of the quickstart model under ``torch.distributed`` (gloo on CPU, NCCL on GPUs).
 
 For each process count the script re-launches itself under torchrun; every rank runs the
-toolkit's own loop (``toolkit.training.loop.pretrain`` with a ``Context``: DDP-wrapped encoder,
+toolkit's own loop (``toolkit.training.pretrainer.Pretrainer`` with a ``Context``: DDP-wrapped encoder,
 the global batch split over the ranks, views gathered with gradients, the loss on the global
 batch) and times the steps between two of its per-step hooks. Reported: the median over ranks
 of the seconds per step, images per second of the global batch, and each rank's peak resident
@@ -43,7 +43,8 @@ def _peak_rss_mib() -> float:
 def worker(args: argparse.Namespace) -> None:
     from domains.vision import VisionDomain
     from toolkit.distributed import Context
-    from toolkit.training.loop import pretrain
+    from toolkit.training.pretrainer import Pretrainer
+    from toolkit.training.trainer import RunOptions
 
     torch.set_num_threads(args.threads_per_proc)
     ctx = Context.from_env("cpu" if not torch.cuda.is_available() else "auto")
@@ -59,7 +60,8 @@ def worker(args: argparse.Namespace) -> None:
             raise _Stop
 
     try:
-        pretrain(recipe, VisionDomain(), _NullTracker(), progress=False, hooks=[hook], distributed=ctx)
+        options = RunOptions(distributed=ctx, progress=False, hooks=[hook])
+        Pretrainer(recipe, VisionDomain(recipe), _NullTracker(), options).fit()
     except _Stop:
         pass
     per_step = (stamps[args.warmup + args.steps] - stamps[args.warmup]) / args.steps

@@ -69,7 +69,7 @@ def filled_buffer(action_dim: int = 1, frames: int = 3000) -> FrameReplayBuffer:
 
 def make_agent(objective: bool, fused: bool, channels_last: bool) -> CurlSacAgent:
     from toolkit.objective import build
-    from toolkit.recipe import Objective
+    from toolkit.recipe import ObjectiveSection as Objective
 
     obj = build(Objective.model_validate({"loss": {"name": "info_nce"}})) if objective else None
     torch.manual_seed(0)

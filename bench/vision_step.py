@@ -4,7 +4,7 @@ a bare PyTorch loop doing the same work, in the same process.
 A step is: batched augmentation of two views (uint8 batch -> float views), forward of both views,
 NT-Xent (SimCLR 2B form), backward, Adam update, learning-rate schedule. The two paths:
 
-* ``toolkit``: ``toolkit.training.loop.pretrain`` itself (the shared loop: seeded batches,
+* ``toolkit``: ``toolkit.training.pretrainer.Pretrainer`` itself (the shared trainer: seeded batches,
   ``VisionDomain.contrastive_batch``, the recipe's ``Objective`` with its records, optimizer,
   scheduler, ``after_step``, record averaging), timed between two of its per-step hooks so that
   start-up and evaluation are excluded; a hook stops the run after the timed steps.
@@ -48,12 +48,13 @@ class _NullTracker:
 
 def load_recipe(overrides: list[str]) -> rc.Recipe:
     raw = rc.apply_overrides(rc.load_yaml(ROOT / "recipes/vision/quickstart.yaml"), overrides)
-    return rc.validate(raw, VisionDomain.sections(), objective_mod.check)
+    return rc.validate(raw, VisionDomain.sections(), objective_mod.check, domain_check=VisionDomain.check)
 
 
 def toolkit_steps(recipe: rc.Recipe, warmup: int, steps: int) -> float:
-    """Seconds per step of the toolkit's own loop (``pretrain``), after ``warmup`` steps."""
-    from toolkit.training.loop import pretrain
+    """Seconds per step of the toolkit's own trainer (``Pretrainer.fit``), after ``warmup`` steps."""
+    from toolkit.training.pretrainer import Pretrainer
+    from toolkit.training.trainer import RunOptions
 
     stamps: dict[int, float] = {}
 
@@ -64,8 +65,8 @@ def toolkit_steps(recipe: rc.Recipe, warmup: int, steps: int) -> float:
             raise _Stop
 
     try:
-        pretrain(recipe, VisionDomain(), _NullTracker(), device=torch.device("cpu"), progress=False,
-                 hooks=[hook])
+        options = RunOptions(device=torch.device("cpu"), progress=False, hooks=[hook])
+        Pretrainer(recipe, VisionDomain(recipe), _NullTracker(), options).fit()
     except _Stop:
         pass
     return (stamps[warmup + steps] - stamps[warmup]) / steps
@@ -74,7 +75,7 @@ def toolkit_steps(recipe: rc.Recipe, warmup: int, steps: int) -> float:
 def bare_steps(recipe: rc.Recipe, warmup: int, steps: int) -> tuple[float, float]:
     """(seconds per step, seconds of augmentation per step) of a hand-written loop."""
     torch.manual_seed(recipe.seed)
-    domain = VisionDomain()
+    domain = VisionDomain(recipe)
     data = domain.build_data(recipe)
     model = domain.build_encoder(recipe)
     augment = domain.augment

@@ -1,25 +1,37 @@
 """The face a domain adapter implements (see ``docs/adding-a-domain.md``).
 
 A domain knows its data, its encoder and its evaluation; the toolkit knows the objective, the
-negative sources, the loop and the tracking. A representation-learning domain implements
-``build_data``, ``build_encoder``, ``make_views`` and ``evaluate`` and shares the toolkit's
-pretraining loop; a domain with a loop of its own (RL) sets ``owns_loop = True`` and
-implements ``run``.
+negative sources, the trainer and the tracking. A domain is built from its validated recipe and
+hands back one trainer::
+
+    recipe = load_recipe(path, overrides)       # common sections + the domain's sections
+    domain = DomainClass(recipe)                # domain-specific checks (all at once), nothing built
+    trainer = domain.trainer(recipe, tracker, options)
+    trainer.fit(); metrics = trainer.evaluate()
+
+A representation-learning domain implements ``build_data``, ``build_encoder``, ``make_views``
+and ``evaluate`` and gets the toolkit's :class:`~toolkit.training.pretrainer.Pretrainer`; a domain
+with a training loop of its own (RL) returns its own :class:`~toolkit.training.trainer.Trainer`.
 
 Each domain validates its own recipe sections (``data``, ``encoder``, ``evaluation``) with the
-pydantic models it names below; errors then carry the YAML path of the bad key like every
-other recipe error.
+pydantic models it names below, and the rules that span sections in :meth:`Domain.check`, which
+``load_recipe`` runs together with the schema checks: ``ctk show`` rejects exactly what
+``ctk run`` would, and every problem is reported in one go with its YAML path.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Iterable, Mapping
+from typing import TYPE_CHECKING, Any, ClassVar, Iterable, Mapping
 
 import torch
 from torch import Tensor, nn
 
 from toolkit.losses.base import ContrastiveBatch
+from toolkit import recipe as rc
 from toolkit.recipe import Section
+
+if TYPE_CHECKING:
+    from toolkit.training.trainer import RunOptions, Trainer
 
 __all__ = ["Section", "EmptySection", "DataBundle", "Evaluation", "Encoder", "Domain"]
 
@@ -64,7 +76,9 @@ class Encoder(nn.Module):
 
 class Domain:
     """Base of domain adapters. Subclasses set ``name`` and ``description`` and override the
-    builders; the three ``*Config`` models validate the recipe's domain-owned sections."""
+    builders; the three ``*Config`` models validate the recipe's domain-owned sections and
+    :meth:`check` the rules between sections. ``Domain(recipe)`` checks and keeps the recipe;
+    it builds nothing (the trainer does)."""
 
     name: ClassVar[str] = ""
     description: ClassVar[str] = ""
@@ -72,7 +86,6 @@ class Domain:
     EncoderConfig: ClassVar[type[Section]] = EmptySection
     EvaluationConfig: ClassVar[type[Section]] = EmptySection
     ExtraSections: ClassVar[dict[str, type[Section]]] = {}
-    owns_loop: ClassVar[bool] = False
     recipe_dirs: ClassVar[tuple[str, ...]] = ()  # folders of recipes/tables a plugin ships
 
     @classmethod
@@ -80,6 +93,36 @@ class Domain:
         """The recipe sections this domain validates, by key."""
         return {"data": cls.DataConfig, "encoder": cls.EncoderConfig,
                 "evaluation": cls.EvaluationConfig, **cls.ExtraSections}
+
+    def __init__(self, recipe: rc.Recipe) -> None:
+        problems = self.check(recipe.raw, recipe.sections)
+        if problems:
+            raise rc.RecipeError(problems, recipe.source)
+        self.recipe = recipe
+
+    @classmethod
+    def check(cls, raw: Mapping[str, Any], sections: Mapping[str, Any]) -> list[tuple[str, str]]:
+        """Domain-specific problems as ``(yaml path, message)``. ``raw`` is the recipe mapping
+        as written (overrides applied, no defaults filled); ``sections`` holds the domain's
+        section models that validated. The default asks for what the shared pretrainer needs:
+        an objective and a budget."""
+        return [(key, "required key is missing") for key in ("objective", "budget") if raw.get(key) is None]
+
+    def trainer(self, recipe: rc.Recipe, tracker: Any, options: "RunOptions | None" = None) -> "Trainer":
+        """The trainer of a run; by default the toolkit's pretrainer with this domain's data,
+        encoder, views and evaluation."""
+        from toolkit.training.pretrainer import Pretrainer
+        return Pretrainer(recipe, self, tracker, options)
+
+    # -- the trained encoder as data (toolkit.export) ---------------------------------------
+    def encoder_extras(self, encoder: nn.Module) -> dict[str, Any]:
+        """Plain data besides the weights that :meth:`rebuild_encoder` needs (default none)."""
+        return {}
+
+    def rebuild_encoder(self, extras: Mapping[str, Any]) -> nn.Module:
+        """An untrained encoder of this recipe's architecture, to load exported weights into
+        (default: :meth:`build_encoder`, which must then need no training data)."""
+        return self.build_encoder(self.recipe)
 
     # -- representation-learning domains -------------------------------------------------
     def build_data(self, recipe: Any) -> DataBundle:  # pragma: no cover - abstract
@@ -117,8 +160,3 @@ class Domain:
 
     def evaluate(self, encoder: Encoder, data: DataBundle, recipe: Any) -> Evaluation:
         return Evaluation()  # pragma: no cover - overridden by every real domain
-
-    # -- domains with their own loop (RL) ------------------------------------------------
-    def run(self, recipe: Any, tracker: Any, *, resume_from: str | None = None,
-            device: torch.device | None = None) -> dict[str, float]:  # pragma: no cover
-        raise NotImplementedError(f"domain {self.name!r} uses the shared pretraining loop")

@@ -8,15 +8,23 @@ import torch
 from torch import Tensor
 
 
+class ArgumentError(ValueError):
+    """A bad argument value; ``arg`` is the argument's name (recipes map it to a YAML path)."""
+
+    def __init__(self, arg: str, message: str) -> None:
+        super().__init__(message)
+        self.arg = arg
+
+
 def positive(name: str, value: float) -> float:
     if not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value) or value <= 0:
-        raise ValueError(f"{name} must be a finite number > 0, got {value!r}")
+        raise ArgumentError(name, f"{name} must be a finite number > 0, got {value!r}")
     return float(value)
 
 
 def non_negative(name: str, value: float) -> float:
     if not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value) or value < 0:
-        raise ValueError(f"{name} must be a finite number >= 0, got {value!r}")
+        raise ArgumentError(name, f"{name} must be a finite number >= 0, got {value!r}")
     return float(value)
 
 
@@ -27,26 +35,26 @@ def in_range(name: str, value: float, low: float, high: float, *, low_open: bool
     if not isinstance(value, (int, float)) or isinstance(value, bool) or not (lo_ok and hi_ok):
         lb = "(" if low_open else "["
         rb = ")" if high_open else "]"
-        raise ValueError(f"{name} must lie in {lb}{low}, {high}{rb}, got {value!r}")
+        raise ArgumentError(name, f"{name} must lie in {lb}{low}, {high}{rb}, got {value!r}")
     return float(value)
 
 
 def choice(name: str, value: str, options: tuple[str, ...]) -> str:
     if value not in options:
-        raise ValueError(f"{name} must be one of {', '.join(map(repr, options))}, got {value!r}")
+        raise ArgumentError(name, f"{name} must be one of {', '.join(map(repr, options))}, got {value!r}")
     return value
 
 
 def tensor(name: str, x: Tensor, *, dim: int | None = None, min_rows: int = 1) -> Tensor:
     """A floating tensor with ``dim`` dimensions and at least ``min_rows`` rows."""
     if not isinstance(x, Tensor):
-        raise ValueError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
+        raise ArgumentError(name, f"{name} must be a torch.Tensor, got {type(x).__name__}")
     if dim is not None and x.dim() != dim:
-        raise ValueError(f"{name} must have {dim} dimensions, got shape {tuple(x.shape)}")
+        raise ArgumentError(name, f"{name} must have {dim} dimensions, got shape {tuple(x.shape)}")
     if not torch.is_floating_point(x):
-        raise ValueError(f"{name} must be a floating tensor, got dtype {x.dtype}")
+        raise ArgumentError(name, f"{name} must be a floating tensor, got dtype {x.dtype}")
     if x.dim() > 0 and x.shape[0] < min_rows:
-        raise ValueError(f"{name} needs at least {min_rows} rows, got shape {tuple(x.shape)}")
+        raise ArgumentError(name, f"{name} needs at least {min_rows} rows, got shape {tuple(x.shape)}")
     return x
 
 

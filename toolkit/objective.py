@@ -1,4 +1,4 @@
-"""The objective: loss + weighted regularizers + negative source + selector (DESIGN.md).
+"""The objective: loss + weighted regularizers + negative source + selector.
 
 Built from a recipe's ``objective`` section. A step is::
 
@@ -13,7 +13,6 @@ as a negative). Queue, bank and key encoder are submodules: ``state_dict`` check
 """
 from __future__ import annotations
 
-import inspect
 from typing import Any
 
 import torch
@@ -113,12 +112,9 @@ class Objective(nn.Module):
 # ---------------------------------------------------------------------------------------
 # Validation and construction from a recipe section
 
-_ARG_KINDS = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
-
-
 def _instantiate(cls: Any, args: dict[str, Any], path: str, what: str) -> tuple[Any, list[tuple[str, str]]]:
-    """Construct ``cls(**args)``; turn unknown arguments and ValueErrors into problems at
-    the path of the offending argument."""
+    """Construct ``cls(**args)``; unknown arguments and bad values become problems at the path
+    of the offending argument (``checks.ArgumentError`` carries its name)."""
     accepted = constructor_args(cls)
     unknown = [a for a in args if a not in accepted]
     if unknown:
@@ -128,20 +124,22 @@ def _instantiate(cls: Any, args: dict[str, Any], path: str, what: str) -> tuple[
     try:
         return cls(**args), []
     except (ValueError, TypeError) as exc:
-        msg = str(exc)
-        first = msg.split(" ", 1)[0].strip(",:")
-        where = f"{path}.{first}" if first in accepted else path
-        return None, [(where, msg)]
+        return None, [(_argument_path(exc, path, args), str(exc).strip("'\""))]
 
 
-def check(obj: rc.Objective, path: str = "objective") -> list[tuple[str, str]]:
-    """All problems with an objective section (names, arguments, compatibility)."""
-    _, problems = _build(obj, path)
-    return problems
+def _argument_path(exc: Exception, path: str, args: dict[str, Any]) -> str:
+    arg = getattr(exc, "arg", None)
+    return f"{path}.{arg}" if arg in args else path
 
 
-def build(obj: rc.Objective) -> Objective:
-    """Build the objective of a validated recipe (raises ValueError on a bad section)."""
+def check(obj: rc.ObjectiveSection, path: str = "objective") -> tuple[Objective | None, list[tuple[str, str]]]:
+    """Build the objective of a recipe section: ``(objective, [])`` or ``(None, problems)``
+    (names, arguments, compatibility), every problem at its YAML path."""
+    return _build(obj, path)
+
+
+def build(obj: rc.ObjectiveSection) -> Objective:
+    """Build the objective of a validated section (a RecipeError lists every problem)."""
     objective, problems = _build(obj, "objective")
     if problems:
         raise rc.RecipeError(problems)
@@ -149,7 +147,30 @@ def build(obj: rc.Objective) -> Objective:
     return objective
 
 
-def _build(obj: rc.Objective, path: str) -> tuple[Objective | None, list[tuple[str, str]]]:
+def from_recipe(recipe: rc.Recipe) -> Objective:
+    """The objective a recipe's validation built (taken, so a second call builds afresh)."""
+    built = recipe.built.pop("objective", None)
+    return built if built is not None else build(recipe.objective)
+
+
+def _build_selector(sel: rc.SelectorSection, path: str) -> tuple[Any, list[tuple[str, str]]]:
+    if sel.name not in SELECTORS:
+        return None, [(f"{path}.selector.name", f"unknown selector {sel.name!r}; expected one of: "
+                                                f"{', '.join(SELECTORS.names())}")]
+    sched = sel.schedule
+    try:
+        return build_selector(sel.name, sel.args, sched.name if sched else None,
+                              sched.args if sched else {}), []
+    except (ValueError, TypeError, KeyError) as exc:
+        arg = getattr(exc, "arg", None)
+        if sched is not None and arg in sched.args:
+            where = f"{path}.selector.schedule.{arg}"
+        else:
+            where = f"{path}.selector.{arg}" if arg in sel.args else f"{path}.selector"
+        return None, [(where, str(exc).strip("'\""))]
+
+
+def _build(obj: rc.ObjectiveSection, path: str) -> tuple[Objective | None, list[tuple[str, str]]]:
     problems: list[tuple[str, str]] = []
     loss = None
     if obj.loss.name not in LOSSES:
@@ -167,20 +188,8 @@ def _build(obj: rc.Objective, path: str) -> tuple[Objective | None, list[tuple[s
         problems += p
         if reg is not None:
             regs.append((spec.name, spec.weight, reg))
-    selector = None
-    if obj.selector.name not in SELECTORS:
-        problems.append((f"{path}.selector.name", f"unknown selector {obj.selector.name!r}; expected one of: {', '.join(SELECTORS.names())}"))
-    else:
-        try:
-            selector = build_selector(obj.selector.name, obj.selector.args,
-                                      obj.selector.schedule.name if obj.selector.schedule else None,
-                                      obj.selector.schedule.args if obj.selector.schedule else {})
-        except (ValueError, TypeError, KeyError) as exc:
-            msg = str(exc).strip("'\"")
-            first = msg.split(" ", 1)[0].strip(",:")
-            sub = "schedule." + first if obj.selector.schedule and first in obj.selector.schedule.args else first
-            known = set(obj.selector.args) | {"schedule." + a for a in (obj.selector.schedule.args if obj.selector.schedule else {})}
-            problems.append((f"{path}.selector.{sub}" if sub in known else f"{path}.selector", msg))
+    selector, p = _build_selector(obj.selector, path)
+    problems += p
     if loss is None or problems:
         return None, problems
     src = obj.negatives.source

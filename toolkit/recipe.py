@@ -57,7 +57,10 @@ class Regularizer(Component):
     weight: float = Field(1.0, ge=0)
 
 
-class Selector(Component):
+class SelectorSection(Component):
+    """``objective.selector``: a registered selector's name, its arguments and an optional
+    schedule of one argument (the selector objects are in ``toolkit.samplers``)."""
+
     name: str = "all"
     schedule: Component | None = None
 
@@ -79,11 +82,13 @@ class Negatives(Section):
     shuffle_bn: bool = False
 
 
-class Objective(Section):
+class ObjectiveSection(Section):
+    """``objective``: what :func:`toolkit.objective.from_recipe` builds into an ``Objective``."""
+
     loss: Component
     regularizers: list[Regularizer] = Field(default_factory=list)
     negatives: Negatives = Field(default_factory=Negatives)
-    selector: Selector = Field(default_factory=Selector)
+    selector: SelectorSection = Field(default_factory=SelectorSection)
     views: int = Field(2, ge=1, le=32)
 
 
@@ -98,7 +103,9 @@ class Optimizer(Section):
     scale_lr_by_batch: bool = Field(False, description="lr * batch_size / 256 (SimCLR rule)")
 
 
-class Schedule(Section):
+class LRScheduleSection(Section):
+    """``schedule``: the learning-rate schedule (selector schedules live in ``toolkit.samplers``)."""
+
     name: Literal["constant", "cosine", "step"] = "cosine"
     warmup_steps: int = Field(0, ge=0)
     warmup_epochs: float = Field(0.0, ge=0)
@@ -147,10 +154,10 @@ class Common(Section):
     domain: str
     seed: int = Field(0, ge=0)
     device: Literal["auto", "cpu", "cuda"] = "auto"
-    precision: Literal["fp32", "amp"] = "fp32"
-    objective: Objective | None = None
+    precision: Literal["fp32", "bf16", "fp16"] = "fp32"
+    objective: ObjectiveSection | None = None
     optimizer: Optimizer = Field(default_factory=Optimizer)
-    schedule: Schedule = Field(default_factory=Schedule)
+    schedule: LRScheduleSection = Field(default_factory=LRScheduleSection)
     budget: Budget | None = None
     tracking: Tracking = Field(default_factory=Tracking)
     paper: Paper | None = None
@@ -159,20 +166,44 @@ class Common(Section):
 @dataclass
 class Recipe:
     """A validated recipe: the common sections as models, the domain's sections as the
-    domain's models, and the resolved mapping (for ``ctk show`` and the logged artifact)."""
+    domain's models, the mapping as written (``raw``: overrides applied, no defaults) and the
+    resolved mapping (for ``ctk show``, the logged artifact and the checkpoint's hash).
+
+    The common sections are attributes (``recipe.budget``, ``recipe.seed``...); the domain's
+    are ``recipe.data`` / ``recipe.encoder`` / ``recipe.evaluation`` or ``recipe.section(name)``.
+    """
 
     common: Common
     sections: dict[str, BaseModel]
     resolved: dict[str, Any]
     source: str = "recipe"
     overrides: list[str] = field(default_factory=list)
+    raw: dict[str, Any] = field(default_factory=dict)
+    built: dict[str, Any] = field(default_factory=dict, repr=False)  # objects validation built
 
-    def __getattr__(self, name: str) -> Any:
-        if name in ("common", "sections", "resolved", "source", "overrides"):
-            raise AttributeError(name)
-        if name in self.sections:
+    def section(self, name: str) -> Any:
+        """A domain-owned section by key; a KeyError names the sections this recipe has."""
+        try:
             return self.sections[name]
-        return getattr(self.common, name)
+        except KeyError:
+            raise KeyError(f"recipe has no domain section {name!r}; it has: "
+                           f"{', '.join(sorted(self.sections)) or 'none'}") from None
+
+    data = property(lambda self: self.section("data"))
+    encoder = property(lambda self: self.section("encoder"))
+    evaluation = property(lambda self: self.section("evaluation"))
+    name = property(lambda self: self.common.name)
+    description = property(lambda self: self.common.description)
+    domain = property(lambda self: self.common.domain)
+    seed = property(lambda self: self.common.seed)
+    device = property(lambda self: self.common.device)
+    precision = property(lambda self: self.common.precision)
+    objective = property(lambda self: self.common.objective)
+    optimizer = property(lambda self: self.common.optimizer)
+    schedule = property(lambda self: self.common.schedule)
+    budget = property(lambda self: self.common.budget)
+    tracking = property(lambda self: self.common.tracking)
+    paper = property(lambda self: self.common.paper)
 
     @property
     def run_name(self) -> str:
@@ -249,6 +280,18 @@ def apply_overrides(data: dict[str, Any], overrides: list[str], source: str = "r
     return out
 
 
+def get_path(raw: Mapping[str, Any], path: str, default: Any = None) -> Any:
+    """The value at ``a.b.c`` of a recipe mapping as written, or ``default`` when absent
+    (domain checks read the raw mapping, so they run even when other sections are invalid)."""
+    node: Any = raw
+    for part in path.split("."):
+        child = _child(node, part)
+        if child is None:
+            return default
+        node = child
+    return node
+
+
 def _child(node: Any, part: str) -> Any:
     if isinstance(node, dict):
         return node.get(part)
@@ -308,8 +351,8 @@ def unknown_key_hint(problems: list[tuple[str, str]], models: Mapping[str, type[
 
 def section_models() -> dict[str, type[BaseModel]]:
     """The common section models by YAML path (for 'expected one of' hints)."""
-    return {"": Common, "objective": Objective, "objective.negatives": Negatives,
-            "optimizer": Optimizer, "schedule": Schedule, "budget": Budget,
+    return {"": Common, "objective": ObjectiveSection, "objective.negatives": Negatives,
+            "optimizer": Optimizer, "schedule": LRScheduleSection, "budget": Budget,
             "tracking": Tracking, "paper": Paper}
 
 
@@ -340,12 +383,14 @@ def flatten(value: Any, prefix: str = "") -> dict[str, Any]:
 
 def validate(data: dict[str, Any], domain_sections: Mapping[str, type[BaseModel]],
              check_objective: Any = None, source: str = "recipe",
-             overrides: list[str] | None = None, needs_objective: bool = True) -> Recipe:
+             overrides: list[str] | None = None, domain_check: Any = None) -> Recipe:
     """Validate a loaded recipe mapping.
 
     ``domain_sections`` are the domain's own section models (``data``, ``encoder``, ...);
-    ``check_objective(objective, prefix) -> problems`` checks component names and arguments
-    (``toolkit.objective.check``). All problems are collected into one RecipeError.
+    ``check_objective(objective, prefix) -> (built objective, problems)`` checks component
+    names and arguments (``toolkit.objective.check``); ``domain_check(raw, sections) ->
+    problems`` the domain's rules between sections (``Domain.check``). All problems are
+    collected into one RecipeError.
     """
     problems: list[tuple[str, str]] = []
     common_part = {k: v for k, v in data.items() if k not in domain_sections}
@@ -366,13 +411,14 @@ def validate(data: dict[str, Any], domain_sections: Mapping[str, type[BaseModel]
             sections[key] = model.model_validate(raw)
         except ValidationError as exc:
             problems += unknown_key_hint(pydantic_problems(exc, key), {key: model})
-    if common is not None:
-        if needs_objective and common.objective is None:
-            problems.append(("objective", "required key is missing"))
-        if needs_objective and common.budget is None:
-            problems.append(("budget", "required key is missing"))
-        if common.objective is not None and check_objective is not None:
-            problems += check_objective(common.objective, "objective")
+    built: dict[str, Any] = {}
+    if common is not None and common.objective is not None and check_objective is not None:
+        objective, found = check_objective(common.objective, "objective")
+        problems += found
+        if objective is not None:
+            built["objective"] = objective
+    if domain_check is not None:
+        problems += [p for p in domain_check(data, sections) if p not in problems]
     if problems:
         raise RecipeError(problems, source)
     assert common is not None
@@ -384,4 +430,4 @@ def validate(data: dict[str, Any], domain_sections: Mapping[str, type[BaseModel]
     resolved = {k: resolved[k] for k in order if k in resolved} | {
         k: v for k, v in resolved.items() if k not in order}
     return Recipe(common=common, sections=sections, resolved=resolved, source=source,
-                  overrides=list(overrides or []))
+                  overrides=list(overrides or []), raw=copy.deepcopy(data), built=built)

@@ -29,7 +29,7 @@ class DistancePolarization(Regularizer):
         self.d_plus = checks.in_range("d_plus", d_plus, 0.0, 1.0)
         self.d_minus = checks.in_range("d_minus", d_minus, 0.0, 1.0)
         if self.d_plus >= self.d_minus:
-            raise ValueError(f"d_plus must be < d_minus, got d_plus={d_plus!r}, d_minus={d_minus!r}")
+            raise checks.ArgumentError("d_plus", f"d_plus must be < d_minus, got d_plus={d_plus!r}, d_minus={d_minus!r}")
         self.reduction = checks.choice("reduction", reduction, ("sum", "mean"))
         self.on = checks.choice("on", on, ("first_view", "all_views"))
 

@@ -12,10 +12,11 @@ from typing import Any, Callable
 import yaml
 
 from toolkit import __version__
+from toolkit import checkpoint as ckpt
 from toolkit import objective as objective_mod
 from toolkit import recipe as rc
 from toolkit.tracking import Tracker, git_commit
-from toolkit.training import checkpoint as ckpt
+from toolkit.training.trainer import RunOptions, read_checkpoint, select_device
 
 DomainLookup = Callable[[str], Any]
 
@@ -36,24 +37,26 @@ def load_recipe(path: str | Path, overrides: list[str] | None, lookup: DomainLoo
     except Exception as exc:  # noqa: BLE001 - unknown or broken domain: report at 'domain'
         raise rc.RecipeError([("domain", str(exc))], source) from None
     return rc.validate(raw, domain_cls.sections(), objective_mod.check, source, overrides,
-                       needs_objective=not domain_cls.owns_loop)
+                       domain_check=domain_cls.check)
 
 
 def execute(recipe: rc.Recipe, lookup: DomainLookup, *, resume: str | None = None,
             device: str | None = None, progress: bool = True, distributed: Any = None,
             hooks: list[Callable[[int], None]] | None = None,
             extra_tags: dict[str, str] | None = None) -> tuple[str | None, dict[str, float]]:
-    """Run a validated recipe; returns (mlflow run id, final metrics).
+    """Run a validated recipe through its domain's trainer; returns (mlflow run id, final
+    metrics).
 
-    ``resume`` is a run id (its checkpoint under ``./checkpoints/<run id>/``) or a checkpoint
-    path; the run continues in the same mlflow run.
+    ``resume`` is a run id (its newest checkpoint under ``./checkpoints/<run id>/``) or a
+    checkpoint path; the run continues in the same mlflow run.
     """
-    from toolkit.training.loop import pretrain, select_device
-
-    domain_cls = lookup(recipe.domain)
-    domain = domain_cls()
+    domain = lookup(recipe.domain)(recipe)
     dev = select_device(device or recipe.device)
     run_id, resume_path = _resume_target(resume)
+    saved = None
+    if resume_path is not None:  # read and checked before the store or the run are touched
+        saved = read_checkpoint(resume_path, recipe.resolved)
+        run_id = saved.get("run_id") or run_id
     obj = recipe.objective
     tags = {"ctk.domain": recipe.domain, "ctk.loss": obj.loss.name if obj else "domain-own",
             "ctk.selector": obj.selector.name if obj else "all",
@@ -73,14 +76,16 @@ def execute(recipe: rc.Recipe, lookup: DomainLookup, *, resume: str | None = Non
             tracker.log_text(yaml.safe_dump(recipe.resolved, sort_keys=False), "recipe.yaml")
         if recipe.paper is not None:
             tracker.set_tags({"ctk.paper": recipe.paper.source})
-        path = ckpt.checkpoint_dir(run_id or "local") / "last.pt"
-        if domain_cls.owns_loop:
-            metrics = domain.run(recipe, tracker, resume_from=str(resume_path) if resume_path else None,
-                                 device=dev)
-        else:
-            metrics = pretrain(recipe, domain, tracker, device=dev, resume_from=resume_path,
-                               checkpoint_path=path, progress=progress, hooks=hooks,
-                               distributed=distributed)
+        options = RunOptions(device=dev, distributed=distributed, progress=progress,
+                             checkpoint_dir=ckpt.checkpoint_dir(run_id or "local"), hooks=list(hooks or []))
+        trainer = domain.trainer(recipe, tracker, options)
+        if resume_path is not None:
+            trainer.resume(resume_path, saved)
+        trainer.fit()
+        metrics = trainer.evaluate()
+        trainer.save_checkpoint()
+        if recipe.tracking.log_model and trainer.encoder is not None and is_main:
+            tracker.log_model(trainer.encoder, recipe.resolved, domain.encoder_extras(trainer.encoder))
     return run_id, metrics
 
 
@@ -91,9 +96,10 @@ def _resume_target(resume: str | None) -> tuple[str | None, Path | None]:
     if p.is_file():
         saved_run = p.parent.name
         return saved_run, p
-    path = ckpt.checkpoint_dir(resume) / "last.pt"
-    if not path.is_file():
-        raise FileNotFoundError(f"--resume {resume}: no checkpoint at {path} (give a run id from "
+    folder = ckpt.checkpoint_dir(resume)
+    path = ckpt.latest(folder)
+    if path is None:
+        raise FileNotFoundError(f"--resume {resume}: no checkpoint in {folder} (give a run id from "
                                 "this working directory, or a checkpoint file)")
     return resume, path
 

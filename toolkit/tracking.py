@@ -18,7 +18,6 @@ from typing import Any, Mapping
 os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
 os.environ.setdefault("DO_NOT_TRACK", "true")
 
-import mlflow  # noqa: E402
 from mlflow.entities import Metric, Param, RunTag  # noqa: E402
 from mlflow.tracking import MlflowClient  # noqa: E402
 
@@ -163,10 +162,6 @@ class Tracker:
         import matplotlib.pyplot as plt
         plt.close(figure)
 
-    def log_dict(self, data: Mapping[str, Any], path: str) -> None:
-        if self.enabled:
-            self.client.log_dict(self.run_id, dict(data), path)
-
     def log_text(self, text: str, path: str) -> None:
         if self.enabled:
             self.client.log_text(self.run_id, text, path)
@@ -175,25 +170,15 @@ class Tracker:
         if self.enabled:
             self.client.log_artifact(self.run_id, str(path), artifact_path)
 
-    def log_model(self, module: Any, name: str = "encoder") -> None:
-        """Log a torch module with mlflow's pytorch flavour (pickled, loadable with
-        ``mlflow.pytorch.load_model``), plus its plain ``state_dict``."""
+    def log_model(self, encoder: Any, recipe: Mapping[str, Any], extras: Mapping[str, Any] | None = None) -> None:
+        """Log the trained encoder as data (``model/encoder.pt``: CPU state dict + resolved
+        recipe + the domain's extras; see :mod:`toolkit.export`), never as a pickled module."""
         if not self.enabled:
             return
-        import mlflow.pytorch
-        import torch
-        with mlflow.start_run(run_id=self.run_id, nested=mlflow.active_run() is not None):
-            mlflow.pytorch.log_model(module, name=name, serialization_format="pickle",
-                                     pip_requirements=[])
+        from toolkit.export import ARTIFACT_PATH, save_encoder
         with tempfile.TemporaryDirectory() as tmp:
-            path = Path(tmp) / f"{name}_state_dict.pt"
-            torch.save(module.state_dict(), path)
-            self.client.log_artifact(self.run_id, str(path), "model")
-
-    def artifact_dir(self) -> str | None:
-        if not self.enabled:
-            return None
-        return self.client.get_run(self.run_id).info.artifact_uri
+            path = save_encoder(Path(tmp) / Path(ARTIFACT_PATH).name, encoder, recipe, extras)
+            self.client.log_artifact(self.run_id, str(path), str(Path(ARTIFACT_PATH).parent))
 
 
 def _param_value(value: Any) -> str:

@@ -9,40 +9,54 @@ pixel SAC (no contrastive term). The domain owns its loop (:mod:`domains.rl.work
 """
 from __future__ import annotations
 
-from pathlib import Path
-from typing import Any
+from typing import Any, Mapping
 
 import torch
 
 from domains.base import Domain
 from domains.rl.config import AgentConfig, DataConfig, EncoderConfig, EvaluationConfig
 from domains.rl.workspace import Settings, Workspace
-from toolkit.objective import build as build_objective
-from toolkit.training import checkpoint as ckpt
+from toolkit import objective as objective_mod
+from toolkit import recipe as rc
+from toolkit.training.trainer import RunOptions
 
 __all__ = ["RLDomain", "settings_from_recipe"]
 
 
-def settings_from_recipe(recipe: Any) -> Settings:
-    """The loop's settings; a ``ValueError`` names the recipe key that does not fit RL."""
-    budget, common = recipe.budget, recipe.common
-    if budget is None or budget.steps is None:
-        raise ValueError("budget.steps is required for rl recipes: the number of environment steps")
-    if budget.epochs is not None:
-        raise ValueError(f"budget.epochs has no meaning in rl (got {budget.epochs!r}); give budget.steps in environment steps")
-    if budget.eval_every is not None:
-        raise ValueError(f"budget.eval_every is not used by rl (got {budget.eval_every!r}); "
-                         "set evaluation.every_env_steps")
-    if recipe.optimizer.name != "adam":
-        raise ValueError(f"optimizer.name must be 'adam' for rl (CURL trains with Adam), got {recipe.optimizer.name!r}")
-    if "schedule" in common.model_fields_set and recipe.schedule.name != "constant":
-        raise ValueError(f"schedule.name must be 'constant' for rl, got {recipe.schedule.name!r}")
-    obj = recipe.objective
-    if obj is not None and obj.negatives.source != "in_batch":
-        raise ValueError(f"objective.negatives.source must be 'in_batch' for rl (CURL's negatives are "
-                         f"the other keys of the batch), got {obj.negatives.source!r}")
+def rl_problems(raw: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """What an rl recipe must say beyond the schema (all problems, each at its YAML path)."""
+    problems = []
+    steps, epochs = rc.get_path(raw, "budget.steps"), rc.get_path(raw, "budget.epochs")
+    if raw.get("budget") is None or steps is None:
+        problems.append(("budget.steps", "required for rl recipes: the number of environment steps"))
+    if epochs is not None:
+        problems.append(("budget.epochs", f"has no meaning in rl (got {epochs!r}); give budget.steps "
+                                          "in environment steps"))
+    eval_every = rc.get_path(raw, "budget.eval_every")
+    if eval_every is not None:
+        problems.append(("budget.eval_every", f"is not used by rl (got {eval_every!r}); set "
+                                              "evaluation.every_env_steps"))
+    opt = rc.get_path(raw, "optimizer.name", "sgd")
+    if opt != "adam":
+        problems.append(("optimizer.name", f"must be 'adam' for rl (CURL trains with Adam), got {opt!r}"))
+    sched = rc.get_path(raw, "schedule.name", "cosine") if raw.get("schedule") is not None else "constant"
+    if sched != "constant":
+        problems.append(("schedule.name", f"must be 'constant' for rl, got {sched!r}"))
+    source = rc.get_path(raw, "objective.negatives.source", "in_batch")
+    if raw.get("objective") is not None and source != "in_batch":
+        problems.append(("objective.negatives.source", f"must be 'in_batch' for rl (CURL's negatives are "
+                                                       f"the other keys of the batch), got {source!r}"))
+    return problems
+
+
+def settings_from_recipe(recipe: rc.Recipe) -> Settings:
+    """The loop's settings from a validated rl recipe (a RecipeError lists what does not fit)."""
+    problems = rl_problems(recipe.raw or recipe.resolved)
+    if problems:
+        raise rc.RecipeError(problems, recipe.source)
+    budget = recipe.budget
     return Settings(data=recipe.data, encoder=recipe.encoder, evaluation=recipe.evaluation,
-                    agent=recipe.agent, total_env_steps=budget.steps, batch_size=budget.batch_size,
+                    agent=recipe.section("agent"), total_env_steps=budget.steps, batch_size=budget.batch_size,
                     lr=recipe.optimizer.lr, betas=tuple(recipe.optimizer.betas), seed=recipe.seed,
                     log_every=budget.log_every, checkpoint_every=budget.checkpoint_every,
                     name=recipe.run_name)
@@ -57,24 +71,33 @@ class RLDomain(Domain):
     EncoderConfig = EncoderConfig
     EvaluationConfig = EvaluationConfig
     ExtraSections = {"agent": AgentConfig}
-    owns_loop = True
 
-    def run(self, recipe: Any, tracker: Any, *, resume_from: str | None = None,
-            device: torch.device | None = None) -> dict[str, float]:
-        """Train and evaluate; returns the final metrics (``return_mean``, ``return_std``,
-        ``random_return_mean``, ...). Snapshots go to ``checkpoints/<run id>/last.pt``
-        (``resume_from`` continues from one)."""
-        settings = settings_from_recipe(recipe)
-        objective = build_objective(recipe.objective) if recipe.objective is not None else None
-        if resume_from is not None:
-            snapshot = Path(resume_from)
-        else:
-            snapshot = ckpt.checkpoint_dir(getattr(tracker, "run_id", None) or "local") / "last.pt"
-        device = torch.device(device) if device is not None else torch.device("cpu")
+    @classmethod
+    def check(cls, raw: Mapping[str, Any], sections: Mapping[str, Any]) -> list[tuple[str, str]]:
+        """rl needs a budget in environment steps, Adam, a constant schedule and in-batch
+        negatives; the objective is optional (without it the agent is plain pixel SAC)."""
+        return rl_problems(raw)
+
+    def encoder_extras(self, encoder: torch.nn.Module) -> dict[str, Any]:
+        """Whether the projection's columns are in channels-last order (see PixelEncoder)."""
+        return {"channels_last": encoder.memory_format is torch.channels_last}
+
+    def rebuild_encoder(self, extras: Mapping[str, Any]) -> torch.nn.Module:
+        """The critic's pixel encoder: stacked frames cropped to ``data.crop_size``."""
+        from domains.rl.networks import PixelEncoder
+        d, e = self.recipe.data, self.recipe.encoder
+        return PixelEncoder(3 * d.frame_stack, d.crop_size, e.feature_dim, e.num_layers, e.num_filters,
+                            channels_last=bool(extras.get("channels_last", True)))
+
+    def trainer(self, recipe: rc.Recipe, tracker: Any, options: RunOptions | None = None) -> Workspace:
+        """The RL workspace (checkpoints in ``options.checkpoint_dir``)."""
+        options = options or RunOptions()
+        if options.distributed is not None:
+            raise ValueError("rl runs in one process: --nproc > 1 would train independent copies of "
+                             "the agent; run several seeds with ctk sweep instead")
+        objective = objective_mod.from_recipe(recipe) if recipe.objective is not None else None
+        device = options.device if options.device is not None else torch.device("cpu")
+        options.device = device
         if objective is not None:
             objective = objective.to(device)
-        workspace = Workspace(settings, tracker, objective, snapshot, device)
-        metrics = workspace.train(resume_from)
-        if recipe.tracking.log_model:
-            tracker.log_model(workspace.agent.critic.encoder, "encoder")
-        return metrics
+        return Workspace(settings_from_recipe(recipe), tracker, objective, options, recipe=recipe)

@@ -11,11 +11,14 @@ after that, each agent step samples an action from the policy (centre crop), mak
 ``updates_per_step`` updates, then steps the environment. Evaluation uses its own environment
 and fixed episode seeds (:mod:`domains.rl.evaluation`).
 
-Snapshots (``budget.checkpoint_every``) are written at the first episode end after each
-multiple, so the environment needs no mid-episode state: agent, optimizers, replay buffer,
-step counters and every random state (python, numpy, torch, the sampler's generator, the
-training task's random state). A killed run resumed from its last snapshot continues exactly
-as if it had not stopped.
+The workspace is the RL domain's :class:`~toolkit.training.trainer.Trainer` (``fit``,
+``evaluate``, ``state_dict`` / ``load_state_dict``). Checkpoints (``budget.checkpoint_every``)
+go through :mod:`toolkit.checkpoint` and are written at the first episode end after each
+multiple, so the environment needs no mid-episode state: agent, optimizers, step counters and
+every random state (python, numpy, torch CPU and CUDA, the sampler's generator, the training
+task's random state); the replay buffer is written beside the checkpoint as one ``.npy`` per
+array (``buffer-<env steps>/``, read back without pickle). A killed run resumed from its last
+checkpoint continues exactly as if it had not stopped.
 """
 from __future__ import annotations
 
@@ -25,14 +28,16 @@ import tempfile
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Mapping
 
 import numpy as np
 import torch
 
 from domains.rl.agent import CurlSacAgent
 from domains.rl.config import AgentConfig, DataConfig, EncoderConfig, EvaluationConfig
-from domains.rl.curl import Objective
+from toolkit import checkpoint as ckpt
+from toolkit.objective import Objective
+from toolkit.training.trainer import RunOptions, Trainer
 from domains.rl.envs import make_env
 from domains.rl.evaluation import (episode_seeds, random_policy, return_curve, run_episodes,
                                    save_episode_frames)
@@ -71,16 +76,21 @@ class Counters:
     history: list[tuple[int, float, float]] = field(default_factory=list)
 
 
-class Workspace:
-    """Owns one run: ``Workspace(settings, tracker, objective, snapshot_path).train()``."""
+class Workspace(Trainer):
+    """Owns one run: ``Workspace(settings, tracker, objective, options).fit()``, then
+    ``evaluate()`` for the final metrics. ``options.checkpoint_dir`` (None: no checkpoints)
+    holds the checkpoints and their buffer folders; ``step_hook`` is called after every agent
+    step (tests use it to stop a run part-way, as a kill would)."""
 
     def __init__(self, settings: Settings, tracker: Any, objective: Objective | None,
-                 snapshot_path: str | Path | None = None, device: torch.device | None = None,
-                 step_hook: Callable[["Workspace"], None] | None = None) -> None:
-        self.s, self.tracker = settings, tracker
-        self.device = device or torch.device("cpu")
-        self.snapshot_path = Path(snapshot_path) if snapshot_path else None
+                 options: RunOptions | None = None, step_hook: Callable[["Workspace"], None] | None = None,
+                 recipe: Any = None) -> None:
+        super().__init__(recipe, tracker, options)
+        self.s = settings
+        self.device = self.options.device or torch.device("cpu")
         self.step_hook = step_hook
+        self._buffer_name: str | None = None
+        self._resume_folder: Path | None = None
         d = settings.data
         random.seed(settings.seed)
         np.random.seed(settings.seed)
@@ -110,11 +120,19 @@ class Workspace:
         episodes = -(-self.s.total_env_steps // 1000) + 1
         return max(self.s.data.frame_stack + 1, min(self.s.agent.replay_capacity, agent_steps + episodes + 1))
 
+    @property
+    def step(self) -> int:  # type: ignore[override]
+        return self.c.env_steps
+
+    @property
+    def encoder(self) -> torch.nn.Module:  # type: ignore[override]
+        """The representation: the critic's pixel encoder (the actor shares its convolutions)."""
+        return self.agent.critic.encoder
+
     # -- the loop --------------------------------------------------------------------------
-    def train(self, resume_from: str | Path | None = None) -> dict[str, float]:
-        if resume_from is not None:
-            self.restore(resume_from)
-        else:
+    def fit(self) -> None:
+        """Train to ``total_env_steps`` (periodic evaluations, logs and checkpoints inside)."""
+        if self.c.env_steps == 0 and self.c.agent_steps == 0:
             self.tracker.log_metrics({"buffer_bytes": self.buffer.nbytes,
                                       "buffer_frames": self.buffer.capacity}, step=0)
         s, c, agent = self.s, self.c, self.agent
@@ -122,7 +140,7 @@ class Workspace:
         steps_at_start = c.env_steps
         while c.env_steps < s.total_env_steps:
             if c.env_steps >= c.next_eval:
-                self.evaluate()
+                self.evaluate_policy()
                 c.next_eval += s.evaluation.every_env_steps
             if obs is None:
                 obs, info = self.env.reset()
@@ -149,14 +167,11 @@ class Workspace:
                                           "train/episodes": c.episodes}, step=c.env_steps)
                 obs = None
                 if c.next_checkpoint is not None and c.env_steps >= c.next_checkpoint:
-                    self.save()
                     while c.next_checkpoint <= c.env_steps:
                         c.next_checkpoint += s.checkpoint_every
+                    self.save_checkpoint()
             if self.step_hook is not None:
                 self.step_hook(self)
-        if not c.history or c.history[-1][0] != c.env_steps:
-            self.evaluate()
-        return self.finish()
 
     def _sample(self) -> dict[str, torch.Tensor]:
         batch = self.buffer.sample(self.rng, self.s.batch_size, self.s.data.crop_size)
@@ -175,7 +190,22 @@ class Workspace:
         self._records, self._num_records = {}, 0
 
     # -- evaluation ------------------------------------------------------------------------
-    def evaluate(self) -> tuple[float, float]:
+    def evaluate(self) -> dict[str, float]:
+        """The final metrics: evaluates the policy unless that was just done at this step, logs
+        the return curve and returns ``return_mean``, ``return_std``, the random baseline..."""
+        c = self.c
+        if not c.history or c.history[-1][0] != c.env_steps:
+            self.evaluate_policy()
+        final = {"return_mean": c.history[-1][1], "return_std": c.history[-1][2],
+                 "env_steps": float(c.env_steps), "agent_steps": float(c.agent_steps),
+                 "buffer_bytes": float(self.buffer.nbytes)}
+        if c.random_return is not None:
+            final.update(random_return_mean=c.random_return[0], random_return_std=c.random_return[1])
+        self.tracker.log_figure(return_curve(c.history, c.random_return and c.random_return[0],
+                                             self.s.name), "return_curve")
+        return final
+
+    def evaluate_policy(self) -> tuple[float, float]:
         """Mean and std of the deterministic policy's return over the evaluation episodes;
         the random baseline on the same seeds the first time."""
         ev, c = self.s.evaluation, self.c
@@ -199,53 +229,46 @@ class Workspace:
                     self.tracker.log_artifact(path, "eval_frames")
         return mean, std
 
-    def finish(self) -> dict[str, float]:
-        c = self.c
-        final = {"return_mean": c.history[-1][1], "return_std": c.history[-1][2],
-                 "env_steps": float(c.env_steps), "agent_steps": float(c.agent_steps),
-                 "buffer_bytes": float(self.buffer.nbytes)}
-        if c.random_return is not None:
-            final.update(random_return_mean=c.random_return[0], random_return_std=c.random_return[1])
-        self.tracker.log_figure(return_curve(c.history, c.random_return and c.random_return[0],
-                                             self.s.name), "return_curve")
-        if self.snapshot_path is not None:
-            self.save()
-        return final
+    # -- checkpoints -----------------------------------------------------------------------
+    def state_dict(self) -> dict[str, Any]:
+        counters = asdict(self.c)
+        counters["history"] = [list(h) for h in counters["history"]]
+        counters["random_return"] = list(self.c.random_return) if self.c.random_return else None
+        rng = ckpt.rng_state()
+        rng["sampler"] = ckpt.numpy_state(self.rng.bit_generator.state)
+        rng["task"] = ckpt.numpy_state(self.env.unwrapped.task_random_state())
+        return {"agent": self.agent.snapshot(), "counters": counters, "buffer": self._buffer_name, "rng": rng}
 
-    # -- snapshots -------------------------------------------------------------------------
-    def save(self) -> Path | None:
-        """Write the snapshot (buffer folder first, then the file that names it)."""
-        if self.snapshot_path is None:
-            return None
-        path = self.snapshot_path
-        path.parent.mkdir(parents=True, exist_ok=True)
-        buffer_dir = path.parent / f"{path.stem}.buffer-{self.c.env_steps}"
-        self.buffer.save(buffer_dir)
-        state = {"agent": self.agent.snapshot(), "counters": asdict(self.c), "buffer": buffer_dir.name,
-                 "rng": {"python": random.getstate(), "numpy": np.random.get_state(),
-                         "torch": torch.get_rng_state(), "sampler": self.rng.bit_generator.state,
-                         "task": self.env.unwrapped.task_random_state()}}
-        tmp = path.with_suffix(path.suffix + ".tmp")
-        torch.save(state, tmp)
-        tmp.replace(path)
-        for old in path.parent.glob(f"{path.stem}.buffer-*"):
-            if old.name != buffer_dir.name:
-                shutil.rmtree(old, ignore_errors=True)
-        return path
-
-    def restore(self, path: str | Path) -> None:
-        path = Path(path)
-        state = torch.load(path, map_location=self.device, weights_only=False)
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
         self.agent.restore(state["agent"])
-        self.buffer.load(path.parent / state["buffer"])
-        counters = state["counters"]
+        if state.get("buffer"):
+            folder = self._resume_folder or self.options.checkpoint_dir
+            self.buffer.load(Path(folder) / state["buffer"])
+        counters = dict(state["counters"])
         counters["history"] = [tuple(h) for h in counters["history"]]
         if counters["random_return"] is not None:
             counters["random_return"] = tuple(counters["random_return"])
         self.c = Counters(**counters)
         rng = state["rng"]
-        random.setstate(rng["python"])
-        np.random.set_state(rng["numpy"])
-        torch.set_rng_state(rng["torch"])
-        self.rng.bit_generator.state = rng["sampler"]
-        self.env.unwrapped.set_task_random_state(rng["task"])
+        ckpt.set_rng_state(rng)
+        self.rng.bit_generator.state = ckpt.set_numpy_state(rng["sampler"])
+        self.env.unwrapped.set_task_random_state(ckpt.set_numpy_state(rng["task"]))
+
+    def resume(self, path: str | Path, saved: Mapping[str, Any] | None = None) -> None:
+        """Continue from a checkpoint (its buffer folder lies beside it)."""
+        self._resume_folder = Path(path).parent
+        super().resume(path, saved)
+
+    def save_checkpoint(self, name: str | None = None, keep: int | None = None) -> Path | None:
+        """The buffer folder first, then the checkpoint that names it; older ones removed (a
+        buffer can be gigabytes, so one is kept)."""
+        folder = self.options.checkpoint_dir
+        if folder is None:
+            return None
+        self._buffer_name = f"buffer-{self.c.env_steps:09d}"
+        self.buffer.save(Path(folder) / self._buffer_name)
+        path = super().save_checkpoint(name, keep=1 if keep is None else keep)
+        for old in Path(folder).glob("buffer-*"):
+            if old.name != self._buffer_name:
+                shutil.rmtree(old, ignore_errors=True)
+        return path

@@ -59,7 +59,8 @@ class TextDomain(Domain):
     EncoderConfig = EncoderConfig
     EvaluationConfig = EvaluationConfig
 
-    def __init__(self) -> None:
+    def __init__(self, recipe: Any) -> None:
+        super().__init__(recipe)
         self._prepared: dict[str, Any] = {}
         self._tasks: dict[str, Any] = {}
 
@@ -103,6 +104,14 @@ class TextDomain(Domain):
     def build_encoder(self, recipe: Any) -> Encoder:
         prep = self._prepare(recipe)
         return build_quick_thought_encoder(recipe.encoder, prep["tokenizer"], recipe.data.max_length)
+
+    def encoder_extras(self, encoder: nn.Module) -> dict[str, Any]:
+        """The trained tokenizer (as JSON), which the encoder's vocabulary depends on."""
+        return {"tokenizer": encoder.tokenizer.state()}
+
+    def rebuild_encoder(self, extras: Mapping[str, Any]) -> nn.Module:
+        tokenizer = SentenceTokenizer.from_state(dict(extras["tokenizer"]))
+        return build_quick_thought_encoder(self.recipe.encoder, tokenizer, self.recipe.data.max_length)
 
     # -- a step ----------------------------------------------------------------------------
     def contrastive_batch(self, batch: Mapping[str, Any], encoder: nn.Module,

@@ -9,9 +9,10 @@
 
 The first two train through the toolkit's shared pretraining loop with any core loss (SimCLR =
 ``nt_xent``, ``spectral``, ``cpcl_a``, ``cpcl_full``, CL + DP = ``nt_xent`` + the
-``distance_polarization`` regularizer); ``ring_mi`` computes its estimates itself. Because
-``owns_loop`` is a class attribute while the choice depends on the recipe, the domain owns the
-loop and :meth:`ToyDomain.run` hands the first two to :func:`toolkit.training.loop.pretrain`.
+``distance_polarization`` regularizer); ``ring_mi`` computes its estimates itself, behind the
+same trainer face (:meth:`ToyDomain.trainer` picks one by ``data.experiment``). Both run with
+one CPU thread: toy tensors are tiny, so more threads only add synchronisation (on a shared
+2-core machine they made a 40 s run take minutes).
 """
 from __future__ import annotations
 
@@ -27,6 +28,9 @@ from domains.toy import clusters, mixture
 from domains.toy.config import ToyData, ToyEncoderConfig, ToyEvaluation
 from domains.toy.encoders import ToyEncoder
 from domains.toy.evaluation import embed, kmeans_accuracy, linear_probe_error
+from toolkit import recipe as rc
+from toolkit.training.pretrainer import Pretrainer
+from toolkit.training.trainer import RunOptions, Trainer
 
 __all__ = ["ToyDomain"]
 
@@ -40,12 +44,48 @@ class ToyDomain(Domain):
     DataConfig = ToyData
     EncoderConfig = ToyEncoderConfig
     EvaluationConfig = ToyEvaluation
-    owns_loop = True
 
-    def __init__(self) -> None:
-        self._recipe: Any = None
+    def __init__(self, recipe: rc.Recipe) -> None:
+        super().__init__(recipe)
         self._pool: Tensor | None = None
         self._aug_matrix: Tensor | None = None
+
+    @classmethod
+    def check(cls, raw: Mapping[str, Any], sections: Mapping[str, Any]) -> list[tuple[str, str]]:
+        """ring_mi needs neither objective nor budget; the other experiments train an encoder.
+        cpcl_mixture: ``views: pool`` needs augmentation noise, the batch fits the training set;
+        the linear probe needs cpcl_mixture's test split."""
+        data, ev = sections.get("data"), sections.get("evaluation")
+        if data is None:
+            return []
+        problems: list[tuple[str, str]] = []
+        if data.experiment != "ring_mi":
+            problems += [(key, f"required key is missing: data.experiment {data.experiment!r} trains an "
+                               "encoder") for key in ("objective", "budget") if raw.get(key) is None]
+        if data.experiment == "cpcl_mixture":
+            m = data.cpcl_mixture
+            if m.views == "pool" and m.augment_variance <= 0:
+                problems.append(("data.cpcl_mixture.views", "'pool' draws views from augmented copies "
+                                 "and needs augment_variance > 0, got 0"))
+            points = m.per_component * m.components
+            batch = rc.get_path(raw, "budget.batch_size", 256)
+            if isinstance(batch, int) and batch > points:
+                problems.append(("budget.batch_size", f"must be at most the {points} training points of "
+                                 f"data.cpcl_mixture (components x per_component), got {batch}"))
+        if ev is not None and ev.protocol == "linear_probe" and data.experiment != "cpcl_mixture":
+            problems.append(("evaluation.protocol", "'linear_probe' needs a test split; only "
+                             f"data.experiment 'cpcl_mixture' draws one (got {data.experiment!r})"))
+        return problems
+
+    def trainer(self, recipe: rc.Recipe, tracker: Any, options: RunOptions | None = None) -> Trainer:
+        options = options or RunOptions()
+        if options.distributed is not None:
+            raise ValueError("toy runs take seconds in one process: --nproc > 1 is not supported "
+                             "(run seeds in parallel with ctk sweep)")
+        if recipe.data.experiment == "ring_mi":
+            return RingMIRun(recipe, tracker, options)
+        options.progress = False
+        return OneThreadPretrainer(recipe, self, tracker, options)
 
     # -- data -----------------------------------------------------------------------------
     @staticmethod
@@ -54,13 +94,12 @@ class ToyDomain(Domain):
         return recipe.data.seed if recipe.data.seed is not None else recipe.seed
 
     def build_data(self, recipe: Any) -> DataBundle:
-        from toolkit.training.data import TensorBatches
+        from toolkit.training.batches import TensorBatches
 
         cfg = recipe.data
         if cfg.experiment == "ring_mi":
-            raise ValueError("data.experiment 'ring_mi' has no training data for the shared loop; "
-                             "it runs through ToyDomain.run (ctk run)")
-        self._recipe = recipe
+            raise ValueError("data.experiment 'ring_mi' has no training data for the pretrainer; "
+                             "its trainer is RingMIRun (ToyDomain.trainer)")
         gen = torch.Generator().manual_seed(self.data_seed(recipe))
         if cfg.experiment == "cpcl_mixture":
             m = cfg.cpcl_mixture
@@ -71,8 +110,6 @@ class ToyDomain(Domain):
             self._pool = pool
             self._aug_matrix = (mixture.augmentation_matrix(x, pool, m.augment_variance).float()
                                 if m.augment_variance > 0 else None)
-            if m.views == "pool" and self._aug_matrix is None:
-                raise ValueError("data.cpcl_mixture.views 'pool' needs augment_variance > 0, got 0")
             extra = {"test_x": test_x, "test_y": test_y, "pool": pool}
         else:
             c = cfg.lmcl_clusters
@@ -114,9 +151,7 @@ class ToyDomain(Domain):
         return batch["x"]
 
     def _config(self) -> Any:
-        if self._recipe is None:
-            raise RuntimeError("ToyDomain.make_views needs build_data(recipe) to be called first")
-        return self._recipe.data
+        return self.recipe.data
 
     # -- encoder --------------------------------------------------------------------------
     def build_encoder(self, recipe: Any) -> Encoder:
@@ -141,9 +176,6 @@ class ToyDomain(Domain):
         z = embed(encoder, store["x"])
         metrics: dict[str, float] = {}
         if protocol == "linear_probe":
-            if "test_x" not in store:
-                raise ValueError("evaluation.protocol 'linear_probe' needs a test split; only "
-                                 "data.experiment 'cpcl_mixture' draws one")
             probe = dict(c=ev.probe_c, max_iter=ev.probe_max_iter)
             z_test = embed(encoder, store["test_x"])
             metrics["linear_probe_error"] = linear_probe_error(z, store["y"], z_test, store["test_y"], **probe)
@@ -181,25 +213,42 @@ class ToyDomain(Domain):
             out["af_probe_error"] = linear_probe_error(af_train, store["y"], af_test, store["test_y"], **probe)
         return out
 
-    # -- the loop -------------------------------------------------------------------------
-    def run(self, recipe: Any, tracker: Any, *, resume_from: str | None = None,
-            device: torch.device | None = None) -> dict[str, float]:
-        """``ring_mi``: compute and log the estimates (seconds; ``resume_from`` is not needed and
-        ignored). Otherwise pretrain with the shared loop (checkpointed, resumable)."""
-        missing = [k for k in ("objective", "budget") if getattr(recipe, k) is None]
-        if recipe.data.experiment != "ring_mi" and missing:
-            raise ValueError(f"{', '.join(missing)}: required for data.experiment "
-                             f"{recipe.data.experiment!r} (it trains an encoder)")
-        with _one_thread():
-            if recipe.data.experiment == "ring_mi":
-                from domains.toy.ring_experiment import run_ring_mi
-                return run_ring_mi(recipe, tracker)
-            from toolkit.training import checkpoint as ckpt
-            from toolkit.training.loop import pretrain
 
-            path = ckpt.checkpoint_dir(getattr(tracker, "run_id", None) or "local") / "last.pt"
-            return pretrain(recipe, self, tracker, device=device, resume_from=resume_from,
-                            checkpoint_path=path, progress=False)
+class OneThreadPretrainer(Pretrainer):
+    """The toolkit's pretrainer, training and evaluating with one CPU thread."""
+
+    def fit(self) -> None:
+        with _one_thread():
+            super().fit()
+
+    def evaluate(self) -> dict[str, float]:
+        with _one_thread():
+            return super().evaluate()
+
+
+class RingMIRun(Trainer):
+    """Ring App. B: the NCE / CNCE estimates of a known mutual information (seconds; nothing
+    to checkpoint, a killed run simply runs again)."""
+
+    def __init__(self, recipe: rc.Recipe, tracker: Any, options: RunOptions | None = None) -> None:
+        super().__init__(recipe, tracker, options)
+        self.metrics: dict[str, float] | None = None
+
+    def fit(self) -> None:
+        from domains.toy.ring_experiment import run_ring_mi
+        with _one_thread():
+            self.metrics = run_ring_mi(self.recipe, self.tracker)
+
+    def evaluate(self) -> dict[str, float]:
+        if self.metrics is None:
+            raise RuntimeError("RingMIRun.evaluate needs fit() first")
+        return dict(self.metrics)
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"metrics": self.metrics}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        self.metrics = state.get("metrics")
 
 
 @contextlib.contextmanager

@@ -71,7 +71,8 @@ class VisionDomain(Domain):
     EncoderConfig = EncoderConfig
     EvaluationConfig = EvaluationConfig
 
-    def __init__(self) -> None:
+    def __init__(self, recipe: Any) -> None:
+        super().__init__(recipe)
         self.augment: BatchAugment | None = None
 
     # -- data -------------------------------------------------------------------------------
@@ -96,7 +97,7 @@ class VisionDomain(Domain):
                               recipe.seed, ev.monitor)
 
     def build_data(self, recipe: Any) -> DataBundle:
-        from toolkit.training.data import TensorBatches
+        from toolkit.training.batches import TensorBatches
 
         self.augment = build_augment(recipe.data)
         train = self.load_train(recipe)

@@ -52,7 +52,7 @@ def test_two_process_run_interrupts_resumes_and_logs_once(tmp_path, monkeypatch)
 
     proc = _cli("run", "tiny.yaml", "--nproc", "2", "--quiet", cwd=tmp_path)
     deadline = time.monotonic() + 240
-    while not list((tmp_path / "checkpoints").glob("*/last.pt")):
+    while not list((tmp_path / "checkpoints").glob("*/step-*.pt")):
         assert proc.poll() is None, f"the run ended before its first checkpoint:\n{proc.stdout.read()}"
         assert time.monotonic() < deadline, "no checkpoint within 240 s"
         time.sleep(0.05)
@@ -68,8 +68,8 @@ def test_two_process_run_interrupts_resumes_and_logs_once(tmp_path, monkeypatch)
     logged_before = {m.step for m in client.get_metric_history(killed.info.run_id, "train/loss")}
     assert logged_before and max(logged_before) < 4 * STEPS_PER_EPOCH
     # every rank stopped after the same step, and rank 0 checkpointed it: nothing logged is lost
-    from toolkit.training import checkpoint as ckpt
-    saved = ckpt.load(tmp_path / "checkpoints" / killed.info.run_id / "last.pt")
+    from toolkit import checkpoint as ckpt
+    saved = ckpt.load(ckpt.latest(tmp_path / "checkpoints" / killed.info.run_id))["trainer"]
     assert f"stopped after step {saved['loop']['step']} of" in out, out
     assert saved["loop"]["step"] >= max(logged_before)
 

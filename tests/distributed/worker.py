@@ -56,7 +56,7 @@ def step(encoder, model, objective, views, natural, ctx=None):
 
 
 def build(spec, regs, source=None):
-    cfg = rc.Objective.model_validate({"loss": spec, "regularizers": regs,
+    cfg = rc.ObjectiveSection.model_validate({"loss": spec, "regularizers": regs,
                                        **({"negatives": source} if source else {})})
     return objective_mod.build(cfg)
 

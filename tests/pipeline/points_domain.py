@@ -7,7 +7,7 @@ from pydantic import Field
 from torch import nn
 
 from domains.base import DataBundle, Domain, Encoder, Evaluation, Section
-from toolkit.training.data import TensorBatches
+from toolkit.training.batches import TensorBatches
 
 
 class PointsData(Section):

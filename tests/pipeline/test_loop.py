@@ -9,8 +9,8 @@ import torch
 
 from toolkit.runs import execute, load_recipe
 from toolkit.tracking import client_for
-from toolkit.training import checkpoint as ckpt
-from toolkit.training.loop import NonFiniteLoss
+from toolkit import checkpoint as ckpt
+from toolkit.training.trainer import NonFiniteLoss
 
 
 class Stop(Exception):
@@ -24,8 +24,13 @@ def _stop_at(step_to_stop):
     return hook
 
 
+def _state(run_id):
+    """The trainer state of a run's newest checkpoint."""
+    return ckpt.load(ckpt.latest(ckpt.checkpoint_dir(run_id)))["trainer"]
+
+
 def _final_weights(run_id):
-    return ckpt.load(ckpt.checkpoint_dir(run_id) / "last.pt")["encoder"]
+    return _state(run_id)["encoder"]
 
 
 def test_same_seed_same_result(points_domain, points_recipe):
@@ -49,7 +54,7 @@ def test_kill_and_resume_matches_uninterrupted(points_domain, points_recipe):
     killed = runs[0]
     assert killed.info.status == "FAILED"
     assert "simulated kill" in killed.data.tags["error"]
-    saved = ckpt.load(ckpt.checkpoint_dir(killed.info.run_id) / "last.pt")
+    saved = _state(killed.info.run_id)
     assert saved["loop"]["step"] == 8  # the last periodic checkpoint before the kill
     run_id, metrics = execute(r, points_domain, progress=False, resume=killed.info.run_id)
     assert run_id == killed.info.run_id
@@ -87,7 +92,7 @@ def test_ctrl_c_checkpoints_the_current_step_and_resume_matches(points_domain, p
     client = client_for()
     killed = _latest_run(client)
     assert killed.info.status == "KILLED" and f"--resume {killed.info.run_id}" in str(info.value)
-    saved = ckpt.load(ckpt.checkpoint_dir(killed.info.run_id) / "last.pt")
+    saved = _state(killed.info.run_id)
     assert saved["loop"]["step"] == 13  # not the periodic checkpoint at 8: no step is lost
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # the handler is restored
     run_id, metrics = execute(r, points_domain, progress=False, resume=killed.info.run_id)
@@ -104,7 +109,7 @@ def test_second_ctrl_c_stops_at_once(points_domain, points_recipe):
         execute(r, points_domain, progress=False, hooks=[_ctrl_c_at(13, times=2)])
     killed = _latest_run(client_for())
     assert killed.info.status == "KILLED"
-    assert ckpt.load(ckpt.checkpoint_dir(killed.info.run_id) / "last.pt")["loop"]["step"] == 8
+    assert _state(killed.info.run_id)["loop"]["step"] == 8
 
 
 def test_nonfinite_loss_stops_with_message_and_checkpoint(points_domain, points_recipe, workdir):
@@ -116,7 +121,7 @@ def test_nonfinite_loss_stops_with_message_and_checkpoint(points_domain, points_
     client = client_for()
     run = client.search_runs([client.get_experiment_by_name("pipeline-test").experiment_id])[0]
     assert run.info.status == "FAILED"
-    saved = ckpt.load(ckpt.checkpoint_dir(run.info.run_id) / "nonfinite.pt")
+    saved = ckpt.load(ckpt.checkpoint_dir(run.info.run_id) / "nonfinite-step-000000005.state")["trainer"]
     assert saved["loop"]["step"] == 5
     assert all(torch.isfinite(v).all() for v in saved["encoder"].values())
 
@@ -127,7 +132,7 @@ def test_queue_gets_keys_after_the_loss(points_domain, points_recipe):
                                     "objective.negatives={source: queue, size: 40, momentum: 0.9}",
                                     "budget.steps=5"], points_domain)
     run_id, _ = execute(r, points_domain, progress=False)
-    state = ckpt.load(ckpt.checkpoint_dir(run_id) / "last.pt")["objective"]
+    state = _state(run_id)["objective"]
     assert state["queue.ptr"].item() == (5 * 16) % 40
     assert state["queue.filled"].item() == 40
     queue = state["queue.queue"]
@@ -141,6 +146,6 @@ def test_memory_bank_updates_the_batch_slots(points_domain, points_recipe):
                                     "objective.negatives={source: memory_bank, bank_momentum: 0.0}",
                                     "budget.steps=4"], points_domain)
     run_id, _ = execute(r, points_domain, progress=False)
-    bank = ckpt.load(ckpt.checkpoint_dir(run_id) / "last.pt")["objective"]["bank.bank"]
+    bank = _state(run_id)["objective"]["bank.bank"]
     assert bank.shape == (64, 3)
     assert torch.allclose(bank.norm(dim=1), torch.ones(64), atol=1e-5)

@@ -60,6 +60,10 @@ def test_every_shipped_recipe_and_table_row_validates(tabular):
             assert r.domain == "tabular"
 
 
+def _domain(tabular, *sets):
+    return tabular.TabularDomain(_load(tabular, list(sets)))
+
+
 def test_split_and_standardisation_match_a_plain_reference(tabular):
     from sklearn.datasets import load_breast_cancer
     from sklearn.model_selection import train_test_split
@@ -67,12 +71,12 @@ def test_split_and_standardisation_match_a_plain_reference(tabular):
     xtr, xte, ytr, yte = train_test_split(bunch.data, bunch.target, test_size=0.3, random_state=4,
                                           stratify=bunch.target)
     mean, std = xtr.mean(0), xtr.std(0)
-    s = tabular.TabularDomain().splits(tabular.TabularData(dataset="breast_cancer", split_seed=4))
+    s = _domain(tabular).splits(tabular.TabularData(dataset="breast_cancer", split_seed=4))
     assert np.allclose(s.train_x.numpy(), (xtr - mean) / std, atol=1e-5)
     assert np.allclose(s.test_x.numpy(), (xte - mean) / std, atol=1e-5)
     assert np.array_equal(s.train_y.numpy(), ytr) and np.array_equal(s.test_y.numpy(), yte)
     assert s.num_classes == 2 and s.num_features == 30
-    other = tabular.TabularDomain().splits(tabular.TabularData(dataset="breast_cancer", split_seed=5))
+    other = _domain(tabular).splits(tabular.TabularData(dataset="breast_cancer", split_seed=5))
     assert not torch.equal(other.test_y, s.test_y) or not torch.equal(other.test_x, s.test_x)
 
 
@@ -100,7 +104,7 @@ def test_evaluation_probes_match_references(tabular):
     from sklearn.model_selection import train_test_split
     recipe = _load(tabular, ["data.dataset=wine", "seed=3", "encoder.hidden=32", "encoder.depth=2",
                              "encoder.head_hidden=16", "encoder.out_dim=8", "budget.batch_size=32"])
-    domain = tabular.TabularDomain()
+    domain = _domain(tabular)
     data = domain.build_data(recipe)
     torch.manual_seed(3)
     trained = domain.build_encoder(recipe)
@@ -157,7 +161,7 @@ def test_encoder_shapes_and_normalisation(tabular):
 
 
 def test_views_need_data_and_batch_must_fit(tabular):
-    domain = tabular.TabularDomain()
+    domain = _domain(tabular)
     with pytest.raises(ValueError, match="build_data"):
         domain.make_views({"x": torch.randn(4, 13)}, 2)
     with pytest.raises(ValueError, match="budget.batch_size=256 exceeds the 124 training rows"):
@@ -177,11 +181,11 @@ def test_csv_tables(tabular, tmp_path):
     lines = ["a,b,label,c"] + [f"{rng.normal():.4f},{rng.normal():.4f},{'yes' if i % 3 else 'no'},{i}"
                                for i in range(40)]
     path.write_text("\n".join(lines) + "\n")
-    s = tabular.TabularDomain().splits(tabular.TabularData(dataset="csv", path=str(path), target="label"))
+    s = _domain(tabular).splits(tabular.TabularData(dataset="csv", path=str(path), target="label"))
     assert s.num_features == 3 and s.feature_names == ["a", "b", "c"] and s.num_classes == 2
     assert len(s.train_x) + len(s.test_x) == 40
     path.write_text("a,label\n1.0,x\noops,y\n")
     with pytest.raises(ValueError, match="line 3, column 'a'"):
-        tabular.TabularDomain().splits(tabular.TabularData(dataset="csv", path=str(path), target="label"))
+        _domain(tabular).splits(tabular.TabularData(dataset="csv", path=str(path), target="label"))
     with pytest.raises(ValueError, match="data.target"):
-        tabular.TabularDomain().splits(tabular.TabularData(dataset="csv", path=str(path), target="nope"))
+        _domain(tabular).splits(tabular.TabularData(dataset="csv", path=str(path), target="nope"))

@@ -31,7 +31,7 @@ class RecordingTracker:
     def log_artifact(self, path, artifact_path=None):
         self.artifacts.append(str(path))
 
-    def log_model(self, module, name="encoder"):
+    def log_model(self, module, recipe=None, extras=None, name="encoder"):
         self.models.append(name)
 
     def series(self, name):

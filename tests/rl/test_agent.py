@@ -12,7 +12,7 @@ from domains.rl.config import AgentConfig, EncoderConfig
 from domains.rl.curl import BilinearCURL
 from domains.rl.networks import _FUSED_CONV_RELU, Actor, conv_relu
 from toolkit.objective import build
-from toolkit.recipe import Objective
+from toolkit.recipe import ObjectiveSection as Objective
 
 ENC = EncoderConfig(feature_dim=8, num_layers=2, num_filters=4)
 OBS = (9, 20, 20)

@@ -8,8 +8,11 @@ import pytest
 from domains import registry
 from domains.rl import RLDomain
 from domains.rl.domain import settings_from_recipe
+from toolkit import checkpoint as ckpt
+from toolkit.recipe import RecipeError
 from toolkit.reporting import load_table
 from toolkit.runs import load_recipe
+from toolkit.training.trainer import RunOptions
 
 RECIPES = Path(__file__).resolve().parents[2] / "recipes" / "rl"
 
@@ -46,9 +49,25 @@ def test_table_rows_validate(path):
     ("objective.negatives.source=queue", "objective.negatives.source"),
 ])
 def test_rl_specific_recipe_errors(override, message):
-    recipe = load_recipe(RECIPES / "cartpole_swingup_cpu.yaml", [override], registry.get)
-    with pytest.raises(ValueError, match=message):
-        settings_from_recipe(recipe)
+    # reported when the recipe is loaded (ctk show rejects it), before anything is built
+    with pytest.raises(RecipeError, match=message) as info:
+        load_recipe(RECIPES / "cartpole_swingup_cpu.yaml", [override], registry.get)
+    assert [p for p, _ in info.value.problems] == [override.split("=")[0]]
+
+
+def test_three_rl_mistakes_give_three_messages():
+    bad = ["budget.epochs=3", "optimizer.name=sgd", "objective.negatives.source=queue"]
+    with pytest.raises(RecipeError) as info:
+        load_recipe(RECIPES / "cartpole_swingup_cpu.yaml", bad, registry.get)
+    assert sorted(p for p, _ in info.value.problems) == sorted(b.split("=")[0] for b in bad)
+
+
+def _fit(recipe, tracker, folder):
+    trainer = RLDomain(recipe).trainer(recipe, tracker, RunOptions(checkpoint_dir=folder))
+    trainer.fit()
+    metrics = trainer.evaluate()
+    trainer.save_checkpoint()
+    return trainer, metrics
 
 
 def test_short_real_run_completes_and_logs(tracker, tmp_path, monkeypatch):
@@ -60,7 +79,7 @@ def test_short_real_run_completes_and_logs(tracker, tmp_path, monkeypatch):
                  "evaluation.episodes=2", "evaluation.every_env_steps=100000", "evaluation.save_frames=true",
                  "objective.regularizers=[{name: distance_polarization, weight: 0.1}]"]
     recipe = load_recipe(RECIPES / "cartpole_swingup_cpu.yaml", overrides, registry.get)
-    metrics = RLDomain().run(recipe, tracker)
+    trainer, metrics = _fit(recipe, tracker, tmp_path / "run")
     # 300 environment steps at action repeat 25: 12 agent steps, updates after the first 100
     assert metrics["env_steps"] == 300 and metrics["agent_steps"] == 12
     assert {"return_mean", "return_std", "random_return_mean", "random_return_std"} <= set(metrics)
@@ -72,9 +91,12 @@ def test_short_real_run_completes_and_logs(tracker, tmp_path, monkeypatch):
     assert {"train/critic_loss", "train/contrastive_loss", "train/curl_distance_polarization",
             "train/env_steps_per_s"} <= logged
     assert tracker.series("train/updates")[-1] == (300, 8.0)  # agent steps 4..11 update
-    assert tracker.figures == ["return_curve"] and tracker.models == ["encoder"]
+    assert tracker.figures == ["return_curve"]
     assert any(a.endswith(".gif") for a in tracker.artifacts)
-    assert (tmp_path / "local" / "last.pt").is_file()
+    saved = ckpt.load(ckpt.latest(tmp_path / "run"))
+    assert saved["trainer"]["counters"]["env_steps"] == 300
+    assert (tmp_path / "run" / saved["trainer"]["buffer"] / "frames.npy").is_file()
+    assert trainer.encoder is trainer.agent.critic.encoder
 
 
 def test_loop_counts_environment_and_agent_steps_separately(cheap_render, tracker):
@@ -87,7 +109,8 @@ def test_loop_counts_environment_and_agent_steps_separately(cheap_render, tracke
     s = tiny_settings(data={"action_repeat": 3}, agent={"init_env_steps": 990},
                       total_env_steps=1003, log_every=500)
     ws = Workspace(s, tracker, None)
-    metrics = ws.train()
+    ws.fit()
+    metrics = ws.evaluate()
     assert (ws.c.env_steps, ws.c.agent_steps, ws.c.episodes) == (1003, 335, 1)
     assert metrics["env_steps"] == 1003 and metrics["agent_steps"] == 335
     assert ws.buffer.num_transitions == 335

@@ -6,8 +6,10 @@ import pytest
 import torch
 
 from domains.rl.workspace import Workspace
+from toolkit import checkpoint as ckpt
+from toolkit.training.trainer import RunOptions
 from toolkit.objective import build
-from toolkit.recipe import Objective
+from toolkit.recipe import ObjectiveSection as Objective
 
 from .conftest import RecordingTracker, tiny_settings
 
@@ -28,12 +30,12 @@ def settings():
 
 
 def test_snapshot_round_trip(cheap_render, tmp_path):
-    ws = Workspace(settings(), RecordingTracker(), objective(), tmp_path / "last.pt")
+    ws = Workspace(settings(), RecordingTracker(), objective(), RunOptions(checkpoint_dir=tmp_path / "a"))
     ws.s.total_env_steps = 1000  # one episode
-    ws.train()
-    path = ws.save()
-    fresh = Workspace(settings(), RecordingTracker(), objective(), tmp_path / "other.pt")
-    fresh.restore(path)
+    ws.fit()
+    path = ws.save_checkpoint()
+    fresh = Workspace(settings(), RecordingTracker(), objective(), RunOptions(checkpoint_dir=tmp_path / "b"))
+    fresh.resume(path)
     for (k, v), w in zip(ws.agent.state_dict().items(), fresh.agent.state_dict().values()):
         if torch.is_tensor(v):
             assert torch.equal(v, w), k
@@ -45,26 +47,30 @@ def test_snapshot_round_trip(cheap_render, tmp_path):
     assert fresh.buffer.num_frames == ws.buffer.num_frames
     assert fresh.c == ws.c and fresh.agent.num_updates == ws.agent.num_updates > 0
     assert fresh.rng.bit_generator.state == ws.rng.bit_generator.state
-    assert torch.equal(torch.get_rng_state(), torch.load(path, weights_only=False)["rng"]["torch"])
+    assert torch.equal(torch.get_rng_state(), ckpt.load(path)["trainer"]["rng"]["torch"])
     assert str(fresh.env.unwrapped.task_random_state()) == str(ws.env.unwrapped.task_random_state())
 
 
 def test_killed_run_resumes_as_if_uninterrupted(cheap_render, tmp_path):
     reference = RecordingTracker()
-    full = Workspace(settings(), reference, objective(), tmp_path / "a" / "last.pt")
-    expected = full.train()
+    full = Workspace(settings(), reference, objective(), RunOptions(checkpoint_dir=tmp_path / "a"))
+    full.fit()
+    expected = full.evaluate()
 
     def kill(ws):
         if ws.c.env_steps >= 1400:
             raise Killed
 
-    killed = Workspace(settings(), RecordingTracker(), objective(), tmp_path / "b" / "last.pt", step_hook=kill)
+    killed = Workspace(settings(), RecordingTracker(), objective(), RunOptions(checkpoint_dir=tmp_path / "b"),
+                       step_hook=kill)
     with pytest.raises(Killed):
-        killed.train()
+        killed.fit()
     assert killed.c.env_steps == 1400
     resumed_tracker = RecordingTracker()
-    resumed = Workspace(settings(), resumed_tracker, objective(), tmp_path / "b" / "last.pt")
-    got = resumed.train(resume_from=tmp_path / "b" / "last.pt")
+    resumed = Workspace(settings(), resumed_tracker, objective(), RunOptions(checkpoint_dir=tmp_path / "b"))
+    resumed.resume(ckpt.latest(tmp_path / "b"))
+    resumed.fit()
+    got = resumed.evaluate()
     assert got == expected
     for (k, v), w in zip(full.agent.named_parameters(), resumed.agent.parameters()):
         assert torch.equal(v, w), k
@@ -72,4 +78,4 @@ def test_killed_run_resumes_as_if_uninterrupted(cheap_render, tmp_path):
     assert resumed_tracker.series("train/episode_return")[0][0] == 2000
     assert resumed_tracker.series("train/episode_return") == reference.series("train/episode_return")[1:]
     # only the newest buffer folder is kept
-    assert len(list((tmp_path / "b").glob("last.buffer-*"))) == 1
+    assert len(list((tmp_path / "b").glob("buffer-*"))) == 1

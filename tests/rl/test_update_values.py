@@ -17,7 +17,7 @@ import torch.nn.functional as F
 from domains.rl.agent import CurlSacAgent
 from domains.rl.config import AgentConfig, EncoderConfig
 from toolkit.objective import build
-from toolkit.recipe import Objective
+from toolkit.recipe import ObjectiveSection as Objective
 
 ENC = EncoderConfig(feature_dim=8, num_layers=2, num_filters=4)
 OBS, ACTIONS, N = (9, 20, 20), 2, 6

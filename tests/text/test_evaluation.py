@@ -158,10 +158,11 @@ def test_baselines_random_encoder_of_the_same_size_and_bag_of_words() -> None:
     cfg = EncoderConfig(embedding_dim=8, hidden_size=6)
     recipe = SimpleNamespace(seed=3, encoder=cfg, data=SimpleNamespace(max_length=30),
                              evaluation=EvaluationConfig(tasks=["mr", "trec"], baselines=["random", "bow"],
-                                                         diagnostics=False, folds=4))
+                                                         diagnostics=False, folds=4),
+                             raw={"objective": {}, "budget": {}}, sections={}, source="test")
     torch.manual_seed(0)
     trained = build_quick_thought_encoder(cfg, tok)
-    domain = TextDomain()
+    domain = TextDomain(recipe)
 
     state = torch.get_rng_state()
     rand = domain.random_encoder(trained, recipe)

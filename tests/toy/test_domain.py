@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 import torch
+import yaml
 
 from domains.toy import ToyDomain
 from domains.toy.encoders import ToyEncoder
@@ -14,6 +15,7 @@ from domains.toy.evaluation import kmeans_accuracy, linear_probe_error
 from domains.toy.ring_experiment import metric_name
 from toolkit import recipe as rc
 from toolkit.reporting import discover_tables
+from toolkit.recipe import RecipeError
 from toolkit.runs import load_recipe
 
 torch.set_num_threads(1)
@@ -54,7 +56,7 @@ class RecordingTracker:
     def log_figure(self, figure, name):
         self.figures.append(name)
 
-    def log_model(self, module, name="encoder"):
+    def log_model(self, module, recipe=None, extras=None, name="encoder"):
         pass
 
 
@@ -97,12 +99,22 @@ def test_bad_sections_are_reported_with_their_path():
     assert "data" in text and "gaussian_mixture" in text and "nested_moons" in text
 
 
+def _data(recipe):
+    return ToyDomain(recipe).build_data(recipe)
+
+
+def _run(recipe, tracker):
+    trainer = ToyDomain(recipe).trainer(recipe, tracker)
+    trainer.fit()
+    return trainer.evaluate()
+
+
 # -- data and views -----------------------------------------------------------------------
 
 def test_cpcl_data_views_and_pool():
     r = _recipe(RECIPES / "cpcl_mixture_cpcl_full.yaml", "data.cpcl_mixture.per_component=50",
                 "data.cpcl_mixture.test_per_component=30", "budget.batch_size=40")
-    dom = ToyDomain()
+    dom = ToyDomain(r)
     data = dom.build_data(r)
     assert data.num_instances == 200 and len(data.eval["test_x"]) == 120 and len(data.eval["pool"]) == 400
     batch = next(iter(data.train))
@@ -119,7 +131,7 @@ def test_cpcl_data_views_and_pool():
 def test_pool_views_follow_the_augmentation_matrix():
     r = _recipe(RECIPES / "cpcl_mixture_cpcl_full.yaml", "data.cpcl_mixture.per_component=2",
                 "data.cpcl_mixture.views=pool", "budget.batch_size=4")
-    dom = ToyDomain()
+    dom = ToyDomain(r)
     data = dom.build_data(r)
     pool, a = data.eval["pool"], dom._aug_matrix
     index = torch.full((4000,), 3)
@@ -132,7 +144,7 @@ def test_pool_views_follow_the_augmentation_matrix():
 
 def test_lmcl_views_pair_each_point_with_a_noisy_copy():
     r = _recipe(RECIPES / "lmcl_nested_moons_cl.yaml", "data.lmcl_clusters.view_std=0.3")
-    dom = ToyDomain()
+    dom = ToyDomain(r)
     data = dom.build_data(r)
     assert data.num_instances == 400
     x = torch.randn(5000, 2)
@@ -143,15 +155,15 @@ def test_lmcl_views_pair_each_point_with_a_noisy_copy():
 
 def test_data_seed_pins_the_draw_and_defaults_to_the_recipe_seed():
     path = RECIPES / "lmcl_three_bars_cl.yaml"
-    x0 = ToyDomain().build_data(_recipe(path, "seed=0")).eval["x"]
-    x1 = ToyDomain().build_data(_recipe(path, "seed=1")).eval["x"]
-    x1_pinned = ToyDomain().build_data(_recipe(path, "seed=1", "data.seed=0")).eval["x"]
+    x0 = _data(_recipe(path, "seed=0")).eval["x"]
+    x1 = _data(_recipe(path, "seed=1")).eval["x"]
+    x1_pinned = _data(_recipe(path, "seed=1", "data.seed=0")).eval["x"]
     assert not torch.equal(x0, x1) and torch.equal(x0, x1_pinned)
 
 
 def test_ring_mi_has_no_shared_loop_data():
     with pytest.raises(ValueError, match="ring_mi"):
-        ToyDomain().build_data(_recipe(RECIPES / "ring_mi_optimal.yaml"))
+        _data(_recipe(RECIPES / "ring_mi_optimal.yaml"))
 
 
 # -- encoder and evaluation ---------------------------------------------------------------
@@ -185,11 +197,11 @@ def test_probe_and_kmeans_metrics():
 def test_short_cpcl_full_run_beats_an_untrained_encoder():
     r = _recipe(RECIPES / "cpcl_mixture_cpcl_full.yaml", "encoder.embed_dim=4", "budget.epochs=20",
                 "evaluation.augmentation_feature=false", "evaluation.histogram=false")
-    dom = ToyDomain()
+    dom = ToyDomain(r)
     data = dom.build_data(r)
     untrained = dom.evaluate(dom.build_encoder(r), data, r).metrics["linear_probe_error"]
     tracker = RecordingTracker()
-    trained = ToyDomain().run(r, tracker)
+    trained = _run(r, tracker)
     assert trained["linear_probe_error"] < untrained - 3.0
     assert trained["raw_probe_error"] < 20.0  # the mixture is learnable at all
     assert "train/loss" in tracker.metrics and "loss_curve" in tracker.figures
@@ -198,18 +210,29 @@ def test_short_cpcl_full_run_beats_an_untrained_encoder():
 def test_lmcl_run_logs_the_margin_and_figures():
     r = _recipe(RECIPES / "lmcl_three_bars_dp.yaml", "budget.steps=30")
     tracker = RecordingTracker()
-    m = ToyDomain().run(r, tracker)
+    m = _run(r, tracker)
     assert 0.0 <= m["dp_margin_occupancy"] <= 1.0
     assert 0.0 < m["kmeans_accuracy"] <= 100.0 and 0.0 < m["kmeans_accuracy_euclidean"] <= 100.0
     assert {"distance_histogram", "embedding"} <= set(tracker.figures)
     assert "train/distance_polarization" in tracker.metrics
 
 
-def test_trainable_experiments_need_an_objective():
-    r = _recipe(RECIPES / "cpcl_mixture_simclr.yaml")
-    r.common.objective = None
-    with pytest.raises(ValueError, match="objective"):
-        ToyDomain().run(r, RecordingTracker())
+def test_trainable_experiments_need_an_objective_at_load_time():
+    raw = yaml.safe_load((RECIPES / "cpcl_mixture_simclr.yaml").read_text())
+    raw.pop("objective")
+    raw.pop("budget")
+    with pytest.raises(RecipeError) as info:
+        load_recipe("inline", [], _lookup, data=raw)
+    assert sorted(p for p, _ in info.value.problems) == ["budget", "objective"]
+
+
+def test_three_toy_mistakes_give_three_messages():
+    bad = ["data.cpcl_mixture.views=pool", "data.cpcl_mixture.augment_variance=0",
+           "budget.batch_size=100000", "objective.loss.temperature=-1"]
+    with pytest.raises(RecipeError) as info:
+        _recipe(RECIPES / "cpcl_mixture_simclr.yaml", *bad)
+    paths = [p for p, _ in info.value.problems]
+    assert {"data.cpcl_mixture.views", "budget.batch_size", "objective.loss.temperature"} <= set(paths)
 
 
 # -- ring_mi ------------------------------------------------------------------------------
@@ -218,7 +241,7 @@ def test_ring_mi_run_logs_one_metric_per_percentile_and_a_figure():
     r = _recipe(RECIPES / "ring_mi_optimal.yaml", "data.ring_mi.num_points=300",
                 "evaluation.ring_mi.num_negatives=null")
     tracker = RecordingTracker()
-    m = ToyDomain().run(r, tracker)
+    m = _run(r, tracker)
     assert m["mi_true"] == pytest.approx(0.0204110, abs=1e-7)
     ws = [10, 25, 50, 75, 90, 95]
     values = [m["mi_nce"], *(m[metric_name(w)] for w in ws)]
@@ -232,10 +255,10 @@ def test_ring_mi_trains_the_mlp_critic_with_the_recipe_objective():
     r = _recipe(RECIPES / "ring_mi_mlp.yaml", "data.ring_mi.num_points=256", "budget.epochs=3",
                 "evaluation.ring_mi.percentiles=[50]")
     tracker = RecordingTracker()
-    m = ToyDomain().run(r, tracker)
+    m = _run(r, tracker)
     assert [s for s, _ in tracker.metrics["train/loss"]] == [1, 2, 3]
     assert m["critic_final_loss"] == tracker.metrics["train/loss"][-1][1]
     assert m["mi_cnce_w50"] < m["mi_nce"] <= math.log(101)
     with pytest.raises(ValueError, match="normalize"):
-        ToyDomain().run(_recipe(RECIPES / "ring_mi_mlp.yaml", "encoder.normalize=true",
+        _run(_recipe(RECIPES / "ring_mi_mlp.yaml", "encoder.normalize=true",
                                 "budget.epochs=1", "data.ring_mi.num_points=256"), tracker)

@@ -58,7 +58,7 @@ def make_recipe(root, **sections):
 def train_steps(recipe, steps=2):
     """The shared loop's step, written out (views -> objective -> update -> sources)."""
     torch.manual_seed(recipe.seed)
-    dom = VisionDomain()
+    dom = VisionDomain(recipe)
     data = dom.build_data(recipe)
     enc = dom.build_encoder(recipe)
     obj = objective_mod.build(recipe.objective)
@@ -84,7 +84,7 @@ def train_steps(recipe, steps=2):
 @pytest.mark.parametrize("method", sorted(METHODS))
 def test_each_method_trains_for_a_few_steps(fmnist_root, method):
     recipe = make_recipe(fmnist_root, objective=METHODS[method])
-    init = VisionDomain()
+    init = VisionDomain(recipe)
     init.build_data(recipe)
     torch.manual_seed(recipe.seed)
     start = [p.detach().clone() for p in init.build_encoder(recipe).parameters()]
@@ -117,7 +117,7 @@ def test_queue_receives_this_steps_keys_after_the_loss(fmnist_root):
 
 def test_views_and_natural_view(fmnist_root):
     recipe = make_recipe(fmnist_root)
-    dom = VisionDomain()
+    dom = VisionDomain(recipe)
     data = dom.build_data(recipe)
     batch = next(iter(data.train))
     assert batch["x"].dtype == torch.uint8 and batch["x"].shape == (16, 1, 28, 28)

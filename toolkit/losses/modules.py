@@ -26,18 +26,7 @@ from torch import Tensor
 from toolkit import checks
 from toolkit.losses import functional as F
 from toolkit.losses.base import ContrastiveBatch, ContrastiveLoss, LossOutput, require
-from toolkit.registry import Registry
-
-LOSSES: Registry[type[ContrastiveLoss]] = Registry("loss")
-
-
-def _views(batch: ContrastiveBatch, owner: str, at_least: int = 2) -> Tensor:
-    require(batch, owner, "views")
-    v = batch.views
-    if v.dim() != 3 or v.shape[1] < at_least:
-        raise ValueError(f"{owner} needs views of shape [N, V>={at_least}, d], got {tuple(v.shape)}")
-    return v
-
+from toolkit.losses.registry import LOSSES, _Stats, _views  # noqa: F401 - re-exported
 
 def _scored(batch: ContrastiveBatch) -> bool:
     return batch.scores is not None
@@ -68,16 +57,6 @@ def _in_batch_keep_mask(z1: Tensor, z2: Tensor, selector: Any, step: int) -> Ten
         keep = torch.ones(n2, n2, dtype=torch.bool, device=z.device)
         keep.scatter_(1, neg_idx, keep_neg)
         return keep
-
-
-class _Stats:
-    """Collects the functional core's stats into records."""
-
-    def __init__(self) -> None:
-        self.d: dict[str, Tensor | float] = {}
-
-    def out(self, loss: Tensor) -> LossOutput:
-        return LossOutput(loss, dict(self.d))
 
 
 @LOSSES.register("nt_xent", description="SimCLR NT-Xent (2B form); score-level InfoNCE when the domain scores candidates")
@@ -278,7 +257,3 @@ class ACA(ContrastiveLoss):
         st = _Stats()
         return st.out(F.aca(batch.natural, v[:, 0], v[:, 1], K=self.K, lamb=self.lamb,
                             temperature=self.temperature, stats=st.d))
-
-
-# Wang & Liu, CACR and Ring live in their own file; importing it registers them.
-from toolkit.losses import modules_papers  # noqa: E402,F401

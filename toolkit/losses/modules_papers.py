@@ -1,7 +1,7 @@
 """Registered loss modules of Wang & Liu (memory bank), CACR and Ring / CNCE.
 
-Split from :mod:`toolkit.losses.modules` (which imports this file at its end, so importing
-either registers every loss); the shared helpers and the registry live there.
+The registry and the shared helpers live in :mod:`toolkit.losses.registry`; importing
+:mod:`toolkit.losses` registers the losses of both module files.
 """
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from torch import Tensor
 from toolkit import checks
 from toolkit.losses import functional as F
 from toolkit.losses.base import ContrastiveBatch, ContrastiveLoss, LossOutput, require
-from toolkit.losses.modules import LOSSES, _Stats, _views
+from toolkit.losses.registry import LOSSES, _Stats, _views
 
 
 class _WangLiu(ContrastiveLoss):
@@ -34,7 +34,7 @@ def _hard_args(alpha: float | None, num_hard: int | None) -> tuple[float | None,
     if alpha is not None:
         checks.in_range("alpha", alpha, 0.0, 1.0, low_open=True)
     if num_hard is not None and (not isinstance(num_hard, int) or num_hard < 1):
-        raise ValueError(f"num_hard must be an integer >= 1, got {num_hard!r}")
+        raise checks.ArgumentError("num_hard", f"num_hard must be an integer >= 1, got {num_hard!r}")
     return alpha, num_hard
 
 
@@ -187,7 +187,7 @@ class RingNCE(ContrastiveLoss):
         checks.in_range("lower", lower, 0.0, 100.0)
         checks.in_range("upper", upper, 0.0, 100.0)
         if lower >= upper:
-            raise ValueError(f"lower must be < upper, got lower={lower!r}, upper={upper!r}")
+            raise checks.ArgumentError("lower", f"lower must be < upper, got lower={lower!r}, upper={upper!r}")
         self.lower, self.upper = float(lower), float(upper)
         self.include_positive = bool(include_positive)
 

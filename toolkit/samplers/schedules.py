@@ -16,14 +16,15 @@ from __future__ import annotations
 import math
 import numbers
 from collections import deque
-from typing import Any, Callable, ClassVar, Mapping
+from typing import TYPE_CHECKING, Any, ClassVar, Mapping
 
 from torch import Tensor
 
 from toolkit import checks
 from toolkit.registry import Registry
-from toolkit.samplers.selectors import (all_mask, check_percentiles, hard_count, hard_mask,
-                                        ring_mask, ring_official_thresholds_to_percentiles)
+
+if TYPE_CHECKING:
+    from toolkit.samplers.rules import NegativeSelector
 
 __all__ = ["Schedule", "ConstantSchedule", "LinearSchedule", "StepSchedule",
            "StaircaseSchedule", "ExponentialSchedule", "AdaptiveSchedule",
@@ -47,7 +48,7 @@ def _count(name: str, value: int) -> int:
 
 def _step(step: int) -> int:
     if isinstance(step, bool) or not isinstance(step, numbers.Integral) or step < 0:
-        raise ValueError(f"step must be an integer >= 0 (the global optimisation step), "
+        raise checks.ArgumentError("step", f"step must be an integer >= 0 (the global optimisation step), "
                          f"got {step!r}")
     return int(step)
 
@@ -228,7 +229,7 @@ class AdaptiveSchedule(Schedule):
         self.low = _finite("low", low)
         self.high = _finite("high", high)
         if not self.low <= self.init <= self.high:
-            raise ValueError(f"init must lie in [low, high] = [{low!r}, {high!r}], got {init!r}")
+            raise checks.ArgumentError("init", f"init must lie in [low, high] = [{low!r}, {high!r}], got {init!r}")
         self.delta = checks.positive("delta", delta)
         self.window = _count("window", window)
         self.lower_is_better = bool(lower_is_better)
@@ -295,89 +296,51 @@ def make_schedule(spec: "Schedule | float | Mapping[str, Any]") -> Schedule:
                      f"got {spec!r}")
 
 
-_RING_PERCENTILES = ("lower", "upper")
-_RING_OFFICIAL = ("theta_outer", "theta_inner")
-
-
 class ScheduledSelector:
     """A negative selector whose argument follows a schedule: ``(sims, step) -> keep-mask``.
 
-    ``name``: ``all``, ``hard`` (args ``alpha`` or ``num_hard``) or ``ring`` (args ``lower`` and
-    ``upper`` percentiles, or the official ``theta_outer`` and ``theta_inner``; default the
-    official config 0.1 / 0.1, i.e. percentiles [90, 99)). ``schedule`` drives the argument named
-    ``param`` (default: ``theta_outer`` / ``lower`` for ring, ``alpha`` / ``num_hard`` for hard),
-    replacing its fixed value. Ring annealing as in the paper's code is
+    ``selector`` is a registered selector's name (``all``, ``hard``, ``ring``, or one a plug-in
+    registered in ``toolkit.samplers.SELECTORS``) or a :class:`NegativeSelector` instance, with
+    ``args``. ``schedule`` drives the argument named ``param`` (default: the selector's own,
+    e.g. ``theta_outer`` / ``lower`` for ring, ``alpha`` / ``num_hard`` for hard), replacing its
+    fixed value. Ring annealing as in the paper's code is
     ``ScheduledSelector("ring", {"theta_inner": 0.1}, linear(1.0, 0.1, S))``.
     """
 
-    def __init__(self, name: str, args: Mapping[str, Any] | None = None,
+    def __init__(self, selector: "str | NegativeSelector", args: Mapping[str, Any] | None = None,
                  schedule: "Schedule | float | Mapping[str, Any] | None" = None,
                  param: str | None = None) -> None:
-        self.name = checks.choice("name", name, ("all", "hard", "ring"))
-        self.args = dict(args or {})
+        from toolkit.samplers.rules import make_selector
+        self.selector = make_selector(selector, args) if isinstance(selector, str) else selector
+        self.name = self.selector.name
         self.schedule = None if schedule is None else make_schedule(schedule)
-        allowed = {"all": (), "hard": ("alpha", "num_hard"),
-                   "ring": _RING_PERCENTILES + _RING_OFFICIAL}[self.name]
-        unknown = sorted(set(self.args) - set(allowed))
-        if unknown:
-            raise ValueError(f"selector {self.name!r} got unknown argument(s) {unknown}; "
-                             f"expected some of {list(allowed)}")
-        if self.name == "ring":
-            official = bool(set(self.args) & set(_RING_OFFICIAL)) or not self.args
-            if official and set(self.args) & set(_RING_PERCENTILES):
-                raise ValueError("ring takes either lower/upper percentiles or "
-                                 f"theta_outer/theta_inner, not both; got {sorted(self.args)}")
-            self.official = official
-            if official:
-                self.args = {"theta_outer": 0.1, "theta_inner": 0.1, **self.args}
-            default_param = "theta_outer" if official else "lower"
-        else:
-            self.official = False
-            default_param = "num_hard" if "num_hard" in self.args else "alpha"
         if self.schedule is not None:
-            self.param = param or default_param
-            if self.name == "all" or self.param not in allowed:
-                raise ValueError(f"param {self.param!r} cannot be scheduled for selector "
-                                 f"{self.name!r}; expected one of {list(allowed)}")
-            if self.name == "ring" and (self.param in _RING_OFFICIAL) != self.official:
-                raise ValueError(f"param {self.param!r} does not belong to the ring "
-                                 f"parametrisation in use ({sorted(self.args)})")
+            self.param = param or self.selector.default_param()
+            if self.selector.keeps_all or self.param is None:
+                raise checks.ArgumentError("param", f"param {self.param!r} cannot be scheduled for selector {self.name!r}; "
+                                 f"expected one of {list(self.selector.arguments)}")
+            self.selector.check_param(self.param)
         else:
             self.param = param
-        if self.name == "ring" and not self.official:
-            scheduled = self.param if self.schedule is not None else None
-            missing = [k for k in _RING_PERCENTILES if k not in self.args and k != scheduled]
-            if missing:
-                raise ValueError(f"ring selector needs both lower and upper, missing {missing}")
+        self.selector.check_missing(self.param if self.schedule is not None else None)
         # Validate now (first step and the end of the schedule), not during training.
         for at in (0, 1 << 62):
-            resolved = self.arguments(at)
-            if self.name == "ring":
-                check_percentiles(resolved["lower"], resolved["upper"])
-            elif self.name == "hard":
-                hard_count(1 << 62, **resolved)
+            self.selector.check(self.arguments(at))
+
+    @property
+    def args(self) -> dict[str, Any]:
+        return self.selector.args
 
     def arguments(self, step: int = 0) -> dict[str, Any]:
-        """The selector arguments in force at ``step`` (ring in percentiles)."""
-        args = dict(self.args)
+        """The mask's arguments in force at ``step`` (ring in percentiles)."""
+        args = dict(self.selector.args)
         if self.schedule is not None:
             value = self.schedule(step)
             args[self.param] = int(round(value)) if self.param == "num_hard" else value
-        if self.name == "ring":
-            if self.official:
-                lower, upper = ring_official_thresholds_to_percentiles(args["theta_outer"],
-                                                                       args["theta_inner"])
-                return {"lower": lower, "upper": upper}
-            return {"lower": args["lower"], "upper": args["upper"]}
-        if self.name == "hard":
-            return {"alpha": args.get("alpha"), "num_hard": args.get("num_hard")}
-        return {}
+        return self.selector.resolve(args)
 
     def __call__(self, sims: Tensor, step: int = 0) -> Tensor:
-        masks: dict[str, Callable[..., Tensor]] = {"all": all_mask, "hard": hard_mask,
-                                                   "ring": ring_mask}
-        fn = masks[self.name]
-        return fn(sims, **self.arguments(step))
+        return self.selector.mask(sims, **self.arguments(step))
 
     def record(self, metric: float) -> None:
         if self.schedule is not None:

@@ -36,7 +36,7 @@ _EPS = 1e-9
 def _check_sims(sims: Tensor) -> Tensor:
     checks.tensor("sims", sims, dim=2)
     if sims.shape[1] < 1:
-        raise ValueError(f"sims needs at least one candidate column, got shape {tuple(sims.shape)}")
+        raise checks.ArgumentError("sims", f"sims needs at least one candidate column, got shape {tuple(sims.shape)}")
     return sims
 
 
@@ -60,7 +60,7 @@ def hard_count(num_candidates: int, alpha: float | None = None,
     if num_hard is not None:
         if isinstance(num_hard, bool) or not isinstance(num_hard, numbers.Integral) \
                 or not 1 <= num_hard <= m:
-            raise ValueError(f"num_hard must be an integer in [1, {m}] (the number of candidate "
+            raise checks.ArgumentError("num_hard", f"num_hard must be an integer in [1, {m}] (the number of candidate "
                              f"negatives), got {num_hard!r}")
         return int(num_hard)
     if alpha is not None:
@@ -104,7 +104,7 @@ def check_percentiles(lower: float, upper: float) -> None:
     checks.in_range("lower", lower, 0.0, 100.0)
     checks.in_range("upper", upper, 0.0, 100.0)
     if lower >= upper:
-        raise ValueError(f"lower must be < upper (percentiles of the ascending similarities), "
+        raise checks.ArgumentError("lower", f"lower must be < upper (percentiles of the ascending similarities), "
                          f"got lower={lower!r}, upper={upper!r}")
 
 
@@ -188,7 +188,7 @@ def ring_percentiles_to_official_thresholds(lower: float, upper: float) -> tuple
     checks.in_range("lower", lower, 0.0, 100.0, high_open=True)
     checks.in_range("upper", upper, 0.0, 100.0)
     if lower >= upper:
-        raise ValueError(f"lower must be < upper, got lower={lower!r}, upper={upper!r}")
+        raise checks.ArgumentError("lower", f"lower must be < upper, got lower={lower!r}, upper={upper!r}")
     theta_outer = 1.0 - lower / 100.0
     return theta_outer, (1.0 - upper / 100.0) / theta_outer
 

@@ -30,9 +30,9 @@ class MoCoQueue(nn.Module):
     def __init__(self, size: int, dim: int, generator: torch.Generator | None = None) -> None:
         super().__init__()
         if not isinstance(size, int) or size < 1:
-            raise ValueError(f"size must be an integer >= 1, got {size!r}")
+            raise checks.ArgumentError("size", f"size must be an integer >= 1, got {size!r}")
         if not isinstance(dim, int) or dim < 1:
-            raise ValueError(f"dim must be an integer >= 1, got {dim!r}")
+            raise checks.ArgumentError("dim", f"dim must be an integer >= 1, got {dim!r}")
         self.register_buffer("queue", _random_unit_rows(size, dim, generator))
         self.register_buffer("ptr", torch.zeros((), dtype=torch.long))
         self.register_buffer("filled", torch.zeros((), dtype=torch.long))
@@ -48,7 +48,7 @@ class MoCoQueue(nn.Module):
     def enqueue(self, keys: Tensor) -> None:
         checks.tensor("keys", keys, dim=2)
         if keys.shape[1] != self.queue.shape[1]:
-            raise ValueError(f"keys must have {self.queue.shape[1]} columns, got shape {tuple(keys.shape)}")
+            raise checks.ArgumentError("keys", f"keys must have {self.queue.shape[1]} columns, got shape {tuple(keys.shape)}")
         keys = keys.detach().to(self.queue.dtype)
         if keys.shape[0] > self.size:
             keys = keys[-self.size:]
@@ -70,7 +70,7 @@ class MemoryBank(nn.Module):
                  generator: torch.Generator | None = None) -> None:
         super().__init__()
         if not isinstance(num_instances, int) or num_instances < 2:
-            raise ValueError(f"num_instances must be an integer >= 2, got {num_instances!r}")
+            raise checks.ArgumentError("num_instances", f"num_instances must be an integer >= 2, got {num_instances!r}")
         self.momentum = checks.in_range("momentum", momentum, 0.0, 1.0, high_open=True)
         self.register_buffer("bank", _random_unit_rows(num_instances, dim, generator))
 
@@ -80,9 +80,9 @@ class MemoryBank(nn.Module):
     @torch.no_grad()
     def update(self, indices: Tensor, z: Tensor) -> None:
         if indices.dim() != 1 or indices.shape[0] != z.shape[0]:
-            raise ValueError(f"indices must be [N] matching z [N, d], got {tuple(indices.shape)} and {tuple(z.shape)}")
+            raise checks.ArgumentError("indices", f"indices must be [N] matching z [N, d], got {tuple(indices.shape)} and {tuple(z.shape)}")
         if int(indices.max()) >= self.bank.shape[0] or int(indices.min()) < 0:
-            raise ValueError(f"indices must lie in [0, {self.bank.shape[0]}), got range "
+            raise checks.ArgumentError("indices", f"indices must lie in [0, {self.bank.shape[0]}), got range "
                              f"[{int(indices.min())}, {int(indices.max())}]")
         mixed = self.momentum * self.bank[indices] + (1 - self.momentum) * z.detach().to(self.bank.dtype)
         self.bank[indices] = nnf.normalize(mixed, dim=1)

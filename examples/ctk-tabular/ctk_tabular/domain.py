@@ -27,7 +27,7 @@ from torch import Tensor
 
 from domains.base import DataBundle, Domain, Encoder, Evaluation, Section
 from toolkit import metrics as geometry
-from toolkit.training.data import TensorBatches
+from toolkit.training.batches import TensorBatches
 
 from .corruption import scarf_views
 from .datasets import TabularSplits, load_bundled, load_csv, split_and_standardise
@@ -92,7 +92,8 @@ class TabularDomain(Domain):
     EvaluationConfig = TabularEvaluation
     recipe_dirs = (str(RECIPES),)
 
-    def __init__(self) -> None:
+    def __init__(self, recipe: Any) -> None:
+        super().__init__(recipe)
         self._splits: dict[str, TabularSplits] = {}
         self._pool: Tensor | None = None
         self._data_cfg: TabularData | None = None

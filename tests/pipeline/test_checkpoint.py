@@ -1,0 +1,105 @@
+"""The checkpoint module: data only, atomic, portable random states, refusals that name the file."""
+from __future__ import annotations
+
+import os
+import pickle
+import random
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from toolkit import checkpoint as ckpt
+
+
+class _Marker:
+    """Unpickling this object creates a file: what a hostile checkpoint would do."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+
+    def __reduce__(self):
+        return (Path.touch, (Path(self.path),))
+
+
+def hostile_file(path: Path, marker: Path) -> Path:
+    with open(path, "wb") as fh:
+        pickle.dump({"format": "ctk-checkpoint/1", "trainer": _Marker(str(marker))}, fh)
+    return path
+
+
+def test_round_trip_of_plain_state(tmp_path):
+    state = {"a": torch.arange(4.0), "b": [1, 2.5, "x", None, (3, 4)], "c": {"d": True, 7: 2 ** 100}}
+    path = ckpt.save(tmp_path / "s.pt", state)
+    back = ckpt.load(path)
+    assert torch.equal(back["a"], state["a"]) and back["b"] == state["b"] and back["c"] == state["c"]
+
+
+def test_save_refuses_objects_and_names_where(tmp_path):
+    with pytest.raises(TypeError, match=r"state\.trainer\.opt\[1\]: numpy.ndarray"):
+        ckpt.save(tmp_path / "s.pt", {"trainer": {"opt": [1, np.zeros(2)]}})
+    assert not (tmp_path / "s.pt").exists()
+
+
+def test_hostile_pickle_is_refused_and_runs_nothing(tmp_path):
+    marker = tmp_path / "pwned"
+    path = hostile_file(tmp_path / "evil.pt", marker)
+    with pytest.raises(ckpt.UnsafeCheckpoint) as info:
+        ckpt.load(path)
+    assert str(path) in str(info.value)
+    assert not marker.exists()
+
+
+def test_truncated_file_is_a_clear_error(tmp_path):
+    path = ckpt.save(tmp_path / "s.pt", {"w": torch.randn(100, 100)})
+    data = path.read_bytes()
+    path.write_bytes(data[: len(data) // 2])
+    with pytest.raises(ckpt.CorruptCheckpoint, match=str(path)):
+        ckpt.load(path)
+
+
+def test_a_failed_write_leaves_the_previous_checkpoint(tmp_path, monkeypatch):
+    path = ckpt.save(tmp_path / "s.pt", {"v": torch.tensor(1.0)})
+
+    def broken_replace(src, dst):
+        raise OSError(28, "No space left on device")
+    monkeypatch.setattr(os, "replace", broken_replace)
+    with pytest.raises(OSError):
+        ckpt.save(path, {"v": torch.tensor(2.0)})
+    monkeypatch.undo()
+    assert ckpt.load(path)["v"].item() == 1.0
+    assert [p.name for p in tmp_path.iterdir()] == ["s.pt"]  # no temporary file left behind
+
+
+def test_keep_removes_older_checkpoints(tmp_path):
+    for step in range(5):
+        ckpt.save(tmp_path / f"step-{step:09d}.pt", {"step": step}, keep=2)
+        os.utime(tmp_path / f"step-{step:09d}.pt", ns=(step * 10**9, step * 10**9))
+    assert sorted(p.name for p in tmp_path.glob("*.pt")) == ["step-000000003.pt", "step-000000004.pt"]
+    assert ckpt.latest(tmp_path).name == "step-000000004.pt"
+
+
+def test_random_states_round_trip_through_a_file(tmp_path):
+    gen = torch.Generator().manual_seed(5)
+    rng = np.random.default_rng(3)
+    random.seed(1), np.random.seed(2), torch.manual_seed(3)
+    state = ckpt.rng_state({"views": gen})
+    state["sampler"] = ckpt.numpy_state(rng.bit_generator.state)
+    ckpt.save(tmp_path / "r.pt", state)
+    expect = (random.random(), np.random.rand(), torch.rand(1).item(), torch.rand(1, generator=gen).item(),
+              rng.random())
+    random.seed(9), np.random.seed(9), torch.manual_seed(9)
+    gen.manual_seed(9)
+    rng = np.random.default_rng(9)
+    back = ckpt.load(tmp_path / "r.pt")
+    ckpt.set_rng_state(back, {"views": gen})
+    rng.bit_generator.state = ckpt.set_numpy_state(back["sampler"])
+    got = (random.random(), np.random.rand(), torch.rand(1).item(), torch.rand(1, generator=gen).item(),
+           rng.random())
+    assert got == expect
+
+
+def test_recipe_hash_ignores_key_order():
+    assert ckpt.recipe_hash({"a": 1, "b": {"c": 2}}) == ckpt.recipe_hash({"b": {"c": 2}, "a": 1})
+    assert ckpt.recipe_hash({"a": 1}) != ckpt.recipe_hash({"a": 2})

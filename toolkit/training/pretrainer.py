@@ -1,0 +1,259 @@
+"""The toolkit's trainer for representation learning (vision, text, toy, plug-in domains).
+
+Seeded and deterministic on CPU; logs batched metrics and the objective's records; evaluates
+periodically and at the end; checkpoints model, optimizer, scheduler, grad scaler,
+queues / banks, random states and the position in the epoch, so a resumed run continues to the
+same result; stops with a clear message and the last good state on a non-finite loss. Ctrl-C
+finishes the current step, checkpoints it and then stops (every rank at the same step under
+torchrun), so no work is lost and the resumed run logs no step twice.
+
+Precision (``precision: fp32 | bf16 | fp16``): the encoder and the objective run under
+``torch.autocast`` on the run's device type (CPU honours bf16); fp16 adds a ``GradScaler``.
+"""
+from __future__ import annotations
+
+import contextlib
+import math
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Any, Mapping
+
+import torch
+from tqdm import tqdm
+
+from toolkit import checkpoint as ckpt
+from toolkit import objective as objective_mod
+from toolkit.training.optim import build_optimizer, build_scheduler
+from toolkit.training.trainer import NonFiniteLoss, RunOptions, StopAfterStep, Trainer, select_device
+
+__all__ = ["Pretrainer", "LoopState", "autocast_dtype"]
+
+_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
+
+
+def autocast_dtype(precision: str) -> torch.dtype | None:
+    """The autocast dtype of a recipe's ``precision`` (None for fp32)."""
+    return _DTYPES.get(precision)
+
+
+@dataclass
+class LoopState:
+    step: int = 0
+    epoch: int = 0
+    batch_in_epoch: int = 0
+    sums: dict[str, float] = field(default_factory=dict)
+    count: int = 0
+    history: list[tuple[int, float]] = field(default_factory=list)
+    metrics: dict[str, float] = field(default_factory=dict)
+
+
+def to_device(batch: Any, device: torch.device) -> Any:
+    if isinstance(batch, torch.Tensor):
+        return batch.to(device, non_blocking=True)
+    if isinstance(batch, dict):
+        return {k: to_device(v, device) for k, v in batch.items()}
+    return batch
+
+
+class Pretrainer(Trainer):
+    """Pretrain a domain's encoder with the recipe's objective.
+
+    Building happens here, in a fixed order (seed, data, encoder, objective, its queue / bank,
+    the view generator), so two runs with one seed draw the same numbers.
+    """
+
+    def __init__(self, recipe: Any, domain: Any, tracker: Any, options: RunOptions | None = None) -> None:
+        super().__init__(recipe, tracker, options)
+        opts = self.options
+        self.domain = domain
+        dist = opts.distributed
+        device = dist.device if dist else (opts.device or select_device(recipe.device))
+        self.device = device
+        ckpt.seed_everything(recipe.seed)
+        self.data = domain.build_data(recipe)
+        self.encoder = domain.build_encoder(recipe).to(device)
+        self.objective = objective_mod.from_recipe(recipe)
+        init_gen = torch.Generator().manual_seed(recipe.seed + 17)
+        self.objective.attach(self.encoder, self._output_dim(), self.data.num_instances, init_gen)
+        self.views_gen = torch.Generator(device=device).manual_seed(recipe.seed + 1)
+        self.model = dist.wrap(self.encoder, sync_bn=recipe.objective.negatives.shuffle_bn) if dist else self.encoder
+
+        budget = recipe.budget
+        self.steps_per_epoch = len(self.data.train)
+        self.total = budget.steps or int(math.ceil(budget.epochs * self.steps_per_epoch))
+        self.optimizer = build_optimizer(self.encoder.parameters(), recipe.optimizer, budget.batch_size)
+        self.scheduler = build_scheduler(self.optimizer, recipe.schedule, self.total, self.steps_per_epoch)
+        self.amp_dtype = autocast_dtype(recipe.precision)
+        self.scaler = torch.amp.GradScaler(device.type, enabled=self.amp_dtype is torch.float16)
+        self.state = LoopState()
+
+    @property
+    def step(self) -> int:  # type: ignore[override]
+        return self.state.step
+
+    def _output_dim(self) -> int:
+        dim = getattr(self.encoder, "out_dim", None)
+        if dim:
+            return int(dim)
+        batch = to_device(next(iter(self.data.train)), self.device)
+        was = self.encoder.training
+        self.encoder.eval()
+        with torch.no_grad():
+            x = self.domain.make_views(batch, 1)[:, 0][:2]
+            dim = self.encoder(x).shape[-1]
+        self.encoder.train(was)
+        return int(dim)
+
+    # -- state ------------------------------------------------------------------------------
+    def state_dict(self) -> dict[str, Any]:
+        loop = asdict(self.state)
+        loop["history"] = [list(h) for h in loop["history"]]
+        return {"encoder": self.encoder.state_dict(), "objective": self.objective.state_dict(),
+                "optimizer": self.optimizer.state_dict(), "scheduler": self.scheduler.state_dict(),
+                "scaler": self.scaler.state_dict(), "loop": loop,
+                "rng": ckpt.rng_state({"views": self.views_gen})}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        self.encoder.load_state_dict(state["encoder"])
+        self.objective.load_state_dict(state["objective"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.scheduler.load_state_dict(state["scheduler"])
+        if self.scaler.is_enabled() and state.get("scaler"):
+            self.scaler.load_state_dict(state["scaler"])
+        loop = dict(state["loop"])
+        loop["history"] = [tuple(h) for h in loop.get("history", [])]
+        self.state = LoopState(**loop)
+        ckpt.set_rng_state(state["rng"], {"views": self.views_gen})
+
+    # -- training ---------------------------------------------------------------------------
+    def _autocast(self) -> Any:
+        if self.amp_dtype is None:
+            return contextlib.nullcontext()
+        return torch.autocast(self.device.type, dtype=self.amp_dtype)
+
+    def fit(self) -> None:
+        """Train to the budget: log every ``log_every`` steps, monitor, evaluate and
+        checkpoint as the budget says; Ctrl-C checkpoints the step and stops."""
+        state, dist = self.state, self.options.distributed
+        bar = tqdm(total=self.total, initial=state.step, disable=not self.options.progress, unit="step",
+                   dynamic_ncols=True, desc=self.recipe.run_name)
+        self.encoder.train()
+        self._tick = (time.perf_counter(), state.step)
+        sampler = getattr(self.data, "sampler", None) or self.data.train
+        with StopAfterStep(allow_force=dist is None) as stop:
+            while state.step < self.total:
+                if hasattr(sampler, "set_epoch"):
+                    sampler.set_epoch(state.epoch)
+                for i, batch in enumerate(self.data.train):
+                    if i < state.batch_in_epoch:
+                        continue
+                    self._train_step(batch, i)
+                    bar.update(1)
+                    self._after_step(bar)
+                    stopping = stop.requested if dist is None else dist.any_rank(stop.requested)
+                    if stopping:
+                        self._stop_now()
+                    if state.step >= self.total:
+                        break
+                else:
+                    state.epoch += 1
+                    state.batch_in_epoch = 0
+                    continue
+                break
+        bar.close()
+        if state.history:
+            from toolkit.plots import loss_curve_figure
+            steps, values = zip(*state.history)
+            self.tracker.log_figure(loss_curve_figure(list(steps), list(values)), "loss_curve")
+
+    def _train_step(self, batch: Any, index: int) -> None:
+        state, dist, objective = self.state, self.options.distributed, self.objective
+        if dist:
+            batch = dist.shard(batch)
+        batch = to_device(batch, self.device)
+        with self._autocast():
+            cb = self.domain.contrastive_batch(batch, self.model, objective.key_encoder, objective.needs,
+                                               self.recipe.objective.views, state.step, self.views_gen)
+            if dist:
+                cb = dist.gather_batch(cb)
+            objective.prepare(cb)
+            out = objective(cb)
+        if not torch.isfinite(out.loss):
+            where = self.save_checkpoint(f"nonfinite-step-{state.step:09d}.state", keep=0)
+            recs = ", ".join(f"{k}={float(v):.4g}" for k, v in out.records.items())
+            raise NonFiniteLoss(
+                f"the loss is {float(out.loss.detach())} at step {state.step} (epoch {state.epoch}); records: {recs}. "
+                f"The state before this step was saved to {where or '(no checkpoint folder)'}. "
+                "Lower the learning rate, raise the temperature, or check the inputs.")
+        self.optimizer.zero_grad(set_to_none=True)
+        self.scaler.scale(out.loss).backward()
+        self.scaler.step(self.optimizer)
+        self.scaler.update()
+        self.scheduler.step()
+        objective.after_step(cb, self.encoder)
+        if hasattr(objective.selector, "record"):  # adaptive threshold schedules follow the loss
+            objective.selector.record(float(out.records["loss"]))
+        state.step += 1
+        state.batch_in_epoch = index + 1
+        for k, v in out.records.items():
+            state.sums[k] = state.sums.get(k, 0.0) + float(v)
+        state.count += 1
+
+    def _after_step(self, bar: Any) -> None:
+        state, budget = self.state, self.recipe.budget
+        if state.step % budget.log_every == 0 or state.step == self.total:
+            self._log_train(bar)
+        if (budget.monitor_every and state.step % budget.monitor_every == 0 and hasattr(self.domain, "monitor")
+                and self.is_main):
+            self.encoder.eval()
+            with torch.no_grad():
+                online = self.domain.monitor(self.encoder, self.data)
+            self.tracker.log_metrics({f"online_{k}": v for k, v in online.items()}, state.step)
+            self.encoder.train()
+        if budget.eval_every and state.step % budget.eval_every == 0 and state.step < self.total:
+            state.metrics = self._evaluate()
+        if budget.checkpoint_every and state.step % budget.checkpoint_every == 0:
+            self.save_checkpoint()
+        for hook in self.options.hooks:
+            hook(state.step)
+
+    def _log_train(self, bar: Any) -> None:
+        state = self.state
+        avg = {f"train/{k}": v / state.count for k, v in state.sums.items()}
+        now = time.perf_counter()
+        tick, tick_step = self._tick
+        rate = (state.step - tick_step) * self.recipe.budget.batch_size / max(now - tick, 1e-9)
+        self._tick = (now, state.step)
+        avg["train/lr"] = self.optimizer.param_groups[0]["lr"]
+        avg["train/epoch"] = state.epoch + state.batch_in_epoch / self.steps_per_epoch
+        state.history.append((state.step, avg["train/loss"]))
+        self.tracker.log_metrics({**avg, "train/samples_per_s": rate}, state.step)
+        bar.set_postfix(loss=f"{avg['train/loss']:.4f}", rate=f"{rate:.0f}/s")
+        state.sums, state.count = {}, 0
+
+    def _stop_now(self) -> None:
+        path = self.save_checkpoint()
+        folder = self.options.checkpoint_dir
+        raise KeyboardInterrupt(
+            f"stopped after step {self.state.step} of {self.total}, checkpointed in {path}; "
+            f"continue with --resume {folder.name}" if folder is not None else
+            f"stopped after step {self.state.step} of {self.total} (no checkpoint folder, so no resume)")
+
+    # -- evaluation -------------------------------------------------------------------------
+    def _evaluate(self) -> dict[str, float]:
+        if not self.is_main:
+            return {}
+        self.encoder.eval()
+        with torch.no_grad():
+            result = self.domain.evaluate(self.encoder, self.data, self.recipe)
+        self.encoder.train()
+        for name, fig in result.figures.items():
+            self.tracker.log_figure(fig, name)
+        metrics = {k: float(v) for k, v in result.metrics.items()}
+        self.tracker.log_metrics(metrics, self.state.step)
+        return metrics
+
+    def evaluate(self) -> dict[str, float]:
+        """The final evaluation (logged at the last step); returns its metrics."""
+        self.state.metrics = self._evaluate()
+        return self.state.metrics

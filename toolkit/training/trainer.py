@@ -1,0 +1,191 @@
+"""The one face every trainer shows the command line.
+
+A domain hands back a trainer for a validated recipe (``domain.trainer(recipe, tracker,
+options)``): the toolkit's :class:`~toolkit.training.pretrainer.Pretrainer` for representation
+learning, the RL workspace, the toy domain's one-shot runs. ``toolkit.runs.execute`` drives
+every one of them the same way::
+
+    trainer = domain.trainer(recipe, tracker, options)
+    trainer.resume(path)           # optional: load_state_dict of a checkpoint
+    trainer.fit()                  # train to the budget (periodic evaluation / checkpoints inside)
+    metrics = trainer.evaluate()   # final metrics, logged
+    trainer.save_checkpoint()      # the final state
+
+Checkpoints go through :mod:`toolkit.checkpoint` (data only, atomic, device-portable); the
+file holds ``{"format", "recipe", "recipe_hash", "trainer": trainer.state_dict()}``, so a resume
+can say which recipe keys changed.
+"""
+from __future__ import annotations
+
+import signal
+import sys
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Mapping
+
+import torch
+from torch import nn
+
+from toolkit import checkpoint as ckpt
+from toolkit import recipe as rc
+
+__all__ = ["RunOptions", "Trainer", "RecipeMismatch", "NonFiniteLoss", "StopAfterStep",
+           "select_device", "CHECKPOINT_FORMAT", "RESUME_FREE_KEYS"]
+
+CHECKPOINT_FORMAT = "ctk-checkpoint/1"
+# Top-level recipe keys a resume may change: where and how precisely it runs, how it is named
+# and tracked. Everything else must match the checkpoint's recipe.
+RESUME_FREE_KEYS = ("device", "precision", "tracking", "name", "description", "paper")
+
+
+class RecipeMismatch(ValueError):
+    """A checkpoint belongs to another recipe; ``keys`` lists the differing recipe keys."""
+
+    def __init__(self, path: Path, keys: list[str]) -> None:
+        self.keys = keys
+        shown = ", ".join(keys[:12]) + (f" and {len(keys) - 12} more" if len(keys) > 12 else "")
+        super().__init__(f"{path} was written by a different recipe: {shown} differ "
+                         "(resume with the recipe and --set values of the original run)")
+
+
+@dataclass
+class RunOptions:
+    """How a run is executed (not what it computes: that is the recipe)."""
+
+    device: torch.device | None = None
+    distributed: Any = None                  # toolkit.distributed.Context, or None
+    progress: bool = True
+    checkpoint_dir: Path | None = None       # None: no checkpoints
+    keep_checkpoints: int = 2
+    hooks: list[Callable[[int], None]] = field(default_factory=list)  # called with the step
+
+
+class Trainer:
+    """Base of trainers. Subclasses implement :meth:`fit`, :meth:`evaluate`,
+    :meth:`state_dict` and :meth:`load_state_dict`, and set ``step`` (the counter their
+    checkpoints are named by) and ``encoder`` (the representation logged as the run's model,
+    or None)."""
+
+    step: int = 0
+    encoder: nn.Module | None = None
+
+    def __init__(self, recipe: rc.Recipe, tracker: Any, options: RunOptions | None = None) -> None:
+        self.recipe, self.tracker = recipe, tracker
+        self.options = options or RunOptions()
+
+    # -- the face ---------------------------------------------------------------------------
+    def fit(self) -> None:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def evaluate(self) -> dict[str, float]:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def state_dict(self) -> dict[str, Any]:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    # -- checkpoints (shared) ----------------------------------------------------------------
+    @property
+    def is_main(self) -> bool:
+        dist = self.options.distributed
+        return dist is None or dist.is_main
+
+    def checkpoint_path(self, name: str | None = None) -> Path | None:
+        folder = self.options.checkpoint_dir
+        if folder is None:
+            return None
+        return Path(folder) / (name or f"step-{self.step:09d}.pt")
+
+    def save_checkpoint(self, name: str | None = None, keep: int | None = None) -> Path | None:
+        """Write the trainer's state (rank 0 only); keep the newest ``keep_checkpoints``."""
+        path = self.checkpoint_path(name)
+        if path is None or not self.is_main:
+            return None
+        resolved = self._resolved()
+        return ckpt.save(path, {"format": CHECKPOINT_FORMAT, "recipe": resolved,
+                                "recipe_hash": ckpt.recipe_hash(resolved),
+                                "run_id": getattr(self.tracker, "run_id", None), "trainer": self.state_dict()},
+                         keep=self.options.keep_checkpoints if keep is None else keep)
+
+    def _resolved(self) -> dict[str, Any]:
+        return self.recipe.resolved if self.recipe is not None else {}
+
+    def resume(self, path: str | Path, saved: Mapping[str, Any] | None = None) -> None:
+        """Load a checkpoint written for this recipe (``RecipeMismatch`` otherwise);
+        ``saved`` is the file's content when the caller already read and checked it."""
+        path = Path(path)
+        if saved is None:
+            saved = read_checkpoint(path, self._resolved())
+        self.load_state_dict(saved["trainer"])
+
+
+def read_checkpoint(path: str | Path, resolved: Mapping[str, Any]) -> dict[str, Any]:
+    """Read a ctk checkpoint and check it belongs to the recipe ``resolved``: raises
+    ``CheckpointError`` for a file that is unsafe, damaged or not ctk's, ``RecipeMismatch``
+    (naming the keys) for another recipe's."""
+    path = Path(path)
+    saved = ckpt.load(path)
+    if saved.get("format") != CHECKPOINT_FORMAT or "trainer" not in saved:
+        raise ckpt.CorruptCheckpoint(f"{path}: not a ctk checkpoint (format {saved.get('format')!r}, "
+                                     f"expected {CHECKPOINT_FORMAT!r})")
+    differing = recipe_differences(saved.get("recipe") or {}, resolved)
+    if differing:
+        raise RecipeMismatch(path, differing)
+    return saved
+
+
+def recipe_differences(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[str]:
+    """Flattened recipe keys whose values differ (``RESUME_FREE_KEYS`` ignored)."""
+    a = {k: v for k, v in rc.flatten(dict(old)).items() if k.split(".")[0] not in RESUME_FREE_KEYS}
+    b = {k: v for k, v in rc.flatten(dict(new)).items() if k.split(".")[0] not in RESUME_FREE_KEYS}
+    return sorted(k for k in a.keys() | b.keys() if _norm(a.get(k)) != _norm(b.get(k)))
+
+
+def _norm(value: Any) -> Any:
+    return list(value) if isinstance(value, tuple) else value
+
+
+class NonFiniteLoss(RuntimeError):
+    """The loss became NaN or infinite; the message says where and what was saved."""
+
+
+class StopAfterStep:
+    """Ctrl-C (SIGINT) during training asks the trainer to stop after the current step.
+
+    The trainer checkpoints that step and raises KeyboardInterrupt, so ``--resume`` continues
+    exactly where the run stopped. With ``allow_force`` (one process) a second Ctrl-C stops at
+    once; under torchrun the launcher's own timeout ends a rank that does not stop.
+    """
+
+    def __init__(self, allow_force: bool = True) -> None:
+        self.requested = False
+        self.allow_force = allow_force
+        self._previous: Any = None
+
+    def __enter__(self) -> "StopAfterStep":
+        if threading.current_thread() is threading.main_thread():
+            self._previous = signal.signal(signal.SIGINT, self._handle)
+        return self
+
+    def _handle(self, signum: int, frame: Any) -> None:
+        if self.requested and self.allow_force:
+            raise KeyboardInterrupt("stopped at once (second Ctrl-C); the last periodic checkpoint is kept")
+        if not self.requested:
+            print("\n[ctk] Ctrl-C: stopping after this step and checkpointing it (Ctrl-C again stops at once)",
+                  file=sys.stderr, flush=True)
+        self.requested = True
+
+    def __exit__(self, *exc: Any) -> None:
+        if self._previous is not None:
+            signal.signal(signal.SIGINT, self._previous)
+
+
+def select_device(name: str = "auto") -> torch.device:
+    if name == "cuda" and not torch.cuda.is_available():
+        raise ValueError("device: 'cuda' was asked for but torch sees no CUDA device; use cpu or auto")
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(name)
