@@ -7,7 +7,7 @@
 #      Skipped when .venv/.ctk-setup-stamp records the current pyproject.toml.
 #   3. Mesa for headless MuJoCo rendering (MUJOCO_GL=egl or osmesa) when running as root;
 #      otherwise prints the command to run.
-#   4. python -m toolkit.data fetch default  (into $CTK_DATA, else ./data; see DATA.md)
+#   4. python -m toolkit.data fetch default  (into $CTK_DATA, else ./data; see docs/data.md)
 #
 # Idempotent: a second run does no pip work and fetches nothing. Stops at the first failure
 # (set -euo pipefail) and says which step failed.

@@ -1,7 +1,7 @@
 """Representation metrics of the papers, computed on embeddings without gradient.
 
 * :func:`alignment`, :func:`uniformity` -- Wang & Isola 2020 (used by Wang & Liu Eq. 10 and
-  CACR); :func:`tolerance` -- Wang & Liu Eq. 11 (METHODS.md rows 6 and 11).
+  CACR); :func:`tolerance` -- Wang & Liu Eq. 11 (docs/methods.md, section Metrics).
 * :func:`conditional_entropy` -- CACR's H(X-|X) of the repulsion weights (Eq. 8, Fig. 3; row 15).
 * :func:`distance_histogram`, :func:`class_distance_histograms` -- LMCL Fig. 2 / Fig. 5: the
   pairwise distances ``D = (1 - f f^T) / 2`` and the share inside the margin ``(d+, d-)``.
@@ -88,7 +88,7 @@ def uniformity(x: Tensor, t: float = 2.0) -> float:
 
 @torch.no_grad()
 def tolerance(f: Tensor, labels: Tensor) -> float:
-    """Tolerance (Wang & Liu Eq. 11, as pinned in METHODS.md row 11): the mean of
+    """Tolerance (Wang & Liu Eq. 11, as docs/methods.md, section Metrics, reads it): the mean of
     ``f_i . f_j`` over ordered same-class pairs ``i != j`` (the *conditional* expectation given
     ``l(x) = l(y)``). Per class c, ``sum_{i != j in c} f_i.f_j = ||sum_c f||^2 - sum_c ||f_i||^2``.
     """
@@ -106,7 +106,7 @@ def tolerance(f: Tensor, labels: Tensor) -> float:
 
 @torch.no_grad()
 def conditional_entropy(q: Tensor, neg: Tensor | None = None, t_neg: float = 2.0) -> float:
-    """CACR's conditional entropy H(X-|X) (Eq. 8; METHODS.md row 15).
+    """CACR's conditional entropy H(X-|X) (Eq. 8; docs/methods.md, section CACR).
 
     ``pi-(j | i) = softmax_j(-t- ||q_i - neg_j||^2)``; returns ``mean_i -sum_j pi- log pi-``.
     ``neg`` is ``[M, d]`` shared negatives (maximum ``log M``), ``[N, M, d]`` per anchor, or
@@ -269,7 +269,7 @@ def similarity_profile(q: Tensor, candidates: Tensor, positives: Tensor,
 
 def cluster_accuracy(features: Tensor | np.ndarray, labels: Tensor | np.ndarray,
                      n_clusters: int | None = None, seed: int = 0) -> float:
-    """K-means clustering accuracy with Hungarian matching (LMCL Table 1; METHODS.md row 22).
+    """K-means clustering accuracy with Hungarian matching (LMCL Table 1; docs/methods.md).
 
     K-means (scikit-learn, ``n_init=10``, ``random_state=seed``) with ``n_clusters`` (default:
     the number of distinct labels); clusters are matched one-to-one to classes maximising the

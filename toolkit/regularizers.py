@@ -16,7 +16,8 @@ REGULARIZERS: Registry[type[Regularizer]] = Registry("regularizer")
 class DistancePolarization(Regularizer):
     """LMCL's R1 = sum_{i,j} |min((D_ij - d_plus)(D_ij - d_minus), 0)| with D = (1 - F F^T)/2.
 
-    ``on`` chooses the embeddings that enter R1 (the paper leaves it open, METHODS.md row 21):
+    ``on`` chooses the embeddings that enter R1 (the paper leaves it open; docs/methods.md,
+    section distance_polarization):
     ``first_view`` (default: one embedding per distinct instance, as the reference does) or
     ``all_views`` (every view of every instance).
     """

@@ -5,7 +5,7 @@ observations ``[3k, H, W]`` (uint8, channels first, the last k rendered frames),
 ``[-1, 1]^d``, rewards summed over the repeated environment steps, and ``info["env_steps"]``,
 the environment steps the call took (``action_repeat`` except at the end of an episode).
 
-Two pitfalls of this stack, both handled here (see ``shared/DATA.md``):
+Two pitfalls of this stack, both handled here (see docs/data.md, section Reinforcement learning):
 
 * The OpenGL backend is chosen by ``$MUJOCO_GL`` when ``dm_control`` is first imported, so
   :func:`select_renderer` must run before that import: EGL by default, OSMesa as fallback.

@@ -1,9 +1,9 @@
 """2-D cluster sets for the LMCL toy (LMCL Sec. 5.1, Table 1), defined by ctk.
 
 LMCL cites "Three-Bars" and "Nested-Moons" to Chen et al. (2018) without defining them
-(METHODS.md row 22), so these generators are ours; ``docs/toy-datasets.md`` gives the
-definitions and the reasoning. One constraint shapes all of them: the LMCL embedding is
-``phi(x) = P x / ||P x||`` with ``P`` a 2x2 matrix, which depends on ``x`` only through its
+(docs/methods.md, section LMCL Table 1), so these generators are ours; ``docs/toy-datasets.md``
+gives the definitions and the reasoning. One constraint shapes all of them: the LMCL embedding
+is ``phi(x) = P x / ||P x||`` with ``P`` a 2x2 matrix, which depends on ``x`` only through its
 direction from the origin, and ``x`` and ``-x`` land on opposite points. So a class boundary
 that a linear embedding can draw is a line through the origin: every set keeps its points in
 the half-plane ``x_1 > 0`` and its classes in angular sectors seen from the origin, while the

@@ -111,7 +111,8 @@ class ToyEncoderConfig(Section):
     def _zero_init(self) -> "ToyEncoderConfig":
         if self.init == "zero" and self.normalize:
             raise ValueError("init 'zero' with normalize true is degenerate: P x = 0 has no "
-                             "direction and no gradient (METHODS.md row 22); use 'identity'")
+                             "direction and no gradient (docs/methods.md, section LMCL "
+                             "Table 1); use 'identity'")
         return self
 
 

@@ -25,7 +25,7 @@ class ToyEncoder(Encoder):
     ``init``: ``default`` (PyTorch's), ``identity`` (every weight an identity, zero biases: the
     untrained encoder is the raw point, up to normalisation) or ``zero`` (LMCL's ``P = 0``;
     refused with ``normalize``, because ``P x / ||P x||`` is then undefined and has no gradient:
-    METHODS.md row 22).
+    docs/methods.md, section LMCL Table 1).
     """
 
     def __init__(self, in_dim: int = 2, embed_dim: int = 2, depth: int = 1, hidden: int = 64,
@@ -38,7 +38,8 @@ class ToyEncoder(Encoder):
             raise ValueError(f"init must be one of 'default', 'identity', 'zero', got {init!r}")
         if init == "zero" and normalize:
             raise ValueError("init='zero' with normalize=True gives P x = 0 and an undefined "
-                             "normalised embedding with no gradient (METHODS.md row 22); use "
+                             "normalised embedding with no gradient (docs/methods.md, "
+                             "section LMCL Table 1); use "
                              "init='identity' or 'default', or normalize=False")
         self.normalize = normalize
         widths = [in_dim] + [hidden] * (depth - 1) + [embed_dim]

@@ -1,9 +1,9 @@
-"""The Gaussian-mixture experiment of CPCL, Sec. 5 (and METHODS.md row 26).
+"""The Gaussian-mixture experiment of CPCL, Sec. 5 (docs/methods.md, section CPCL Sec. 5).
 
 Natural data ``x_bar ~ sum_i pi_i N(mu_i, s I)`` in 2-D with ``c = 4`` components,
 ``pi_i = 1/c``, component variance ``s = 1`` and means equally spaced on the circle of radius 2
 (``mu_i = 2 (cos 2 pi i / c, sin 2 pi i / c)``: the paper says "uniformly distributed on a
-circle", METHODS.md pins equal spacing); 200 points per component, labelled by component.
+circle", ctk takes equal spacing); 200 points per component, labelled by component.
 Augmentation: ``A(x_bar) = x_bar + xi``, ``xi ~ N(0, s_a I)`` with ``s_a = 4`` (a variance).
 
 The finite augmentation feature of Sec. 4.1 / 5: augment every natural point twice

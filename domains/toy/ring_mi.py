@@ -7,16 +7,16 @@ and
 
     I(X; Y) = -1/2 log(1 - Sigma_12 Sigma_21 / (Sigma_11 Sigma_22)) = -1/2 log 0.96 = 0.0204110.
 
-A critic ``f(x, y)`` scores every pair; for anchor ``i`` the contrastive estimate is (METHODS.md
-row 20)
+A critic ``f(x, y)`` scores every pair; for anchor ``i`` the contrastive estimate is
+(docs/methods.md, section Ring appendix B)
 
     Z_i = f(x_i, y_i) - log mean_{j in {i} u N_i} exp f(x_i, y_j),        estimate = mean_i Z_i,
 
 where the negatives ``N_i`` are drawn from the other points ``j != i`` (NCE) or, for CNCE, from
 ``S_B(i)``: the candidates ``j != i`` whose score ``f(x_i, y_j)`` lies at or above the
 ``w_l``-th percentile of anchor ``i``'s candidate scores (Ring's percentile convention,
-METHODS.md row 16: sort ascending, keep positions ``int(w_l / 100 * (n - 1))`` onwards). Two
-variants:
+docs/methods.md, section Ring: sort ascending, keep positions ``int(w_l / 100 * (n - 1))``
+onwards). Two variants:
 
 * ``num_negatives=None``: *all candidates*, ``N_i = S_B(i)`` (deterministic);
 * ``num_negatives=k``: ``k`` negatives drawn uniformly **without replacement** from ``S_B(i)``
@@ -25,7 +25,7 @@ variants:
 
 Every ``Z_i <= log(|N_i| + 1)`` (the log-bound of InfoNCE) and, by Thm. 3.1, the CNCE
 estimate lower-bounds the NCE one. Critics: the Bayes-optimal ``f*(x, y) = log p(y|x) - log p(y)``
-(exact; METHODS.md stores NCE 0.0249 and CNCE falling to -0.245 at w_l = 95 for it) and the
+(exact; with it NCE gives about 0.0249 and CNCE falling to -0.245 at w_l = 95 for it) and the
 paper's trained critic ``f(x, y) = g(x) . h(y)`` with two 5-layer ReLU MLPs of width 10
 (:class:`MLPCritic`, trained with in-batch NCE by :func:`train_critic`).
 """

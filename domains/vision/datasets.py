@@ -4,7 +4,7 @@
   STL-10 (``stl10_binary``; splits ``train``, ``unlabeled``, ``train+unlabeled``, ``test``):
   not available offline from the package registries; found locally or downloaded where a
   network exists (``download: true``).
-* MNIST / Fashion-MNIST: from the offline sources of ``DATA.md`` through the data provider
+* MNIST / Fashion-MNIST: from the offline sources of docs/data.md through the data provider
   (``toolkit.data.locate``), which leaves the decompressed IDX files where torchvision's
   ``MNIST`` / ``FashionMNIST`` read them (``<root>/MNIST/raw``, ``<root>/FashionMNIST/raw``).
 

@@ -16,7 +16,7 @@ def test_austen_six_novels_in_order() -> None:
         "sense-and-sensibility", "pride-and-prejudice", "mansfield-park", "emma",
         "northanger-abbey", "persuasion"]
     total = sum(len(b) for b in books)
-    assert 30_000 < total < 33_500  # DATA.md: ~31.7k sentences
+    assert 30_000 < total < 33_500  # docs/data.md: ~31.7k sentences
     pride = books[1]
     assert pride.sentences[0].startswith("PRIDE AND PREJUDICE")
     first = next(s for s in pride.sentences if s.startswith("It is a truth"))

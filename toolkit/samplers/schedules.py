@@ -6,10 +6,11 @@ small object with ``__call__(step) -> float`` and ``state_dict`` / ``load_state_
 resumed run continues where it stopped); the adaptive one also has ``record(metric)``.
 
 Ring's released code (``src/utils/policy.py``) evaluates its policy at every optimisation step
-and anneals ``thres_outer`` (theta_o, the fraction of the queue kept, closest first) from 1.0 to
-0.1 while ``thres_inner`` (theta_i) stays 0.1; in percentiles ``w_l = 100 (1 - theta_o)`` goes
-0 -> 90 and ``w_u = 100 (1 - theta_o theta_i)`` goes 90 -> 99 (METHODS.md row 19). The shipped
-configs do not anneal. :class:`ScheduledSelector` wires a schedule to one selector argument.
+and anneals ``thres_outer`` (theta_o, the fraction of the queue kept, closest first) from 1.0
+to 0.1 while ``thres_inner`` (theta_i) stays 0.1; in percentiles ``w_l = 100 (1 - theta_o)``
+goes 0 -> 90 and ``w_u = 100 (1 - theta_o theta_i)`` goes 90 -> 99 (docs/methods.md, section
+ring). The shipped configs do not anneal. :class:`ScheduledSelector` wires a schedule to one
+selector argument.
 """
 from __future__ import annotations
 

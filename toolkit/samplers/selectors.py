@@ -168,7 +168,7 @@ def ring_mask(sims: Tensor, lower: float, upper: float) -> Tensor:
 
 def ring_official_thresholds_to_percentiles(theta_outer: float,
                                             theta_inner: float) -> tuple[float, float]:
-    """Map the Ring code's thresholds to the paper's percentiles (METHODS.md row 17).
+    """Map the Ring code's thresholds to the paper's percentiles (docs/methods.md, section Ring).
 
     The official ``MoCoRing`` sorts descending, keeps the outer ball of the ``theta_outer``
     fraction closest to the anchor and drops the first ``theta_inner`` fraction *of that ball*

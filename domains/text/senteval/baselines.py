@@ -6,7 +6,7 @@ numbers a meaning.
   the random-encoder baseline (random projections of the same architecture are known to be a
   strong baseline for sentence tasks, so "beats random" is the bar a trained encoder must clear).
 * :class:`BagOfWords`: binary unigram counts with the vocabulary of each task's own sentences
-  (the standard bag-of-words anchor; DATA.md lists its accuracies on the offline tasks).
+  (the standard bag-of-words anchor; docs/data.md lists its accuracies on the offline tasks).
 """
 from __future__ import annotations
 

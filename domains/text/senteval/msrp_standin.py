@@ -1,13 +1,13 @@
 """An offline stand-in for MSRP (paraphrase identification): King James vs World English
 Bible verse pairs, with negatives matched to the positives' word overlap.
 
-Two human translations of the same verse are paraphrases (positives). DATA.md measured that
-with naive negatives (another verse of the chapter) word overlap alone scores ~97%, so such a
-task ranks nothing. Here, for each verse ``i`` of a chapter, the negative pairs KJV_i with the
-WEB verse ``j != i`` of the same chapter whose overlap with KJV_i is closest to the positive's
-overlap; a pair is kept only when the two overlaps differ by at most ``tolerance``, so the
-positive and negative overlap distributions match and a classifier must read more than
-shared words. ``n_pairs`` pairs (half positive) are then drawn with a seed.
+Two human translations of the same verse are paraphrases (positives). As docs/data.md (section
+bibles) notes, with naive negatives (another verse of the chapter) word overlap alone scores
+~97%, so such a task ranks nothing. Here, for each verse ``i`` of a chapter, the negative pairs
+KJV_i with the WEB verse ``j != i`` of the same chapter whose overlap with KJV_i is closest to
+the positive's overlap; a pair is kept only when the two overlaps differ by at most
+``tolerance``, so the positive and negative overlap distributions match and a classifier must
+read more than shared words. ``n_pairs`` pairs (half positive) are then drawn with a seed.
 
 Verses are read with ``pysword`` from the SWORD modules of ``toolkit.data.locate("bibles")``;
 the OSIS markup is stripped (footnotes removed, word tags unwrapped).

@@ -1,5 +1,5 @@
 """SentEval-style transfer tasks: loaders for SentEval's own data folder and for the offline
-stand-ins of DATA.md, each under its own name.
+stand-ins of docs/data.md, each under its own name.
 
 | task  | SentEval files (``senteval_path``)            | offline source (``toolkit.data``)             | name offline   |
 |-------|-----------------------------------------------|-----------------------------------------------|----------------|
@@ -10,9 +10,10 @@ stand-ins of DATA.md, each under its own name.
 | TREC  | ``TREC/train_5500.label`` + ``TREC_10.label`` | ``question_labels.txt``: train_5500 (k-fold)   | ``trec``       |
 | MSRP  | ``MRPC/msr_paraphrase_{train,test}.txt``       | KJV vs WEB verses, overlap-matched negatives  | ``msrp_standin`` |
 
-The rotten-tomatoes file holds about 98% of MR's sentences with MR's labels (DATA.md), so it is
-reported as ``mr``. TREC offline is the exact training set, evaluated by k-fold because the
-500-question test set is absent (not comparable with published test-set accuracies).
+The rotten-tomatoes file holds about 98% of MR's sentences with MR's labels (docs/data.md,
+section rotten-tomatoes), so it is reported as ``mr``. TREC offline is the exact training set,
+evaluated by k-fold because the 500-question test set is absent (not comparable with published
+test-set accuracies).
 """
 from __future__ import annotations
 

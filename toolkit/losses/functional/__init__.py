@@ -1,6 +1,6 @@
 """``toolkit.losses.functional``: pure, differentiable contrastive losses on embeddings.
 
-Every function follows ``../shared/METHODS.md`` (paper form by default; authors'-code forms
+Every function follows docs/methods.md (paper form by default; authors'-code forms
 behind named arguments), reduces by the batch mean, works in float32 and float64, and raises a
 ``ValueError`` naming the argument for bad input. Each docstring gives the formula.
 

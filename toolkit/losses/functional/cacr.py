@@ -8,7 +8,7 @@ Eq. 2-4 with the costs of Sec. 3.1, ``c(a, b) = ||a - b||^2``, ``d_t(a, b) = t |
     L_CA = mean_i sum_k pi+ c(q_i, pos_ik)           L_CR = -mean_i sum_j pi- c(q_i, neg_ij)
     L = L_CA + L_CR
 
-Forms (METHODS.md rows 12-15):
+Forms (docs/methods.md, section CACR):
 
 * :func:`cacr` -- the generic loss: negatives per anchor ``[N, M, d]`` or shared ``[M, d]``.
 * :func:`cacr_minibatch` -- Sec. 3.2: the negatives of x_i are the other queries x_j, j != i.
@@ -113,7 +113,7 @@ def _temps(t_pos: float, t_neg: float) -> tuple[float, float]:
 def cacr(q: Tensor, pos: Tensor, neg: Tensor, t_pos: float = 1.0, t_neg: float = 2.0, *,
          detach_pos_weights: bool = False, detach_neg_weights: bool = False,
          stats: dict | None = None) -> Tensor:
-    """Generic CACR loss (Eq. 2-4 on given samples; METHODS.md row 12), batch mean.
+    """Generic CACR loss (Eq. 2-4 on given samples; docs/methods.md, section cacr), batch mean.
 
     ``L = mean_i sum_k softmax_k(t+ c_ik+) c_ik+  -  mean_i sum_j softmax_j(-t- c_ij-) c_ij-``
     with ``c = ||q_i - x||^2``.
@@ -162,7 +162,7 @@ def cacr(q: Tensor, pos: Tensor, neg: Tensor, t_pos: float = 1.0, t_neg: float =
 def cacr_minibatch(z: Tensor, zpos: Tensor, t_pos: float = 1.0, t_neg: float = 2.0, *,
                    detach_pos_weights: bool = False, detach_neg_weights: bool = False,
                    stats: dict | None = None) -> Tensor:
-    """CACR mini-batch loss, paper Sec. 3.2 (METHODS.md row 12), batch mean.
+    """CACR mini-batch loss, paper Sec. 3.2 (docs/methods.md, section cacr), batch mean.
 
     The negatives of query ``z_i`` are the other queries ``z_j, j != i`` (Eq. 5's
     ``p(x-_i) = 1/(M-1) sum_{j != i} delta_{x_j}``); the positives are ``zpos[i]`` ``[K, d]``
@@ -191,7 +191,7 @@ def cacr_minibatch(z: Tensor, zpos: Tensor, t_pos: float = 1.0, t_neg: float = 2
 def cacr_multiview(views: Tensor | Sequence[Tensor], t_pos: float = 1.0, t_neg: float = 2.0,
                    alpha: float = 1.0, beta: float = 1.0, *,
                    stats: dict | None = None) -> Tensor:
-    """CACR as the authors' small-scale code computes it (METHODS.md row 13).
+    """CACR as the authors' small-scale code computes it (docs/methods.md, section cacr_multiview).
 
     With V = K + 1 views ``v_x`` ``[N, d]``::
 
@@ -246,7 +246,7 @@ def cacr_moco(q_views: Tensor | Sequence[Tensor], k_views: Tensor | Sequence[Ten
               queue: Tensor, t_pos: float = 1.0, t_neg: float = 2.0, intra_batch: bool = True,
               detach_queue_weights: bool = True, reuse_first_view_queue_dists: bool = False, *,
               alpha: float = 1.0, beta: float = 1.0, stats: dict | None = None) -> Tensor:
-    """CACR with MoCo-v2 (App. B, Alg. 3; authors' ImageNet builder; METHODS.md row 14).
+    """CACR with MoCo-v2 (App. B, Alg. 3; authors' ImageNet builder; docs/methods.md, cacr_moco).
 
     For each query view x (``q = q_views[:, x]``, V views)::
 

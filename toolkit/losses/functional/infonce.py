@@ -1,8 +1,9 @@
 """The InfoNCE family: score-level InfoNCE, NT-Xent (SimCLR 2B form), MoCo InfoNCE, CMC.
 
-Conventions (``METHODS.md`` rows 1-3): ``tau`` divides similarities, the positive stays in
-the partition, MoCo keys and queue rows are constants (detached), inputs are used as given
-(no L2 normalisation here: the encoder head does it), reduction is the batch mean.
+Conventions (docs/methods.md, section InfoNCE family): ``tau`` divides similarities, the
+positive stays in the partition, MoCo keys and queue rows are constants (detached), inputs are
+used as given (no L2 normalisation here: the encoder head does it), reduction is the batch
+mean.
 
 Cost. The queue form goes through ``_kernel._RowLogSumExp`` and the in-batch form through
 ``_kernel._InBatchLoss``, autograd functions with hand-written backwards: one matmul for the

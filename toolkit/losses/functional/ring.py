@@ -14,9 +14,10 @@ the partition; every class of the authors' code and Thm. 3.1 include it, so it i
 default (``include_positive=False`` gives the pseudo-code). The code's ``thres_outer`` /
 ``thres_inner`` map to percentiles by :func:`ring_official_thresholds_to_percentiles`.
 
-Memory-bank forms (instance discrimination, Eq. 3; METHODS.md row 18): :func:`ir_nce` and
-:func:`ir_ring` take their random indices explicitly (``noise_idx``) so that a run is
-reproducible and testable; the ``1/(k+1)`` factor of Eq. 1 is a constant and is dropped.
+Memory-bank forms (instance discrimination, Eq. 3; docs/methods.md, sections ir_nce and
+ir_ring): :func:`ir_nce` and :func:`ir_ring` take their random indices explicitly
+(``noise_idx``) so that a run is reproducible and testable; the ``1/(k+1)`` factor of Eq. 1 is
+a constant and is dropped.
 
 Inputs are used as given (the authors' classes L2-normalise inside; here the encoder's head
 does). Keys, queues and banks are constants: no gradient flows into them.
@@ -81,7 +82,7 @@ def _ring_partition(logits: Tensor, lower: float, upper: float) -> tuple[Tensor,
 def ring_nce(q: Tensor, k: Tensor, queue: Tensor, temperature: float = 0.07,
              lower: float = 0.0, upper: float = 100.0, include_positive: bool = True, *,
              stats: dict | None = None) -> Tensor:
-    """MoCoRing loss (Ring Sec. 4, Alg. 1; METHODS.md row 16), batch mean.
+    """MoCoRing loss (Ring Sec. 4, Alg. 1; docs/methods.md, section ring_nce), batch mean.
 
     ``L_i = -s+_i + log(e^{s+_i} + sum_{j in ring_i} e^{s_ij})`` with ``s+_i = q_i.k_i / tau``,
     ``s_ij = q_i.queue_j / tau`` and ``ring_i`` the ascending-sorted slice
@@ -164,7 +165,7 @@ def ir_nce(q: Tensor, bank: Tensor, indices: Tensor, noise_idx: Tensor,
 def ir_ring(q: Tensor, bank: Tensor, indices: Tensor, noise_idx: Tensor, lower: float,
             upper: float, temperature: float = 0.07, include_positive: bool = True, *,
             stats: dict | None = None) -> Tensor:
-    """IRing: memory-bank Ring with sampled negatives (Ring Sec. 4; METHODS.md row 18).
+    """IRing: memory-bank Ring with sampled negatives (Ring Sec. 4; docs/methods.md, ir_ring).
 
     All bank similarities ``s_ij = q_i.M[j]/tau`` (the anchor's own entry included, as in the
     authors' ``NCERing``) are ranked; the ring is the ascending slice ``[lo, hi)`` =

@@ -17,7 +17,8 @@ The hard quantile ``s_alpha^(i)`` is the K-th largest negative similarity of row
 num_hard`` (the paper: 4095 nearest neighbours) or ``ceil(alpha * M)``; ties are kept; the mask
 is hard, so no gradient flows through the selection; ``alpha = 1`` gives Eq. 1 exactly.
 Temperature limit (Eq. 7): ``tau (L_tau - log(M+1)) -> M/(M+1) L_simple(lambda = 1/M)`` as
-``tau -> inf``. Batch mean throughout. No official code exists (METHODS.md rows 8-11).
+``tau -> inf``. Batch mean throughout. No official code exists (docs/methods.md, section
+Wang & Liu).
 """
 from __future__ import annotations
 

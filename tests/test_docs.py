@@ -1,0 +1,92 @@
+"""The repository's own docs cover what the code registers, and nothing in the repository points
+at files outside it."""
+import re
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from toolkit.data.catalog import DATASETS
+from toolkit.losses.modules import LOSSES
+from toolkit.regularizers import REGULARIZERS
+from toolkit.samplers import SELECTORS
+from toolkit.samplers.schedules import SCHEDULES
+
+ROOT = Path(__file__).resolve().parents[1]
+# Written as pieces so that this file does not match its own pattern.
+FORBIDDEN = re.compile("|".join([r"METHODS\.md", r"DATA\.md", r"\.\./shared"]))
+
+
+def _heading_names(path: Path) -> set[str]:
+    """Every `backticked` name in a Markdown heading of ``path``."""
+    names: set[str] = set()
+    for line in path.read_text(encoding="utf-8").splitlines():
+        if line.startswith("#"):
+            names.update(re.findall(r"`([^`]+)`", line))
+    return names
+
+
+@pytest.mark.parametrize("registry", [LOSSES, SELECTORS, REGULARIZERS, SCHEDULES],
+                         ids=["losses", "selectors", "regularizers", "schedules"])
+def test_every_registered_name_has_a_section_in_methods(registry):
+    missing = sorted(set(registry.names()) - _heading_names(ROOT / "docs" / "methods.md"))
+    assert not missing, f"docs/methods.md has no heading for {missing}"
+
+
+def test_every_negative_source_has_a_section_in_methods():
+    from toolkit.recipe import Negatives
+
+    sources = set(Negatives.model_fields["source"].annotation.__args__)
+    missing = sorted(sources - _heading_names(ROOT / "docs" / "methods.md"))
+    assert not missing, f"docs/methods.md has no heading for the sources {missing}"
+
+
+def test_every_catalogued_dataset_has_a_section_in_data():
+    text = (ROOT / "docs" / "data.md").read_text(encoding="utf-8")
+    missing = sorted(set(DATASETS) - _heading_names(ROOT / "docs" / "data.md"))
+    assert not missing, f"docs/data.md has no heading for {missing}"
+    # The pinned digests it prints are the catalogue's.
+    for entry in DATASETS.values():
+        for source in entry.sources:
+            assert source.tree_sha256 in text, entry.name
+            for artifact in source.artifacts:
+                assert artifact.sha256 in text, (entry.name, artifact.filename)
+
+
+def _tracked_files() -> list[Path]:
+    out = subprocess.run(["git", "ls-files", "-z"], cwd=ROOT, capture_output=True, check=True)
+    return [ROOT / p for p in out.stdout.decode().split("\0") if p]
+
+
+def test_no_file_refers_to_material_outside_the_repository():
+    try:
+        files = _tracked_files()
+    except (OSError, subprocess.CalledProcessError):
+        files = [p for p in ROOT.rglob("*") if p.is_file() and ".git" not in p.parts]
+    hits = []
+    for path in files:
+        if not path.is_file():
+            continue
+        try:
+            text = path.read_text(encoding="utf-8")
+        except UnicodeDecodeError:
+            continue
+        for number, line in enumerate(text.splitlines(), 1):
+            if FORBIDDEN.search(line):
+                hits.append(f"{path.relative_to(ROOT)}:{number}: {line.strip()[:80]}")
+    assert not hits, "references to files outside the repository:\n" + "\n".join(hits)
+
+
+def test_doc_links_to_repository_files_exist():
+    """Paths such as `toolkit/data/catalog.py` or `recipes/vision/lmcl_cpu.yaml` named in the
+    docs and the README exist (globs and placeholders excepted)."""
+    pattern = re.compile(r"`((?:toolkit|domains|recipes|docs|scripts|tests|examples|bench)"
+                         r"/[A-Za-z0-9_./-]+)`")
+    missing = []
+    for doc in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]:
+        for ref in pattern.findall(doc.read_text(encoding="utf-8")):
+            if "*" in ref or "{" in ref:
+                continue
+            if not (ROOT / ref.rstrip("/")).exists():
+                missing.append(f"{doc.name}: {ref}")
+    assert not missing, missing
