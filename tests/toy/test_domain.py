@@ -101,7 +101,8 @@ def test_bad_sections_are_reported_with_their_path():
 
 def test_cpcl_data_views_and_pool():
     r = _recipe(RECIPES / "cpcl_mixture_cpcl_full.yaml", "data.cpcl_mixture.per_component=50",
-                "data.cpcl_mixture.test_per_component=30", "budget.batch_size=40")
+                "data.cpcl_mixture.test_per_component=30", "budget.batch_size=40",
+                "data.cpcl_mixture.views=fresh")
     dom = ToyDomain()
     data = dom.build_data(r)
     assert data.num_instances == 200 and len(data.eval["test_x"]) == 120 and len(data.eval["pool"]) == 400
@@ -239,3 +240,9 @@ def test_ring_mi_trains_the_mlp_critic_with_the_recipe_objective():
     with pytest.raises(ValueError, match="normalize"):
         ToyDomain().run(_recipe(RECIPES / "ring_mi_mlp.yaml", "encoder.normalize=true",
                                 "budget.epochs=1", "data.ring_mi.num_points=256"), tracker)
+
+
+@pytest.mark.parametrize("name", ["simclr", "spectral", "cpcl_a", "cpcl_full"])
+def test_cpcl_recipes_draw_views_from_the_papers_pool(name):
+    """CPCL Sec. 5: two augmentations per point form a finite pool; views are drawn from it."""
+    assert _recipe(RECIPES / f"cpcl_mixture_{name}.yaml").data.cpcl_mixture.views == "pool"
