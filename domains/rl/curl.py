@@ -4,10 +4,13 @@ Queries are the online critic encoder's features of one random crop, ``z_a = f_q
 the momentum (target) encoder's features of another crop of the same stacked frames,
 ``z_pos = f_k(o_pos)`` (no gradient). The similarity is bilinear (Sec. 4.5, Eq. 3 ff.)::
 
-    s_ij = z_a_i^T W z_pos_j,      logits_ij = s_ij - max_j s_ij
+    s_ij = z_a_i^T W z_pos_j
 
-(the row maximum is subtracted, not detached, as in the reference code: InfoNCE and its
-gradient are unchanged by it, and the debiased losses then see logits <= 0). The positive of anchor i is key i, the other
+The scores are handed over unshifted. CURL's reference code subtracts each row's maximum
+before its cross-entropy; that changes neither InfoNCE nor its gradient, but it does change
+DCL / HCL, whose clamp ``Ng >= N e^{-1/tau}`` compares against the unshifted scores. The core's
+score-level losses evaluate everything in log space (log-sum-exp), so the unshifted scores are
+safe at any scale. The positive of anchor i is key i, the other
 ``B - 1`` keys of the batch its negatives; CURL's loss is InfoNCE with temperature 1 on these
 logits (recipe ``loss: {name: info_nce}``), but any score-level loss of the core (``dcl``,
 ``hcl``) and regularizers (``distance_polarization``) plug in through the objective.
@@ -43,9 +46,8 @@ class BilinearCURL(nn.Module):
         self.W = nn.Parameter(torch.rand(feature_dim, feature_dim))
 
     def logits(self, z_anchor: Tensor, z_pos: Tensor) -> Tensor:
-        """``[B, B]`` logits ``z_a W z_pos^T`` minus each row's maximum."""
-        s = z_anchor @ (self.W @ z_pos.t())
-        return s - s.max(dim=1, keepdim=True).values
+        """``[B, B]`` bilinear scores ``z_a W z_pos^T`` (not shifted: see the module docstring)."""
+        return z_anchor @ (self.W @ z_pos.t())
 
     def batch(self, z_anchor: Tensor, z_pos: Tensor, step: int = 0) -> ContrastiveBatch:
         """The ContrastiveBatch of CURL's pair: scores, identity positives, unit-norm views."""

@@ -43,9 +43,10 @@ class MixtureData(Section):
     ``test_per_component`` fresh ones for the probe's test split); Gaussian augmentation of
     variance ``augment_variance``.
 
-    ``views``: ``fresh`` draws new noise at every step (Algorithm 1); ``pool`` samples each view
-    from the fixed pool of ``pool_augmentations`` augmentations per point with the row-normalised
-    probabilities ``A[x_bar, :]`` (Sec. 5's finite augmentation distribution)."""
+    ``views``: ``pool`` (default, the paper's Sec. 5 form) samples each view from the fixed pool
+    of ``pool_augmentations`` (2 in Sec. 5, 1600 pool points in all) augmentations per point with
+    the row-normalised probabilities ``A[x_bar, :]``; ``fresh`` draws new noise
+    ``x_bar + N(0, s_a I)`` at every step (Algorithm 1 with an unbounded augmentation set)."""
 
     components: int = Field(4, ge=2)
     radius: float = Field(2.0, ge=0)
@@ -54,7 +55,7 @@ class MixtureData(Section):
     test_per_component: int = Field(200, ge=1)
     augment_variance: float = Field(4.0, ge=0)
     pool_augmentations: int = Field(2, ge=1)
-    views: Literal["fresh", "pool"] = "fresh"
+    views: Literal["fresh", "pool"] = "pool"
 
 
 class ClusterData(Section):

@@ -114,12 +114,17 @@ def test_cacr_detach_options_change_only_the_gradient(close, rows, leaves, detac
 def test_k1_gives_unit_positive_weight(close, rows):
     """K = 1: pi+ = 1, so t+ has no effect and L_CA = mean ||q - pos||^2."""
     q, p, neg = rows(5, 4, seed=5), rows(5, 4, seed=6), rows(7, 4, seed=7, grad=False)
-    a, b = cacr(q, p, neg, t_pos=0.1), cacr(q, p.unsqueeze(1), neg, t_pos=50.0)
-    close(a, b, torch.float64)
+    ref = ref_cacr(q, [[p[i]] for i in range(5)], [list(neg)] * 5, 1.0, 2.0)
+    for t_pos in (0.1, 50.0):  # the loop reference with pi+ = 1 whatever t+ is
+        close(cacr(q, p, neg, t_pos=t_pos), ref, torch.float64)
+        close(cacr(q, p.unsqueeze(1), neg, t_pos=t_pos), ref, torch.float64)
     stats = {}
-    cacr(q, p, neg, t_neg=0.0, stats=stats)
     uniform = ((q - p) ** 2).sum(1).mean() - torch.cdist(q, neg).pow(2).mean()
-    close(cacr(q, p, neg, t_neg=0.0), uniform, torch.float64)
+    close(cacr(q, p, neg, t_neg=0.0, stats=stats), uniform, torch.float64)
+    # t- = 0: pi- uniform over the 7 negatives, so H(X-|X) = log 7 exactly (CACR Eq. 8)
+    close(stats["weight_entropy"], math.log(7), torch.float64)
+    close(stats["pos_sim"], (q * p).sum(1).mean(), torch.float64)
+    close(stats["neg_sim"], (q @ neg.T).mean(), torch.float64)
 
 
 def test_small_t_neg_is_uaur(close, rows):

@@ -181,7 +181,9 @@ def test_spectral_strict_clip_test_projects_rows_on_the_boundary(leaves):
     inside[0, 0] = 2.0 - 1e-9
     inside.requires_grad_()
     (g_in,) = grads(spectral(inside, z2, mu=4.0), inside)
-    assert abs(float(g_in[0] @ inside[0].detach())) > 1e-3
+    (r_in,) = leaves(inside)
+    torch.testing.assert_close(g_in, grads(ref_spectral(r_in, z2, 4.0), r_in)[0])
+    assert abs(float(g_in[0] @ inside[0].detach())) > 1e-3  # and it has a radial part
 
 
 @pytest.mark.parametrize("k", [1.0, 2.0, 5.0])
@@ -196,8 +198,15 @@ def test_cpcl_a_matches_loop_reference(dtype, close, rows, leaves, k, shape):
 
 
 def test_cpcl_a_k1_equals_spectral_mu1_on_unit_vectors(dtype, close, rows):
+    """Both equal -2/B sum_i z1_i.z2_i + 1/(B(B-1)) sum_{i!=j} (z1_i.z2_j)^2 (CPCL Eq. 5 with
+    K = 1; Spectral with mu = 1 clips nothing on unit rows), written here with plain loops."""
     z1, z2 = rows(8, 5, seed=11, dtype=dtype), rows(8, 5, seed=12, dtype=dtype)
-    close(cpcl_a(z1, z2, K=1.0), spectral(z1, z2, mu=1.0), dtype)
+    a, b = z1.detach().double().tolist(), z2.detach().double().tolist()
+    dot = [[sum(x * y for x, y in zip(a[i], b[j])) for j in range(8)] for i in range(8)]
+    plain = (-2.0 / 8 * sum(dot[i][i] for i in range(8))
+             + sum(dot[i][j] ** 2 for i in range(8) for j in range(8) if i != j) / (8 * 7))
+    close(cpcl_a(z1, z2, K=1.0), plain, dtype)
+    close(spectral(z1, z2, mu=1.0), plain, dtype)
 
 
 @pytest.mark.parametrize("detach_target", [False, True])

@@ -46,6 +46,7 @@ class PointsDomain(Domain):
         y = torch.arange(n) % 2
         x = torch.randn(n, d, generator=g) + 3 * y[:, None].float()
         self.poison = recipe.data.poison_at_step
+        self.noise = recipe.data.noise
         return DataBundle(TensorBatches({"x": x, "y": y}, recipe.budget.batch_size, seed=recipe.seed),
                           num_instances=n, eval={"x": x, "y": y})
 
@@ -55,7 +56,7 @@ class PointsDomain(Domain):
     def make_views(self, batch, num_views, generator=None):
         x = batch["x"]
         noise = torch.randn((x.shape[0], num_views, *x.shape[1:]), generator=generator, device=x.device)
-        views = x[:, None] + 0.1 * noise
+        views = x[:, None] + getattr(self, "noise", 0.1) * noise
         return views
 
     def contrastive_batch(self, batch, encoder, key_encoder, needs, num_views, step, generator=None):

@@ -46,42 +46,68 @@ def changed(before, module):
 
 # -- the contrastive batch -------------------------------------------------------------------
 
+def _raw_scores(za, W, zp):
+    """s_ij = z_a_i^T W z_pos_j by plain loops (CURL Sec. 4.5), as python floats."""
+    n, d = za.shape
+    return [[sum(za[i, a].item() * W[a, b].item() * zp[j, b].item() for a in range(d) for b in range(d))
+             for j in range(n)] for i in range(n)]
+
+
 def test_bilinear_logits_and_curl_infonce_match_loops():
     torch.manual_seed(0)
     curl = BilinearCURL(5).double()
     za, zp = torch.randn(4, 5, dtype=torch.float64), torch.randn(4, 5, dtype=torch.float64)
     batch = curl.batch(za, zp)
-    W = curl.W.detach()
+    raw = _raw_scores(za, curl.W.detach(), zp)
     for i in range(4):
-        raw = [sum(za[i, a].item() * W[a, b].item() * zp[j, b].item() for a in range(5) for b in range(5))
-               for j in range(4)]
         for j in range(4):
-            assert batch.scores[i, j].item() == pytest.approx(raw[j] - max(raw), abs=1e-12)
+            assert batch.scores[i, j].item() == pytest.approx(raw[i][j], abs=1e-12)
     assert torch.equal(batch.positive_mask, torch.eye(4, dtype=torch.bool))
     assert torch.allclose(batch.views.norm(dim=-1), torch.ones(4, 2, dtype=torch.float64))
     # CURL's loss: cross-entropy of the logits with the diagonal as labels (temperature 1)
-    ref = 0.0
-    for i in range(4):
-        row = batch.scores[i]
-        ref += -(row[i].item() - math.log(sum(math.exp(v) for v in row.tolist())))
+    ref = sum(-(raw[i][i] - math.log(sum(math.exp(v) for v in raw[i]))) for i in range(4))
     out = objective("info_nce")(batch)
     assert out.loss.item() == pytest.approx(ref / 4, rel=1e-10)
 
 
-def test_dcl_on_curl_scores_matches_the_paper_formula():
+def _plain_debiased(raw, tau, tp, beta=None):
+    """DCL (beta None) / HCL per Chuang et al. 2020 and Robinson et al. 2021 on the unshifted
+    scores: Ng = max((-tp N pos + R) / (1 - tp), N e^{-1/tau}), mean of -log(pos / (pos + Ng))."""
+    n = len(raw)
+    total = 0.0
+    for i in range(n):
+        pos = math.exp(raw[i][i] / tau)
+        negs = [math.exp(raw[i][j] / tau) for j in range(n) if j != i]
+        if beta is None:
+            r = sum(negs)
+        else:
+            imp = [math.exp(beta * raw[i][j] / tau) for j in range(n) if j != i]
+            r = sum(w * e for w, e in zip(imp, negs)) / (sum(imp) / len(imp))
+        ng = max((-tp * (n - 1) * pos + r) / (1 - tp), (n - 1) * math.exp(-1 / tau))
+        total += -math.log(pos / (pos + ng))
+    return total / n
+
+
+@pytest.mark.parametrize("scale", [1.0, 6.0])
+@pytest.mark.parametrize("loss", ["dcl", "hcl"])
+def test_debiased_losses_on_curl_scores_match_the_plain_formula(loss, scale):
+    """On the unshifted bilinear scores. scale 6 gives scores of a few hundred: the plain
+    float64 formula still holds, the clamp decides some rows, and a row-max shift (which would
+    move every score below 0 and trip the clamp everywhere) fails this test."""
     torch.manual_seed(1)
     curl = BilinearCURL(6).double()
-    batch = curl.batch(torch.randn(5, 6, dtype=torch.float64), torch.randn(5, 6, dtype=torch.float64))
+    za = scale * torch.randn(5, 6, dtype=torch.float64)
+    zp = scale * torch.randn(5, 6, dtype=torch.float64)
+    batch = curl.batch(za, zp)
     tau, tp = 1.0, 0.1
-    n_neg = 4
-    ref = 0.0
-    for i in range(5):
-        pos = math.exp(batch.scores[i, i].item() / tau)
-        neg = sum(math.exp(batch.scores[i, j].item() / tau) for j in range(5) if j != i)
-        ng = max((-tp * n_neg * pos + neg) / (1 - tp), n_neg * math.exp(-1 / tau))
-        ref += -math.log(pos / (pos + ng))
-    out = objective("dcl", temperature=tau, tau_plus=tp)(batch)
-    assert out.loss.item() == pytest.approx(ref / 5, rel=1e-9)
+    args = {"temperature": tau, "tau_plus": tp} | ({"beta": 1.0} if loss == "hcl" else {})
+    ref = _plain_debiased(_raw_scores(za, curl.W.detach(), zp), tau, tp,
+                          1.0 if loss == "hcl" else None)
+    out = objective(loss, **args)(batch)
+    assert out.loss.item() == pytest.approx(ref, rel=1e-9)
+    # float32 with the same scores: finite and equal to the float64 formula (log-space forms)
+    out32 = objective(loss, **args)(curl.float().batch(za.float(), zp.float()))
+    assert math.isfinite(out32.loss.item()) and out32.loss.item() == pytest.approx(ref, rel=1e-4)
 
 
 def test_actor_log_density_matches_torch_distributions():

@@ -2,6 +2,8 @@
 torchvision's per-image transforms (the reference) sample by sample."""
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import torch
 import torchvision.transforms.functional as TF
@@ -119,9 +121,23 @@ def test_grayscale_and_blur_match_torchvision():
 
 
 def test_grey_images_ignore_colour_operations():
+    """One-channel images: brightness and contrast apply, saturation, hue and grayscale are
+    identities, as torchvision's functional ops define them for 1-channel tensors."""
     aug = BatchAugment(preset("cacr_cifar", grayscale_p=1.0), (0.0,), (1.0,))
-    out = aug(_images(4, 1, 32), torch.Generator().manual_seed(0))
-    assert out.shape == (4, 1, 32, 32) and torch.isfinite(out).all()
+    x = _images(4, 1, 32)
+    p = aug.sample(4, 32, 32, torch.Generator().manual_seed(0))
+    assert bool(p.gray.all()) and bool((p.jitter[:, 2:] != torch.tensor([1.0, 0.0])).all())
+    out = aug.apply(x, p)
+    assert out.shape == (4, 1, 32, 32)
+    neutral = torch.tensor([1.0, 1.0, 1.0, 0.0]).repeat(4, 1)
+    cropped = aug.apply(x, dataclasses.replace(p, jitter=neutral, gray=torch.zeros(4, dtype=torch.bool),
+                                               sigma=torch.zeros(4)))
+    tvs = [TF.adjust_brightness, TF.adjust_contrast, TF.adjust_saturation, TF.adjust_hue]
+    for n in range(4):
+        ref = cropped[n]
+        for op in p.order[n].tolist():
+            ref = tvs[op](ref, float(p.jitter[n, op]))
+        assert torch.allclose(out[n], ref, atol=1e-5)
 
 
 def test_bad_specs_raise_naming_the_field():
