@@ -114,7 +114,7 @@ def _build(c: float, standardize: bool, solver: str, max_iter: int, seed: int, c
 
 
 def _fit(x: Any, y: np.ndarray, c: float, standardize: bool, solver: str, max_iter: int,
-         seed: int, warn_convergence: bool) -> LinearProbe:
+         seed: int, warn_convergence: bool | str) -> LinearProbe:
     from sklearn.exceptions import ConvergenceWarning
 
     model = _build(c, standardize, solver, max_iter, seed, len(np.unique(y)))
@@ -122,17 +122,21 @@ def _fit(x: Any, y: np.ndarray, c: float, standardize: bool, solver: str, max_it
         warnings.simplefilter("always", ConvergenceWarning)
         model.fit(x, y)
     if warn_convergence and any(issubclass(w.category, ConvergenceWarning) for w in caught):
-        warnings.warn(f"linear probe: {solver} did not converge in max_iter={max_iter} iterations "
-                      f"at c={c}; raise max_iter or lower c", stacklevel=3)
+        advice = warn_convergence if isinstance(warn_convergence, str) else "raise max_iter or lower c"
+        warnings.warn(f"linear probe: {solver} did not converge in {max_iter} iterations at c={c}; "
+                      f"{advice}", stacklevel=3)
     return LinearProbe(model, c)
 
 
-def select_c(x: Any, y: Any, c_grid: Sequence[float], splits: Sequence[tuple[np.ndarray, np.ndarray]],
-             **fit: Any) -> float:
+def select_c(x: Any, y: Any, c_grid: Sequence[float], splits: Sequence[tuple[np.ndarray, np.ndarray]], *,
+             standardize: bool = True, solver: str = "lbfgs", max_iter: int = 1000, seed: int = 0,
+             warn_convergence: bool | str = False) -> float:
     """The ``c`` of ``c_grid`` with the best mean accuracy over ``splits`` (pairs of row
     indices ``(fit_rows, score_rows)`` of the training set); ties go to the earliest entry
     (the smallest ``c``, the strongest penalty, for an ascending grid)."""
     x, y = _matrix("x", x), np.asarray(y)
+    fit = dict(standardize=standardize and solver == "lbfgs", solver=solver, max_iter=max_iter,
+               seed=seed, warn_convergence=warn_convergence)
     scores = []
     for c in c_grid:
         acc = [np.mean(_fit(x[a], y[a], float(c), **fit).predict(x[b]) == y[b]) for a, b in splits]
@@ -143,10 +147,12 @@ def select_c(x: Any, y: Any, c_grid: Sequence[float], splits: Sequence[tuple[np.
 def fit_linear_probe(x: Any, y: Any, *, c: float = 1.0, standardize: bool = True,
                      select: bool = False, c_grid: Sequence[float] = C_GRID, holdout: float = 0.1,
                      solver: str = "lbfgs", max_iter: int = 1000, seed: int = 0,
-                     warn_convergence: bool = False) -> LinearProbe:
+                     warn_convergence: bool | str = False) -> LinearProbe:
     """Fit the probe on training features ``x`` ``[N, d]`` (tensor on any device, numpy, or
     scipy sparse) and labels ``y``; see the module doc. ``select=True`` chooses ``c`` from
-    ``c_grid`` on a stratified ``holdout`` fraction of these rows (seeded by ``seed``)."""
+    ``c_grid`` on a stratified ``holdout`` fraction of these rows (seeded by ``seed``).
+    ``warn_convergence``: warn when L-BFGS stops at ``max_iter`` (a string is the advice the
+    warning gives, e.g. which config keys to change)."""
     from sklearn.model_selection import StratifiedShuffleSplit
 
     x = _matrix("x", x)
@@ -170,7 +176,8 @@ def fit_linear_probe(x: Any, y: Any, *, c: float = 1.0, standardize: bool = True
     if not 0.0 < holdout < 1.0:
         raise ValueError(f"holdout must lie in (0, 1), got {holdout!r}")
     split = StratifiedShuffleSplit(n_splits=1, test_size=holdout, random_state=seed)
-    best = select_c(x, y, grid, list(split.split(np.zeros(len(y)), y)), **fit)
+    best = select_c(x, y, grid, list(split.split(np.zeros(len(y)), y)), standardize=standardize,
+                    solver=solver, max_iter=max_iter, seed=seed, warn_convergence=warn_convergence)
     return _fit(x, y, best, **fit)
 
 
