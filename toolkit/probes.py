@@ -26,10 +26,10 @@ size (N x d)           sklearn lbfgs, to tol   torch LBFGS, 100 it.   torch LBFG
 60,000 x 512           15.7 s (367 it.)        23.2 s                 79.3 s (332 it.)
 ====================  ======================  =====================  ======================
 
-scikit-learn reaches the optimum 3-5x sooner than torch's strong-Wolfe L-BFGS (its float64
-loss / gradient kernels need one evaluation per step where torch's line search needs several),
-sooner even than torch's truncated 100-iteration fit, and it covers the sparse features of the
-text baselines. The kNN stays in torch: it is a matrix product and a top-k, cheap on any
+scikit-learn reaches the optimum 3-5x sooner than torch's strong-Wolfe L-BFGS (its loss /
+gradient kernels need one evaluation per step where torch's line search needs several), at
+60k x 512 sooner even than torch's truncated 100-iteration fit, and it covers the sparse
+features of the text baselines. The kNN stays in torch: it is a matrix product and a top-k, cheap on any
 device, so it runs where the features are. The probe takes tensors on any device and moves
 them to numpy inside.
 """
