@@ -12,9 +12,10 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, PositiveFloat, model_validator
 
 from domains.base import Section
+from toolkit.probes import C_GRID
 
 __all__ = ["RingMIData", "MixtureData", "ClusterData", "ToyData", "ToyEncoderConfig",
            "RingMIEvaluation", "ToyEvaluation", "DATASETS"]
@@ -138,11 +139,14 @@ class RingMIEvaluation(Section):
 class ToyEvaluation(Section):
     """Probe settings. ``protocol``: ``auto`` (cpcl_mixture -> ``linear_probe``, lmcl_clusters
     -> ``kmeans``), or either explicitly. ``probe_c``: inverse L2 strength of the logistic
-    regression. ``histogram``: log the pairwise-distance histogram with the LMCL margin ``[d_plus, d_minus]``."""
+    regression (``toolkit.probes``), or chosen from ``probe_c_grid`` with ``probe_select_c``. ``histogram``: log the pairwise-distance histogram with the LMCL margin ``[d_plus, d_minus]``."""
 
     protocol: Literal["auto", "linear_probe", "kmeans"] = "auto"
     probe_c: float = Field(1.0, gt=0)
     probe_max_iter: int = Field(2000, ge=10)
+    probe_standardize: bool = Field(True, description="standardise the features with the training points' mean / std")
+    probe_select_c: bool = Field(False, description="choose probe_c from probe_c_grid on a held-out tenth of the training points")
+    probe_c_grid: list[PositiveFloat] = Field(default_factory=lambda: list(C_GRID), min_length=1)
     augmentation_feature: bool = Field(True, description="cpcl: also probe the AF baseline")
     histogram: bool = True
     d_plus: float = Field(0.1, ge=0, le=1)

@@ -176,7 +176,8 @@ class ToyDomain(Domain):
         z = embed(encoder, store["x"])
         metrics: dict[str, float] = {}
         if protocol == "linear_probe":
-            probe = dict(c=ev.probe_c, max_iter=ev.probe_max_iter)
+            probe = dict(c=ev.probe_c, max_iter=ev.probe_max_iter, standardize=ev.probe_standardize,
+                         select_c=ev.probe_select_c, c_grid=ev.probe_c_grid, seed=recipe.seed)
             z_test = embed(encoder, store["test_x"])
             metrics["linear_probe_error"] = linear_probe_error(z, store["y"], z_test, store["test_y"], **probe)
             if "raw_probe_error" not in cache:

@@ -1,19 +1,22 @@
 """Evaluation of toy embeddings: CPCL's linear probe and LMCL's k-means accuracy.
 
-* ``linear_probe_error`` (CPCL Sec. 5, Fig. 3b): a scikit-learn logistic regression fitted on
-  the embeddings of the training points, error rate (%) on fresh test points. Features are
-  standardised first (the augmentation feature's entries are ~1/L, far from unit scale).
+* ``linear_probe_error`` (CPCL Sec. 5, Fig. 3b): the toolkit's linear probe (logistic
+  regression) fitted on the embeddings of the training points, error rate (%) on fresh test
+  points. Features are standardised first (the augmentation feature's entries are ~1/L, far
+  from unit scale).
 * ``kmeans_accuracy`` (LMCL Sec. 5.1, Table 1): k-means with as many clusters as classes on the
   embeddings of all points, Hungarian-matched accuracy (%) (``toolkit.metrics.cluster_accuracy``).
 """
 from __future__ import annotations
 
-import warnings
+from typing import Sequence
 
 import numpy as np
 import torch
 from threadpoolctl import threadpool_limits
 from torch import Tensor, nn
+
+from toolkit.probes import C_GRID, fit_linear_probe
 
 __all__ = ["embed", "linear_probe_error", "kmeans_accuracy"]
 
@@ -34,24 +37,22 @@ def _numpy(t: Tensor | np.ndarray) -> np.ndarray:
 
 
 def linear_probe_error(train_z: Tensor, train_y: Tensor, test_z: Tensor, test_y: Tensor,
-                       c: float = 1.0, max_iter: int = 2000) -> float:
-    """Test error (%) of a standardised multinomial logistic regression (L2, inverse strength
-    ``c``, lbfgs) fitted on ``(train_z, train_y)``."""
-    from sklearn.linear_model import LogisticRegression
-    from sklearn.pipeline import make_pipeline
-    from sklearn.preprocessing import StandardScaler
-
+                       c: float = 1.0, max_iter: int = 2000, *, standardize: bool = True,
+                       select_c: bool = False, c_grid: Sequence[float] = C_GRID,
+                       seed: int = 0) -> float:
+    """Test error (%) of :func:`toolkit.probes.fit_linear_probe` (multinomial logistic regression,
+    L2 with inverse strength ``c``, lbfgs, in float64) fitted on ``(train_z, train_y)``;
+    ``select_c`` chooses ``c`` from ``c_grid`` on a held-out tenth of the training points."""
     if len(train_z) != len(train_y) or len(test_z) != len(test_y):
         raise ValueError(f"features and labels must align, got train {len(train_z)} vs {len(train_y)}, "
                          f"test {len(test_z)} vs {len(test_y)}")
     if train_z.shape[1:] != test_z.shape[1:]:
         raise ValueError(f"train_z and test_z must have the same width, got {tuple(train_z.shape)} "
                          f"and {tuple(test_z.shape)}")
-    probe = make_pipeline(StandardScaler(), LogisticRegression(C=c, max_iter=max_iter))
     # one BLAS thread: these problems are tiny, and threads only contend on a shared CPU
-    with warnings.catch_warnings(), threadpool_limits(1):
-        warnings.simplefilter("ignore")  # ConvergenceWarning on near-separable toy features
-        probe.fit(_numpy(train_z), np.asarray(train_y))
+    with threadpool_limits(1):
+        probe = fit_linear_probe(_numpy(train_z), np.asarray(train_y), c=c, max_iter=max_iter,
+                                 standardize=standardize, select=select_c, c_grid=c_grid, seed=seed)
         pred = probe.predict(_numpy(test_z))
     return float(100.0 * (pred != np.asarray(test_y)).mean())
 

@@ -15,10 +15,11 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, PositiveFloat, model_validator
 
 from domains.base import Section
 from domains.vision.augment import PRESETS
+from toolkit.probes import C_GRID
 
 __all__ = ["AugmentConfig", "DataConfig", "HeadConfig", "EncoderConfig", "LinearConfig",
            "KnnConfig", "MonitorConfig", "DiagnosticsConfig", "EvaluationConfig"]
@@ -87,11 +88,20 @@ class EncoderConfig(Section):
 
 
 class LinearConfig(Section):
+    """The linear probe. ``lbfgs``: scikit-learn's logistic regression
+    (``toolkit.probes.linear_probe``) with C = 1 / (weight_decay * N), or C chosen from
+    ``c_grid`` on a held-out part of the training features (``select_c``); ``adam`` / ``sgd``:
+    the papers' mini-batch schedules."""
+
     enabled: bool = True
     solver: Literal["lbfgs", "adam", "sgd"] = "lbfgs"
-    epochs: int = Field(100, ge=1, description="L-BFGS iterations, or passes for adam / sgd")
+    epochs: int = Field(100, ge=1, description="L-BFGS iterations (max_iter), or passes for adam / sgd")
     lr: float | None = Field(None, gt=0)
-    weight_decay: float = Field(1e-4, ge=0)
+    weight_decay: float = Field(1e-4, ge=0, description="L2 term weight_decay / 2 ||W||^2 on the mean loss")
+    select_c: bool = Field(False, description="lbfgs: choose C from c_grid on a held-out part of the training features")
+    c_grid: list[PositiveFloat] = Field(default_factory=lambda: list(C_GRID), min_length=1,
+                                        description="lbfgs with select_c: candidate C (inverse L2 strength)")
+    holdout: float = Field(0.1, gt=0, lt=1, description="lbfgs with select_c: held-out fraction of the training features")
     batch_size: int = Field(256, ge=1)
     milestones: list[int] = Field(default_factory=list)
     gamma: float = Field(0.1, gt=0, le=1)
@@ -99,6 +109,13 @@ class LinearConfig(Section):
     momentum: float = Field(0.9, ge=0, lt=1)
     final_lr: float | None = Field(None, gt=0, description="exponential decay per epoch to this rate (replaces milestones)")
     standardize: bool = Field(True, description="standardise features with the training split's mean / std")
+
+    @model_validator(mode="after")
+    def _penalised(self) -> "LinearConfig":
+        if self.solver == "lbfgs" and self.weight_decay == 0 and not self.select_c:
+            raise ValueError("weight_decay must be > 0 for solver 'lbfgs' (C = 1 / (weight_decay N)), "
+                             "or set select_c; got 0")
+        return self
 
 
 class KnnConfig(Section):

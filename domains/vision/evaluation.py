@@ -3,7 +3,9 @@
 Metrics (flat snake_case):
 
 * ``linear_top1`` (``linear_top5`` when there are more than 10 classes): softmax regression on
-  backbone features extracted once from the un-augmented training images (``probes.py``);
+  backbone features extracted once from the un-augmented training images
+  (:func:`toolkit.probes.linear_probe` for ``lbfgs``; the papers' Adam / SGD schedules in
+  ``probes.py``);
 * ``knn_top1``: weighted kNN, k=200, t=0.1 (Wu et al. 2018); ``knn5_top1``: 5-NN vote;
 * ``linear_top1_random_init`` / ``linear_top1_raw_pixels`` (``evaluation.baselines``): the
   same probe on a randomly initialised encoder of the same architecture, and on the pixels;
@@ -22,7 +24,8 @@ import torch
 
 from domains.base import Evaluation
 from domains.vision.config import EvaluationConfig, MonitorConfig
-from domains.vision.probes import extract, knn_predict, linear_probe, topk_accuracy
+from domains.vision.probes import extract, minibatch_linear_probe
+from toolkit.probes import knn_scores, linear_probe, topk_accuracy
 
 __all__ = ["evaluate", "monitor", "probe_features"]
 
@@ -42,24 +45,32 @@ def probe_features(train_x: torch.Tensor, train_y: torch.Tensor, test_x: torch.T
     the classifiers run on ``device`` (the encoder's)."""
     out: dict[str, float] = {}
     lin = cfg.linear
-    if lin.enabled:
+    if lin.enabled and lin.solver == "lbfgs":
+        # the L2 term weight_decay / 2 ||W||^2 on the mean loss is scikit-learn's C = 1 / (wd N)
+        c = 1.0 / (lin.weight_decay * len(train_y)) if lin.weight_decay > 0 else 1.0
+        res = linear_probe(train_x, train_y, test_x, test_y, c=c, standardize=lin.standardize,
+                           select=lin.select_c, c_grid=lin.c_grid, holdout=lin.holdout,
+                           max_iter=lin.epochs, seed=seed,
+                           topk=(1, 5) if num_classes > 10 else (1,))
+    elif lin.enabled:
         with torch.enable_grad():  # the loop evaluates under no_grad
-            res = linear_probe(train_x, train_y, test_x, test_y, num_classes, solver=lin.solver,
-                               epochs=lin.epochs, lr=lin.lr, weight_decay=lin.weight_decay,
-                               batch_size=lin.batch_size, milestones=lin.milestones,
-                               gamma=lin.gamma, betas=lin.betas, momentum=lin.momentum,
-                               final_lr=lin.final_lr, standardize=lin.standardize, seed=seed,
-                               device=device)
+            res = minibatch_linear_probe(
+                train_x, train_y, test_x, test_y, num_classes, solver=lin.solver,
+                epochs=lin.epochs, lr=lin.lr, weight_decay=lin.weight_decay,
+                batch_size=lin.batch_size, milestones=lin.milestones, gamma=lin.gamma,
+                betas=lin.betas, momentum=lin.momentum, final_lr=lin.final_lr,
+                standardize=lin.standardize, seed=seed, device=device)
+    if lin.enabled:
         out[f"linear_top1{suffix}"] = res["top1"]
         if "top5" in res:
             out[f"linear_top5{suffix}"] = res["top5"]
     if knn and cfg.knn.enabled:
-        scores = knn_predict(train_x, train_y, test_x, num_classes, k=cfg.knn.k,
-                             temperature=cfg.knn.temperature, device=device).cpu()
+        scores = knn_scores(train_x, train_y, test_x, num_classes, k=cfg.knn.k,
+                            temperature=cfg.knn.temperature, device=device).cpu()
         out[f"knn_top1{suffix}"] = topk_accuracy(scores, test_y, 1)
         if cfg.knn.five_nn:
-            scores5 = knn_predict(train_x, train_y, test_x, num_classes, k=5, weighted=False,
-                                  device=device).cpu()
+            scores5 = knn_scores(train_x, train_y, test_x, num_classes, k=5, weighted=False,
+                                 device=device).cpu()
             out[f"knn5_top1{suffix}"] = topk_accuracy(scores5, test_y, 1)
     return out
 
@@ -121,7 +132,7 @@ def monitor(encoder: torch.nn.Module, data: Any, cfg: MonitorConfig | None = Non
     ite = torch.randperm(len(data.test), generator=g)[:n_te]
     tr = extract(encoder.features, data.probe_train.images[itr], data.augment.natural, 512, dev)
     te = extract(encoder.features, data.test.images[ite], data.augment.natural, 512, dev)
-    scores = knn_predict(tr, data.probe_train.labels[itr], te, data.num_classes, k=cfg.k,
-                         temperature=cfg.temperature, device=dev).cpu()
+    scores = knn_scores(tr, data.probe_train.labels[itr], te, data.num_classes, k=cfg.k,
+                        temperature=cfg.temperature, device=dev).cpu()
     encoder.train(was_training)
     return {"knn_top1": topk_accuracy(scores, data.test.labels[ite], 1)}

@@ -1,4 +1,4 @@
-"""Logistic-regression probes on frozen sentence features, SentEval style (Conneau & Kiela
+"""SentEval's evaluation protocol around the toolkit's linear probe (Conneau & Kiela
 2018; the protocol of Logeswaran & Lee 2018, Sec. 4.1 and LMCL Sec. 5.3).
 
 * :func:`kfold_accuracy`: stratified k-fold cross-validation (10 folds in the literature,
@@ -9,24 +9,22 @@
   files).
 * :func:`pair_features`: MSRP features ``[|u - v|, u * v]`` (and optionally ``u``, ``v``).
 
-Dense features are standardised with the statistics of each training part (lbfgs); sparse
-ones (bag-of-words counts) are used as they are (liblinear, one-vs-rest for TREC's 6 classes).
+The probe is :func:`toolkit.probes.fit_linear_probe` (L2 logistic regression); only the fold
+logic lives here. Dense features are standardised with the statistics of each training part
+(lbfgs); sparse ones (bag-of-words counts) are used as they are (liblinear, one-vs-rest for
+TREC's 6 classes).
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Sequence
 
-import warnings
-
 import numpy as np
 import scipy.sparse as sp
-from sklearn.exceptions import ConvergenceWarning
-from sklearn.linear_model import LogisticRegression
 from sklearn.metrics import f1_score
 from sklearn.model_selection import StratifiedKFold, StratifiedShuffleSplit
-from sklearn.multiclass import OneVsRestClassifier
-from sklearn.preprocessing import StandardScaler
+
+from toolkit.probes import fit_linear_probe, select_c
 
 __all__ = ["ProbeResult", "kfold_accuracy", "split_accuracy", "pair_features", "SELECTIONS"]
 
@@ -46,26 +44,13 @@ class ProbeResult:
 
 
 def _fit_predict(X_tr, y_tr, X_te, c: float, max_iter: int) -> np.ndarray:  # noqa: ANN001
-    with warnings.catch_warnings():
-        # lbfgs may stop at max_iter on weakly regularised folds; the fit is still the probe's
-        # answer for that budget (SentEval's sklearn path behaves the same), so no warning spam
-        warnings.simplefilter("ignore", ConvergenceWarning)
-        return _fit_predict_inner(X_tr, y_tr, X_te, c, max_iter)
+    return fit_linear_probe(X_tr, y_tr, c=c, **_probe_options(X_tr, max_iter)).predict(X_te)
 
 
-def _fit_predict_inner(X_tr, y_tr, X_te, c: float, max_iter: int) -> np.ndarray:  # noqa: ANN001
-    if sp.issparse(X_tr):
-        # bag-of-words: liblinear is an order of magnitude faster than lbfgs on sparse counts
-        model = LogisticRegression(C=c, max_iter=max_iter, solver="liblinear")
-        if len(np.unique(y_tr)) > 2:
-            model = OneVsRestClassifier(model)
-        model.fit(X_tr, y_tr)
-        return model.predict(X_te)
-    scaler = StandardScaler().fit(X_tr)
-    X_tr, X_te = scaler.transform(X_tr), scaler.transform(X_te)
-    model = LogisticRegression(C=c, max_iter=max_iter)
-    model.fit(X_tr, y_tr)
-    return model.predict(X_te)
+def _probe_options(X, max_iter: int) -> dict:  # noqa: ANN001
+    # lbfgs may stop at max_iter on weakly regularised folds; the fit is still the probe's answer
+    # for that budget (SentEval's sklearn path behaves the same), so no warning spam
+    return dict(solver="liblinear" if sp.issparse(X) else "lbfgs", max_iter=max_iter)
 
 
 def _choose_c(X, y, c_grid: Sequence[float], selection: str, inner_folds: int, seed: int,  # noqa: ANN001
@@ -76,12 +61,8 @@ def _choose_c(X, y, c_grid: Sequence[float], selection: str, inner_folds: int, s
         splits = StratifiedShuffleSplit(n_splits=1, test_size=0.1, random_state=seed).split(X, y)
     else:
         splits = StratifiedKFold(inner_folds, shuffle=True, random_state=seed).split(X, y)
-    splits = list(splits)
-    scores = []
-    for c in c_grid:
-        acc = [np.mean(_fit_predict(X[tr], y[tr], X[va], c, max_iter) == y[va]) for tr, va in splits]
-        scores.append(np.mean(acc))
-    return float(c_grid[int(np.argmax(scores))])  # ties -> the smallest C (strongest L2)
+    # ties -> the first C of the grid (the smallest, the strongest L2)
+    return select_c(X, y, c_grid, list(splits), **_probe_options(X, max_iter))
 
 
 def _check(X, y, c_grid: Sequence[float], selection: str) -> None:  # noqa: ANN001

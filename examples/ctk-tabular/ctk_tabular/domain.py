@@ -22,21 +22,22 @@ from pathlib import Path
 from typing import Any, Literal, Mapping
 
 import torch
-from pydantic import Field, model_validator
+from pydantic import Field, PositiveFloat, model_validator
 from torch import Tensor
 
 from domains.base import DataBundle, Domain, Encoder, Evaluation, Section
 from toolkit import metrics as geometry
+from toolkit.probes import C_GRID, linear_probe
 from toolkit.training.batches import TensorBatches
 
 from .corruption import scarf_views
 from .datasets import TabularSplits, load_bundled, load_csv, split_and_standardise
 from .encoder import MLPEncoder
-from .probe import linear_probe_top1
 
 __all__ = ["TabularData", "TabularEncoder", "TabularEvaluation", "TabularDomain"]
 
 RECIPES = Path(__file__).resolve().parent / "recipes"
+_ADVICE = "raise evaluation.max_iter or lower evaluation.probe_c"
 
 
 class TabularData(Section):
@@ -73,10 +74,13 @@ class TabularEncoder(Section):
 
 
 class TabularEvaluation(Section):
-    """The linear probe (scikit-learn logistic regression on standardised frozen features)."""
+    """The linear probe (``toolkit.probes``: logistic regression on standardised frozen features)."""
 
     probe_c: float = Field(1.0, gt=0, description="inverse L2 strength of the logistic regression")
     max_iter: int = Field(2000, ge=1)
+    standardize: bool = Field(True, description="standardise the features with the training rows' mean / std")
+    select_c: bool = Field(False, description="choose probe_c from c_grid on a held-out tenth of the training rows")
+    c_grid: list[PositiveFloat] = Field(default_factory=lambda: list(C_GRID), min_length=1)
     baselines: bool = Field(True, description="also probe a random-init encoder and the raw features")
     geometry: bool = Field(True, description="alignment, uniformity, tolerance on the held-out rows")
 
@@ -151,8 +155,10 @@ class TabularDomain(Domain):
     def _probe(self, encoder: Encoder | None, s: TabularSplits, recipe: Any) -> float:
         tr, te = (s.train_x, s.test_x) if encoder is None else (
             self._features(encoder, s.train_x), self._features(encoder, s.test_x))
-        return linear_probe_top1(tr, s.train_y, te, s.test_y, c=recipe.evaluation.probe_c,
-                                 max_iter=recipe.evaluation.max_iter, seed=recipe.seed)
+        ev = recipe.evaluation
+        return linear_probe(tr, s.train_y, te, s.test_y, c=ev.probe_c, max_iter=ev.max_iter,
+                            standardize=ev.standardize, select=ev.select_c, c_grid=ev.c_grid,
+                            seed=recipe.seed, warn_convergence=_ADVICE)["top1"]
 
     def random_init_encoder(self, recipe: Any) -> Encoder:
         """The same architecture at the weights the shared loop starts from: the loop seeds
@@ -198,5 +204,6 @@ class TabularDomain(Domain):
         """Online probe during training (logged as ``online_linear_top1``), default probe
         settings; the loop calls it every ``budget.monitor_every`` steps."""
         s: TabularSplits = data.eval
-        return {"linear_top1": linear_probe_top1(self._features(encoder, s.train_x), s.train_y,
-                                                 self._features(encoder, s.test_x), s.test_y)}
+        return {"linear_top1": linear_probe(self._features(encoder, s.train_x), s.train_y,
+                                            self._features(encoder, s.test_x), s.test_y,
+                                            max_iter=2000, warn_convergence=_ADVICE)["top1"]}

@@ -1,0 +1,154 @@
+"""toolkit.probes against plain references: scikit-learn's LogisticRegression fitted directly,
+and a hand-written loop kNN (Wu et al. 2018, Sec. 3.4)."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+import torch
+from sklearn.linear_model import LogisticRegression
+from sklearn.model_selection import StratifiedShuffleSplit
+
+from toolkit.probes import fit_linear_probe, knn_scores, linear_probe, topk_accuracy
+
+
+def _problem(n=400, d=12, classes=4, spread=2.0, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    centres = torch.randn(classes, d, generator=g)
+    y = torch.arange(classes).repeat_interleave(n // classes)
+    x = centres[y] + spread * torch.randn(len(y), d, generator=g)
+    perm = torch.randperm(len(y), generator=g)
+    x, y = x[perm] * torch.linspace(0.1, 10, d) + 3.0, y[perm]  # columns on very different scales
+    return x[: n // 2].double(), y[: n // 2], x[n // 2:].double(), y[n // 2:]
+
+
+def _plain(xtr, ytr, xte, c, standardize=True):
+    xtr, xte = xtr.numpy(), xte.numpy()
+    if standardize:  # written out: the training rows' mean and (population) std
+        mean, std = xtr.mean(0), xtr.std(0)
+        xtr, xte = (xtr - mean) / std, (xte - mean) / std
+    return LogisticRegression(C=c, max_iter=5000, tol=1e-10).fit(xtr, ytr.numpy()), xte
+
+
+@pytest.mark.parametrize("standardize", [True, False])
+@pytest.mark.parametrize("c", [0.01, 1.0])
+def test_linear_probe_matches_sklearn_fitted_directly(c, standardize):
+    xtr, ytr, xte, yte = _problem()
+    ref, xte_ref = _plain(xtr, ytr, xte, c, standardize)
+    probe = fit_linear_probe(xtr, ytr, c=c, standardize=standardize, max_iter=5000)
+    assert probe.c == c
+    # the probe stops at scikit-learn's default tolerance, the reference runs to 1e-10
+    np.testing.assert_allclose(probe.scores(xte), ref.decision_function(xte_ref), rtol=0, atol=2e-2)
+    acc = 100.0 * np.mean(ref.predict(xte_ref) == yte.numpy())
+    assert linear_probe(xtr, ytr, xte, yte, c=c, standardize=standardize, max_iter=5000)["top1"] == pytest.approx(acc)
+
+
+def test_top5_counts_labels_among_the_five_largest_scores():
+    xtr, ytr, xte, yte = _problem(n=480, classes=12, spread=4.0)
+    res = linear_probe(xtr, ytr, xte, yte, c=0.1, topk=(1, 5))
+    ref, xte_ref = _plain(xtr, ytr, xte, 0.1)
+    s = ref.decision_function(xte_ref)
+    top5 = np.mean([int(yte[i]) in set(np.argsort(-s[i])[:5]) for i in range(len(s))]) * 100
+    assert res["top5"] == pytest.approx(top5) and res["top1"] <= res["top5"] < 100.0
+
+
+def test_held_out_c_is_chosen_on_the_training_rows_only():
+    xtr, ytr, xte, yte = _problem(spread=3.0)
+    grid = (0.0001, 0.01, 1.0)
+    split = next(StratifiedShuffleSplit(1, test_size=0.2, random_state=5).split(np.zeros(len(ytr)), ytr))
+    accs = []
+    for c in grid:  # the reference selection, written out
+        ref, xva = _plain(xtr[split[0]], ytr[split[0]], xtr[split[1]], c)
+        accs.append(np.mean(ref.predict(xva) == ytr[split[1]].numpy()))
+    best = grid[int(np.argmax(accs))]
+    probe = fit_linear_probe(xtr, ytr, select=True, c_grid=grid, holdout=0.2, seed=5)
+    assert probe.c == best
+    # the test rows play no part: scrambling their labels changes nothing but the score
+    res = linear_probe(xtr, ytr, xte, torch.roll(yte, 1), select=True, c_grid=grid, holdout=0.2, seed=5)
+    assert res["c"] == best
+
+
+def test_features_on_any_device_and_dtype_give_the_same_fit():
+    xtr, ytr, xte, yte = _problem()
+    a = linear_probe(xtr, ytr, xte, yte, c=0.5)
+    b = linear_probe(xtr.numpy(), ytr.numpy(), xte.numpy(), yte.numpy(), c=0.5)
+    assert a == b
+    if torch.cuda.is_available():
+        assert linear_probe(xtr.cuda(), ytr.cuda(), xte.cuda(), yte.cuda(), c=0.5) == a
+
+
+def test_sparse_features_use_liblinear_one_vs_rest():
+    rng = np.random.default_rng(0)
+    X = sp.csr_matrix((rng.random((300, 40)) < 0.15).astype(np.float64))
+    y = (np.asarray(X[:, :4].sum(1)).ravel() + rng.integers(0, 2, 300)) % 3
+    probe = fit_linear_probe(X[:200], y[:200], c=1.0, solver="liblinear")
+    for cls in range(3):  # one binary liblinear fit per class, by hand
+        ref = LogisticRegression(C=1.0, solver="liblinear").fit(X[:200], (y[:200] == cls).astype(int))
+        np.testing.assert_allclose(probe.scores(X[200:])[:, cls], ref.decision_function(X[200:]), rtol=1e-6)
+    with pytest.raises(ValueError, match="liblinear"):
+        fit_linear_probe(X, y)
+
+
+def test_probe_arguments_are_checked():
+    xtr, ytr, xte, yte = _problem(n=40)
+    with pytest.raises(ValueError, match="c must be"):
+        fit_linear_probe(xtr, ytr, c=0.0)
+    with pytest.raises(ValueError, match="c_grid entry"):
+        fit_linear_probe(xtr, ytr, select=True, c_grid=(1.0, -1.0))
+    with pytest.raises(ValueError, match="y must have one entry"):
+        fit_linear_probe(xtr, ytr[:-1])
+    with pytest.raises(ValueError, match="solver"):
+        fit_linear_probe(xtr, ytr, solver="newton")
+    with pytest.raises(ValueError, match="NaN"):
+        fit_linear_probe(xtr * float("nan"), ytr)
+    with pytest.raises(ValueError, match="columns"):
+        linear_probe(xtr, ytr, xte[:, :3], yte)
+    with pytest.warns(UserWarning, match="raise evaluation.max_iter"):
+        fit_linear_probe(xtr, ytr, c=100.0, max_iter=1, warn_convergence="raise evaluation.max_iter")
+
+
+def _loop_knn(bank, labels, queries, classes, k, t, weighted):
+    out = []
+    for q in queries.tolist():
+        sims = []
+        for i, b in enumerate(bank.tolist()):  # cosine similarity, written out
+            dot = sum(a * c for a, c in zip(q, b))
+            sims.append((dot / (math.sqrt(sum(a * a for a in q)) * math.sqrt(sum(c * c for c in b))),
+                         int(labels[i])))
+        sims.sort(reverse=True)
+        votes = [0.0] * classes
+        for s, lab in sims[:k]:
+            votes[lab] += math.exp(s / t) if weighted else 1.0
+        out.append(votes)
+    return torch.tensor(out)
+
+
+def test_weighted_knn_matches_a_loop_reference():
+    g = torch.Generator().manual_seed(3)
+    bank, labels = torch.randn(50, 8, generator=g), torch.randint(0, 5, (50,), generator=g)
+    queries = torch.randn(7, 8, generator=g)
+    scores = knn_scores(bank, labels, queries, 5, k=10, temperature=0.1, chunk=3)
+    torch.testing.assert_close(scores, _loop_knn(bank, labels, queries, 5, 10, 0.1, True), rtol=1e-4, atol=0)
+
+
+def test_majority_knn_matches_a_loop_vote():
+    g = torch.Generator().manual_seed(4)
+    bank, labels = torch.randn(60, 6, generator=g), torch.randint(0, 3, (60,), generator=g)
+    queries = torch.randn(20, 6, generator=g)
+    scores = knn_scores(bank, labels, queries, 3, k=5, weighted=False)
+    ref = _loop_knn(bank, labels, queries, 3, 5, 1.0, False)
+    torch.testing.assert_close(scores, ref, rtol=0, atol=1e-5)  # the tie-break term is 1e-6 * sims
+    labs = torch.randint(0, 3, (20,), generator=g)
+    assert topk_accuracy(scores, labs) == pytest.approx(100.0 * float((ref.argmax(1) == labs).float().mean()))
+
+
+def test_knn_arguments_are_checked():
+    x, y = torch.randn(10, 4), torch.randint(0, 2, (10,))
+    with pytest.raises(ValueError, match="k must be"):
+        knn_scores(x, y, x, 2, k=0)
+    with pytest.raises(ValueError, match="temperature"):
+        knn_scores(x, y, x, 2, temperature=0.0)
+    with pytest.raises(ValueError, match="same d"):
+        knn_scores(x, y, x[:, :3], 2)
