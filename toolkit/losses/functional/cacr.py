@@ -39,6 +39,7 @@ from torch import Tensor
 
 from toolkit import checks
 
+from ._precision import full_precision
 from ._repulsion import _repulsion
 
 __all__ = ["cacr", "cacr_minibatch", "cacr_multiview", "cacr_moco"]
@@ -110,6 +111,7 @@ def _temps(t_pos: float, t_neg: float) -> tuple[float, float]:
 
 # ----------------------------------------------------------------------------- losses
 
+@full_precision
 def cacr(q: Tensor, pos: Tensor, neg: Tensor, t_pos: float = 1.0, t_neg: float = 2.0, *,
          detach_pos_weights: bool = False, detach_neg_weights: bool = False,
          stats: dict | None = None) -> Tensor:
@@ -159,6 +161,7 @@ def cacr(q: Tensor, pos: Tensor, neg: Tensor, t_pos: float = 1.0, t_neg: float =
     return loss
 
 
+@full_precision
 def cacr_minibatch(z: Tensor, zpos: Tensor, t_pos: float = 1.0, t_neg: float = 2.0, *,
                    detach_pos_weights: bool = False, detach_neg_weights: bool = False,
                    stats: dict | None = None) -> Tensor:
@@ -188,6 +191,7 @@ def cacr_minibatch(z: Tensor, zpos: Tensor, t_pos: float = 1.0, t_neg: float = 2
     return loss
 
 
+@full_precision
 def cacr_multiview(views: Tensor | Sequence[Tensor], t_pos: float = 1.0, t_neg: float = 2.0,
                    alpha: float = 1.0, beta: float = 1.0, *,
                    stats: dict | None = None) -> Tensor:
@@ -242,6 +246,7 @@ def cacr_multiview(views: Tensor | Sequence[Tensor], t_pos: float = 1.0, t_neg: 
     return loss
 
 
+@full_precision
 def cacr_moco(q_views: Tensor | Sequence[Tensor], k_views: Tensor | Sequence[Tensor],
               queue: Tensor, t_pos: float = 1.0, t_neg: float = 2.0, intra_batch: bool = True,
               detach_queue_weights: bool = True, reuse_first_view_queue_dists: bool = False, *,

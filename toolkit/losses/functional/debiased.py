@@ -31,6 +31,7 @@ from torch.nn import functional as F
 from toolkit import checks
 
 from ._kernel import _NEG_INF, _InBatchLoss
+from ._precision import full_precision
 from .infonce import _bool_mask, _in_batch_neg_sim, _pair
 
 __all__ = ["dcl", "hcl", "dcl_scores", "hcl_scores"]
@@ -126,6 +127,7 @@ def _in_batch(z1: Tensor, z2: Tensor, tau: float, tau_plus: float, beta: float |
     return loss
 
 
+@full_precision
 def dcl(z1: Tensor, z2: Tensor, temperature: float = 0.5, tau_plus: float = 0.1,
         clamp: bool = True, *, stats: dict | None = None) -> Tensor:
     r"""Debiased contrastive loss, 2B form (Chuang et al. 2020, the debiased objective with its
@@ -154,6 +156,7 @@ def dcl(z1: Tensor, z2: Tensor, temperature: float = 0.5, tau_plus: float = 0.1,
     return _in_batch(z1, z2, tau, tp, None, bool(clamp), stats)
 
 
+@full_precision
 def hcl(z1: Tensor, z2: Tensor, temperature: float = 0.5, tau_plus: float = 0.1,
         beta: float = 1.0, clamp: bool = True, *, stats: dict | None = None) -> Tensor:
     r"""Hard-negative contrastive loss, 2B form (Robinson et al. 2021, the importance-weighted
@@ -225,6 +228,7 @@ def _scores_form(scores: Tensor, positive_mask: Tensor, valid_mask: Tensor | Non
     return per_anchor.mean()
 
 
+@full_precision
 def dcl_scores(scores: Tensor, positive_mask: Tensor, valid_mask: Tensor | None = None,
                temperature: float = 0.5, tau_plus: float = 0.1, clamp: bool = True, *,
                stats: dict | None = None) -> Tensor:
@@ -244,6 +248,7 @@ def dcl_scores(scores: Tensor, positive_mask: Tensor, valid_mask: Tensor | None 
     return _scores_form(scores, positive_mask, valid_mask, tau, tp, None, bool(clamp), stats)
 
 
+@full_precision
 def hcl_scores(scores: Tensor, positive_mask: Tensor, valid_mask: Tensor | None = None,
                temperature: float = 0.5, tau_plus: float = 0.1, beta: float = 1.0,
                clamp: bool = True, *, stats: dict | None = None) -> Tensor:

@@ -26,6 +26,7 @@ from torch.nn import functional as F
 from toolkit import checks
 
 from ._kernel import _NEG_INF, _InBatchLoss, _RowLogSumExp, _in_batch_partner
+from ._precision import full_precision
 
 __all__ = ["info_nce_scores", "nt_xent", "moco_infonce", "cmc"]
 
@@ -83,6 +84,7 @@ def _in_batch_neg_sim(z1: Tensor, z2: Tensor) -> Tensor:
 
 
 # ----------------------------------------------------------------------------- losses
+@full_precision
 def info_nce_scores(scores: Tensor, positive_mask: Tensor, valid_mask: Tensor | None = None,
                     temperature: float = 1.0, *, stats: dict | None = None) -> Tensor:
     r"""Multi-positive InfoNCE on a score matrix the domain computed itself.
@@ -142,6 +144,7 @@ def info_nce_scores(scores: Tensor, positive_mask: Tensor, valid_mask: Tensor | 
     return per_anchor.mean()
 
 
+@full_precision
 def nt_xent(z1: Tensor, z2: Tensor, temperature: float = 0.5, *, neg_mask: Tensor | None = None,
             stats: dict | None = None) -> Tensor:
     r"""NT-Xent, SimCLR 2B form (Chen et al. 2020, Sec. 2.1, Eq. 1; METHODS row 1).
@@ -194,6 +197,7 @@ def _nt_xent_head(pos_logit: Tensor, lse: Tensor):
     return lse - pos_logit, -1.0, 1.0
 
 
+@full_precision
 def moco_infonce(q: Tensor, k: Tensor, queue: Tensor, temperature: float = 0.07, *,
                  neg_mask: Tensor | None = None, stats: dict | None = None) -> Tensor:
     r"""MoCo InfoNCE (He et al. 2020, Sec. 3.1, Eq. 1; METHODS row 2).
@@ -233,6 +237,7 @@ def moco_infonce(q: Tensor, k: Tensor, queue: Tensor, temperature: float = 0.07,
     return loss
 
 
+@full_precision
 def cmc(views: Tensor | Sequence[Tensor], temperature: float = 0.07, pair_reduction: str = "sum",
         *, stats: dict | None = None) -> Tensor:
     r"""CMC full-graph loss with in-batch negatives (Tian et al. 2020, the full-graph objective,

@@ -10,11 +10,13 @@ from torch.autograd.function import once_differentiable
 
 from toolkit import checks
 
+from ._precision import full_precision
 from .infonce import _rows
 
 __all__ = ["distance_polarization"]
 
 
+@full_precision
 def distance_polarization(f: Tensor, d_plus: float = 0.1, d_minus: float = 0.5,
                           reduction: str = "sum", *, stats: dict | None = None) -> Tensor:
     r"""Distance polarization regulariser R1.

@@ -27,6 +27,8 @@ from torch import Tensor
 from toolkit import checks
 from toolkit.samplers.selectors import hard_mask
 
+from ._precision import full_precision
+
 __all__ = ["wl_contrastive", "wl_simple", "wl_hard", "wl_hard_simple", "wl_sims_from_bank",
            "wl_gradient_ratio"]
 
@@ -67,6 +69,7 @@ def _record(stats: dict | None, s_pos: Tensor, s_neg: Tensor, neg_mask: Tensor |
             stats["neg_kept"] = kept / neg_mask.numel()
 
 
+@full_precision
 def wl_contrastive(s_pos: Tensor, s_neg: Tensor, temperature: float = 0.2, *,
                    neg_mask: Tensor | None = None, stats: dict | None = None) -> Tensor:
     """Wang & Liu Eq. 1 (Sec. 3), batch mean:
@@ -91,6 +94,7 @@ def wl_contrastive(s_pos: Tensor, s_neg: Tensor, temperature: float = 0.2, *,
     return (partition - pos).mean()
 
 
+@full_precision
 def wl_simple(s_pos: Tensor, s_neg: Tensor, lam: float | None = None, *,
               neg_mask: Tensor | None = None, stats: dict | None = None) -> Tensor:
     """Wang & Liu Eq. 3 (Sec. 3), batch mean: ``L_i = -s_ii + lambda * sum_{j != i} s_ij``.
@@ -115,6 +119,7 @@ def wl_simple(s_pos: Tensor, s_neg: Tensor, lam: float | None = None, *,
     return (repulsion - s_pos).mean()
 
 
+@full_precision
 def wl_hard(s_pos: Tensor, s_neg: Tensor, temperature: float = 0.2, alpha: float | None = None,
             num_hard: int | None = None, *, stats: dict | None = None) -> Tensor:
     """Wang & Liu hard contrastive loss, Eq. 9 (Sec. 3.3), batch mean.
@@ -128,6 +133,7 @@ def wl_hard(s_pos: Tensor, s_neg: Tensor, temperature: float = 0.2, alpha: float
     return wl_contrastive(s_pos, s_neg, temperature, neg_mask=mask, stats=stats)
 
 
+@full_precision
 def wl_hard_simple(s_pos: Tensor, s_neg: Tensor, lam: float | None = None,
                    alpha: float | None = None, num_hard: int | None = None, *,
                    stats: dict | None = None) -> Tensor:
@@ -168,6 +174,7 @@ class _SplitOwn(torch.autograd.Function):
         return grad, None
 
 
+@full_precision
 def wl_sims_from_bank(q: Tensor, bank: Tensor, indices: Tensor) -> tuple[Tensor, Tensor]:
     """Similarities against a memory bank (Sec. 3, ``s_ij = f(x_i)^T g(x_j)``, g = bank).
 
@@ -193,6 +200,7 @@ def wl_sims_from_bank(q: Tensor, bank: Tensor, indices: Tensor) -> tuple[Tensor,
     return _SplitOwn.apply(q @ bank.detach().T, indices.long().unsqueeze(1))
 
 
+@full_precision
 def wl_gradient_ratio(s_neg: Tensor, temperature: float = 0.2, *,
                       neg_mask: Tensor | None = None) -> Tensor:
     """Relative penalty on each negative, Wang & Liu Eq. 5 (Eq. 8 with a hard mask).
