@@ -121,7 +121,7 @@ class _LogSumExpNegSqDists(torch.autograd.Function):
 
     one matmul in the backward, where autograd through distances and ``logsumexp`` needs a
     softmax pass and two matmuls. If S underflows (far-apart points, large t) the exponent is
-    recomputed shifted by its maximum.
+    recomputed shifted by its maximum. Plain-torch definition: :func:`uniform_reference`.
     """
 
     @staticmethod
@@ -320,3 +320,12 @@ def aca(zbar: Tensor, z1: Tensor, z2: Tensor, K: float = 1.0, lamb: float = 1.0,
             stats["neg_sim"] = total / (n * (n - 2))
             stats["proj_loss"] = proj.detach()
     return pc + lam * proj
+
+
+# ----------------------------------------------------------------------------- plain-torch reference
+def uniform_reference(x: Tensor, t: float = 2.0) -> Tensor:
+    """Uniformity (Wang & Isola 2020, Sec. 4.1) as the authors write it, ``log mean exp(-t
+    pdist(x)^2)`` over the pairs i < j (a log-sum-exp, so large t does not underflow):
+    the definition :func:`uniform` computes with ``_LogSumExpNegSqDists``."""
+    sq = torch.pdist(x).square()
+    return torch.logsumexp(-t * sq, dim=0) - math.log(sq.numel())

@@ -153,6 +153,7 @@ class _SplitOwn(torch.autograd.Function):
 
     One elementwise select forward and two passes backward (boolean indexing would cost a
     ``nonzero`` pass and index scatters, slicing a zero-filled gradient per slice).
+    Plain-torch definition: :func:`wl_sims_from_bank_reference`.
     """
 
     @staticmethod
@@ -217,3 +218,12 @@ def wl_gradient_ratio(s_neg: Tensor, temperature: float = 0.2, *,
             raise ValueError("neg_mask leaves a row without negatives; the ratio is undefined")
         logits = logits.masked_fill(~neg_mask, float("-inf"))
     return torch.softmax(logits, dim=1)
+
+
+def wl_sims_from_bank_reference(q: Tensor, bank: Tensor, indices: Tensor) -> tuple[Tensor, Tensor]:
+    """:func:`wl_sims_from_bank` by boolean indexing: the similarity matrix q M^T, its entry
+    (i, indices_i) and row i without that entry (``_SplitOwn`` computes the same split)."""
+    sims = q @ bank.detach().t()
+    own = torch.zeros_like(sims, dtype=torch.bool)
+    own[torch.arange(q.shape[0], device=q.device), indices] = True
+    return sims[own], sims[~own].view(q.shape[0], -1)
