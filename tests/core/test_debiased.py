@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from toolkit.losses.functional import dcl, dcl_scores, hcl, hcl_scores, nt_xent
+from toolkit.losses.functional.debiased import dcl_reference
 
 
 # ----------------------------------------------------------------------------- loop references
@@ -101,7 +102,7 @@ def test_clamp_active_matches_reference(dtype, close, leaves, beta):
             else hcl(z1, z2, 0.5, 0.5, beta, stats=stats))
     assert stats["clamp_active"] == 1.0
     r1, r2 = leaves(z1, z2)
-    ref = ref_in_batch(r1, r2, 0.5, 0.5, beta=beta)
+    ref = dcl_reference(r1, r2, 0.5, 0.5, beta)
     close(loss, ref, dtype)
     for g, gr in zip(grads(loss, z1, z2), grads(ref, r1, r2)):
         close(g, gr, dtype)
@@ -115,7 +116,7 @@ def test_clamp_off_raises_instead_of_nan():
     z1, z2 = torch.randn(4, 3, dtype=torch.float64), torch.randn(4, 3, dtype=torch.float64)
     z1, z2 = z1 / z1.norm(dim=1, keepdim=True), z2 / z2.norm(dim=1, keepdim=True)
     torch.testing.assert_close(dcl(z1, z2, 0.5, 0.01, clamp=False),
-                               ref_in_batch(z1, z2, 0.5, 0.01, clamp=False))
+                               dcl_reference(z1, z2, 0.5, 0.01, clamp=False))
 
 
 def test_extreme_logits_stay_finite(rows):

@@ -9,6 +9,7 @@ import torch
 
 from toolkit.losses.functional import (aca, align, align_uniform, cpcl_a, cpcl_full, spectral,
                                        uniform)
+from toolkit.losses.functional.geometry import uniform_reference
 
 
 # ----------------------------------------------------------------------------- loop references
@@ -18,13 +19,6 @@ def sq_dist(a, b):
 
 def ref_align(x, y, alpha):
     return sum(sq_dist(x[i], y[i]) ** (alpha / 2) for i in range(len(x))) / len(x)
-
-
-def ref_uniform(x, t):
-    """log mean_{i<j} e^{-t ||x_i - x_j||^2}, differences taken coordinate by coordinate."""
-    n = len(x)
-    pairs = [torch.exp(-t * sq_dist(x[i], x[j])) for i in range(n) for j in range(i + 1, n)]
-    return torch.log(sum(pairs) / len(pairs))
 
 
 def ref_cross_terms(z1, z2):
@@ -120,7 +114,7 @@ def test_align_at_coincident_pairs_has_finite_gradient(rows):
 def test_uniform_matches_loop_reference(dtype, close, rows, leaves, unit, t):
     x = rows(7, 4, seed=4, dtype=dtype, unit=unit, scale=1.0 if unit else 0.7)
     (rx,) = leaves(x)
-    loss, ref = uniform(x, t), ref_uniform(rx, t)
+    loss, ref = uniform(x, t), uniform_reference(rx, t)
     close(loss, ref, dtype)
     close(grads(loss, x)[0], grads(ref, rx)[0], dtype)
 
@@ -130,7 +124,7 @@ def test_uniform_far_apart_points_underflowing_float32(rows):
     sum is taken again shifted by its maximum; value and gradient against the float64 loop."""
     x = (rows(6, 4, seed=9, dtype=torch.float32, unit=True) * 20.0).detach().requires_grad_()
     rx = x.detach().double().requires_grad_()
-    loss, ref = uniform(x, 2.0), ref_uniform(rx, 2.0)
+    loss, ref = uniform(x, 2.0), uniform_reference(rx, 2.0)
     assert float(ref.detach()) < -100.0  # the regime the test is about
     torch.testing.assert_close(loss.double(), ref.detach(), rtol=1e-5, atol=1e-4)
     torch.testing.assert_close(grads(loss, x)[0].double(), grads(ref, rx)[0], rtol=1e-4,
@@ -143,7 +137,7 @@ def test_align_uniform_combines_the_terms(dtype, close, rows, leaves):
     loss = align_uniform(x, y, align_weight=0.5, uniform_weight=2.0, alpha=2.0, t=2.0,
                          stats=stats)
     rx, ry = leaves(x, y)
-    la, lu = ref_align(rx, ry, 2.0), (ref_uniform(rx, 2.0) + ref_uniform(ry, 2.0)) / 2
+    la, lu = ref_align(rx, ry, 2.0), (uniform_reference(rx, 2.0) + uniform_reference(ry, 2.0)) / 2
     ref = 0.5 * la + 2.0 * lu
     close(loss, ref, dtype)
     close(stats["align_loss"], la, dtype)

@@ -26,6 +26,7 @@ from torch import Tensor
 from toolkit import checks
 from toolkit.losses import functional as F
 from toolkit.losses.base import ContrastiveBatch, ContrastiveLoss, LossOutput, require
+from toolkit.losses.functional._precision import similarities
 from toolkit.losses.registry import LOSSES, _Stats, _views  # noqa: F401 - re-exported
 
 def _scored(batch: ContrastiveBatch) -> bool:
@@ -47,7 +48,7 @@ def _in_batch_keep_mask(z1: Tensor, z2: Tensor, selector: Any, step: int) -> Ten
         z = torch.cat([z1, z2])
         n2 = z.shape[0]
         b = n2 // 2
-        sims = z @ z.t()
+        sims = similarities(z, z)  # float32 even under autocast: half precision ties ranks
         rows = torch.arange(n2, device=z.device)
         partner = (rows + b) % n2
         cols = torch.arange(n2, device=z.device).expand(n2, n2)
@@ -108,7 +109,7 @@ class MoCoInfoNCE(ContrastiveLoss):
         mask = None
         if self.selector is not None:
             with torch.no_grad():
-                mask = self.selector(q @ batch.negatives.t(), batch.step)
+                mask = self.selector(similarities(q, batch.negatives), batch.step)
         st = _Stats()
         return st.out(F.moco_infonce(q, k, batch.negatives, temperature=self.temperature,
                                      neg_mask=mask, stats=st.d))

@@ -8,6 +8,13 @@ Submodules, one family each: ``infonce`` (score-level InfoNCE, NT-Xent, MoCo, CM
 ``debiased`` (DCL, HCL), ``geometry`` (alignment/uniformity, spectral, CPCL, ACA),
 ``polarization`` (LMCL distance polarization), ``wang_liu`` (Wang & Liu Eq. 1/3/9),
 ``cacr`` (CACR forms), ``ring`` (Ring / CNCE).
+
+Where a loss runs through a fused autograd kernel, its module also holds the formula in plain
+torch (``nt_xent_reference``, ``moco_infonce_reference``, ``dcl_reference``,
+``debiased_scores_reference``, ``uniform_reference``, ``cacr_reference``,
+``distance_polarization_reference``, ``wl_sims_from_bank_reference``): the readable definition
+and the tests' reference, not exported here. Every public function runs float16 / bfloat16
+inputs in float32 with autocast off (``_precision.full_precision``).
 """
 from .infonce import *  # noqa: F401,F403
 from .debiased import *  # noqa: F401,F403

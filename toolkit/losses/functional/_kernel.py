@@ -5,6 +5,10 @@ with an optional mask, in one GEMM and one exponential pass, with a hand-written
 is the matmul of the bound; :class:`_InBatchLoss` is the in-batch (SimCLR 2B)
 loss of NT-Xent, DCL and HCL on top of it as one autograd node. See
 :func:`_masked_exponentials` for the shift and the masks.
+
+The formulas these kernels compute are written once in plain torch next to the public
+functions, and the tests hold the kernels to them: ``infonce.nt_xent_reference``,
+``infonce.moco_infonce_reference`` and ``debiased.dcl_reference`` (DCL and HCL).
 """
 from __future__ import annotations
 

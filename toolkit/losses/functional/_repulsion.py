@@ -1,6 +1,7 @@
 """CACR's repulsion term: the softmin-weighted expected squared distance to the negatives and the
 entropy of those weights, over one or several blocks of scores, without a weight matrix kept
-for autograd (see :func:`_repulsion`). Used by :mod:`.cacr`.
+for autograd (see :func:`_repulsion`). Used by :mod:`.cacr`; the plain-torch definition
+is ``cacr.cacr_reference``.
 """
 from __future__ import annotations
 

@@ -39,6 +39,7 @@ from torch import Tensor
 
 from toolkit import checks
 
+from ._precision import full_precision
 from ._repulsion import _repulsion
 
 __all__ = ["cacr", "cacr_minibatch", "cacr_multiview", "cacr_moco"]
@@ -110,6 +111,7 @@ def _temps(t_pos: float, t_neg: float) -> tuple[float, float]:
 
 # ----------------------------------------------------------------------------- losses
 
+@full_precision
 def cacr(q: Tensor, pos: Tensor, neg: Tensor, t_pos: float = 1.0, t_neg: float = 2.0, *,
          detach_pos_weights: bool = False, detach_neg_weights: bool = False,
          stats: dict | None = None) -> Tensor:
@@ -159,6 +161,7 @@ def cacr(q: Tensor, pos: Tensor, neg: Tensor, t_pos: float = 1.0, t_neg: float =
     return loss
 
 
+@full_precision
 def cacr_minibatch(z: Tensor, zpos: Tensor, t_pos: float = 1.0, t_neg: float = 2.0, *,
                    detach_pos_weights: bool = False, detach_neg_weights: bool = False,
                    stats: dict | None = None) -> Tensor:
@@ -188,6 +191,7 @@ def cacr_minibatch(z: Tensor, zpos: Tensor, t_pos: float = 1.0, t_neg: float = 2
     return loss
 
 
+@full_precision
 def cacr_multiview(views: Tensor | Sequence[Tensor], t_pos: float = 1.0, t_neg: float = 2.0,
                    alpha: float = 1.0, beta: float = 1.0, *,
                    stats: dict | None = None) -> Tensor:
@@ -242,6 +246,7 @@ def cacr_multiview(views: Tensor | Sequence[Tensor], t_pos: float = 1.0, t_neg: 
     return loss
 
 
+@full_precision
 def cacr_moco(q_views: Tensor | Sequence[Tensor], k_views: Tensor | Sequence[Tensor],
               queue: Tensor, t_pos: float = 1.0, t_neg: float = 2.0, intra_batch: bool = True,
               detach_queue_weights: bool = True, reuse_first_view_queue_dists: bool = False, *,
@@ -320,3 +325,21 @@ def cacr_moco(q_views: Tensor | Sequence[Tensor], k_views: Tensor | Sequence[Ten
             _record(stats, weight_entropy=torch.stack(entropies).mean(), pos_sim=pos_sim,
                     neg_sim=neg_sim)
     return loss
+
+
+# ----------------------------------------------------------------------------- plain-torch reference
+def cacr_reference(q: Tensor, pos: Tensor, neg: Tensor, t_pos: float = 1.0, t_neg: float = 2.0,
+                   *, detach_pos_weights: bool = False,
+                   detach_neg_weights: bool = False) -> Tensor:
+    """CACR Eq. 2-4 with explicit cost matrices c = ||q_i - x||^2 (an ``[N, M, d]`` difference
+    tensor): L = mean_i sum_k softmax_k(t+ c+) c+ - mean_i sum_j softmax_j(-t- c-) c-, the
+    weights optionally detached. The definition :func:`cacr` computes without the difference
+    tensor (the repulsion through ``_repulsion._SoftminExpectation``); ``pos`` ``[N, K, d]``,
+    ``neg`` ``[N, M, d]`` or shared ``[M, d]``."""
+    pos = pos.unsqueeze(1) if pos.dim() == 2 else pos
+    neg = neg.expand(q.shape[0], *neg.shape) if neg.dim() == 2 else neg
+    c_pos = (q.unsqueeze(1) - pos).square().sum(dim=-1)
+    c_neg = (q.unsqueeze(1) - neg).square().sum(dim=-1)
+    w_pos = torch.softmax(t_pos * (c_pos.detach() if detach_pos_weights else c_pos), dim=1)
+    w_neg = torch.softmax(-t_neg * (c_neg.detach() if detach_neg_weights else c_neg), dim=1)
+    return (w_pos * c_pos).sum(dim=1).mean() - (w_neg * c_neg).sum(dim=1).mean()

@@ -31,6 +31,7 @@ from torch.nn import functional as F
 from toolkit import checks
 
 from ._kernel import _NEG_INF, _InBatchLoss
+from ._precision import full_precision
 from .infonce import _bool_mask, _in_batch_neg_sim, _pair
 
 __all__ = ["dcl", "hcl", "dcl_scores", "hcl_scores"]
@@ -89,7 +90,7 @@ def _tail(pos_logit: Tensor, log_r: Tensor, log_n: Tensor | float, tau: float, t
 
 class _DebiasedTail(torch.autograd.Function):
     """:func:`_tail` as one autograd node (the score forms; the in-batch forms run it inside
-    ``_InBatchLoss``)."""
+    ``_InBatchLoss``). Plain-torch definition: :func:`debiased_scores_reference`."""
 
     @staticmethod
     def forward(ctx, pos_logit, log_r, log_n, tau, tau_plus, clamp, stats):
@@ -126,6 +127,7 @@ def _in_batch(z1: Tensor, z2: Tensor, tau: float, tau_plus: float, beta: float |
     return loss
 
 
+@full_precision
 def dcl(z1: Tensor, z2: Tensor, temperature: float = 0.5, tau_plus: float = 0.1,
         clamp: bool = True, *, stats: dict | None = None) -> Tensor:
     r"""Debiased contrastive loss, 2B form (Chuang et al. 2020, the debiased objective with its
@@ -154,6 +156,7 @@ def dcl(z1: Tensor, z2: Tensor, temperature: float = 0.5, tau_plus: float = 0.1,
     return _in_batch(z1, z2, tau, tp, None, bool(clamp), stats)
 
 
+@full_precision
 def hcl(z1: Tensor, z2: Tensor, temperature: float = 0.5, tau_plus: float = 0.1,
         beta: float = 1.0, clamp: bool = True, *, stats: dict | None = None) -> Tensor:
     r"""Hard-negative contrastive loss, 2B form (Robinson et al. 2021, the importance-weighted
@@ -225,6 +228,7 @@ def _scores_form(scores: Tensor, positive_mask: Tensor, valid_mask: Tensor | Non
     return per_anchor.mean()
 
 
+@full_precision
 def dcl_scores(scores: Tensor, positive_mask: Tensor, valid_mask: Tensor | None = None,
                temperature: float = 0.5, tau_plus: float = 0.1, clamp: bool = True, *,
                stats: dict | None = None) -> Tensor:
@@ -244,6 +248,7 @@ def dcl_scores(scores: Tensor, positive_mask: Tensor, valid_mask: Tensor | None 
     return _scores_form(scores, positive_mask, valid_mask, tau, tp, None, bool(clamp), stats)
 
 
+@full_precision
 def hcl_scores(scores: Tensor, positive_mask: Tensor, valid_mask: Tensor | None = None,
                temperature: float = 0.5, tau_plus: float = 0.1, beta: float = 1.0,
                clamp: bool = True, *, stats: dict | None = None) -> Tensor:
@@ -258,3 +263,55 @@ def hcl_scores(scores: Tensor, positive_mask: Tensor, valid_mask: Tensor | None 
     tau, tp = _check_common(temperature, tau_plus)
     b = checks.non_negative("beta", beta)
     return _scores_form(scores, positive_mask, valid_mask, tau, tp, b, bool(clamp), stats)
+
+
+# ----------------------------------------------------------------------------- plain-torch references
+# The definitions the log-space kernels compute, in the exponential space of the authors' code:
+# what to read for the formula and what the tests hold the kernels to (float64 keeps e^{s/tau}
+# finite for the test inputs). Not for training: e^{s/tau} overflows float32 at s/tau > 88.
+def debiased_scores_reference(scores: Tensor, positive_mask: Tensor,
+                              valid_mask: Tensor | None = None, temperature: float = 0.5,
+                              tau_plus: float = 0.1, beta: float | None = None,
+                              clamp: bool = True) -> Tensor:
+    """DCL (Chuang et al. 2020, the debiased objective) and, with ``beta``, HCL (Robinson et
+    al. 2021, the importance-weighted objective) on a score matrix. Anchor a has N_a
+    negatives (valid, not positive); for each positive p:
+
+        R_a  = sum_n e^{s_an/tau}                      (DCL)
+             = sum_n imp_an e^{s_an/tau} / mean_n imp_an,  imp = e^{beta s/tau}   (HCL)
+        Ng   = max( (-tau+ N_a e^{s_ap/tau} + R_a) / (1 - tau+),  N_a e^{-1/tau} )  (clamp)
+        l_ap = -log( e^{s_ap/tau} / (e^{s_ap/tau} + Ng) )
+
+    mean over each anchor's positives, then over the anchors that have one. The in-batch
+    forms are this on the SimCLR score matrix (:func:`dcl_reference`)."""
+    valid = torch.ones_like(positive_mask) if valid_mask is None else valid_mask
+    neg = valid & ~positive_mask
+    e = torch.exp(scores / temperature)
+    n_neg = neg.sum(dim=1).to(e.dtype)
+    if beta is None:
+        r = (e * neg).sum(dim=1)
+    else:
+        imp = torch.exp(beta * scores / temperature) * neg
+        r = (imp * e).sum(dim=1) / (imp.sum(dim=1) / n_neg)
+    a, p = positive_mask.nonzero(as_tuple=True)             # the positive pairs (a, p)
+    pos = e[a, p]
+    ng = (-tau_plus * n_neg[a] * pos + r[a]) / (1 - tau_plus)
+    if clamp:
+        ng = torch.maximum(ng, n_neg[a] * math.exp(-1.0 / temperature))
+    per_pair = -torch.log(pos / (pos + ng))
+    per_anchor = torch.zeros_like(n_neg).index_add(0, a, per_pair) / positive_mask.sum(dim=1)
+    return per_anchor[positive_mask.any(dim=1)].mean()
+
+
+def dcl_reference(z1: Tensor, z2: Tensor, temperature: float = 0.5, tau_plus: float = 0.1,
+                  beta: float | None = None, clamp: bool = True) -> Tensor:
+    """In-batch DCL / HCL (2B form): :func:`debiased_scores_reference` on s = z z^T with
+    z = [z1; z2], the other view as the positive and self left out (N = 2B - 2).
+    :func:`dcl` and :func:`hcl` compute it with ``_InBatchLoss`` in log space."""
+    z = torch.cat([z1, z2])
+    n = z.shape[0]
+    idx = torch.arange(n, device=z.device)
+    pos = torch.zeros(n, n, dtype=torch.bool, device=z.device)
+    pos[idx, (idx + n // 2) % n] = True
+    valid = ~torch.eye(n, dtype=torch.bool, device=z.device)
+    return debiased_scores_reference(z @ z.t(), pos, valid, temperature, tau_plus, beta, clamp)

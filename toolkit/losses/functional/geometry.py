@@ -19,6 +19,7 @@ from torch.nn import functional as F
 from toolkit import checks
 
 from ._kernel import _LOG2E, _NEG_INF
+from ._precision import full_precision
 from .infonce import _pair, _rows, _same_dtype
 
 __all__ = ["align", "uniform", "align_uniform", "spectral", "cpcl_a", "cpcl_full", "aca"]
@@ -63,6 +64,7 @@ def _powered_norm(diff: Tensor, alpha: float) -> Tensor:
 
 
 # ----------------------------------------------------------------------------- AU-CL
+@full_precision
 def align(x: Tensor, y: Tensor, alpha: float = 2.0) -> Tensor:
     r"""Alignment loss (Wang & Isola 2020, Sec. 4.1; ssnl/align_uniform; METHODS row 6).
 
@@ -77,6 +79,7 @@ def align(x: Tensor, y: Tensor, alpha: float = 2.0) -> Tensor:
     return _powered_norm(x - y, a).mean()
 
 
+@full_precision
 def uniform(x: Tensor, t: float = 2.0) -> Tensor:
     r"""Uniformity loss (Wang & Isola 2020, Sec. 4.1; Wang & Liu Eq. 10; METHODS rows 6, 11).
 
@@ -118,7 +121,7 @@ class _LogSumExpNegSqDists(torch.autograd.Function):
 
     one matmul in the backward, where autograd through distances and ``logsumexp`` needs a
     softmax pass and two matmuls. If S underflows (far-apart points, large t) the exponent is
-    recomputed shifted by its maximum.
+    recomputed shifted by its maximum. Plain-torch definition: :func:`uniform_reference`.
     """
 
     @staticmethod
@@ -142,6 +145,7 @@ class _LogSumExpNegSqDists(torch.autograd.Function):
         return (e @ x).sub_(x * r.unsqueeze(1)).mul_(grad * (4.0 * ctx.t) / total), None
 
 
+@full_precision
 def align_uniform(x: Tensor, y: Tensor, align_weight: float = 1.0, uniform_weight: float = 1.0,
                   alpha: float = 2.0, t: float = 2.0, *, stats: dict | None = None) -> Tensor:
     r"""AU-CL objective (Wang & Isola 2020, Sec. 4; ssnl/align_uniform ``examples/stl10``):
@@ -178,6 +182,7 @@ def _clip_rows(z: Tensor, radius: float) -> Tensor:
     return z * factor
 
 
+@full_precision
 def spectral(z1: Tensor, z2: Tensor, mu: float = 1.0, *, stats: dict | None = None) -> Tensor:
     r"""Spectral contrastive loss (HaoChen et al. 2021, Sec. 3, its mini-batch estimate as in
     the official ``models/spectral.py D()``; METHODS row 7).
@@ -205,6 +210,7 @@ def spectral(z1: Tensor, z2: Tensor, mu: float = 1.0, *, stats: dict | None = No
     return (-2.0 * pos + off) / m
 
 
+@full_precision
 def cpcl_a(z1: Tensor, z2: Tensor, K: float = 2.0, *, stats: dict | None = None) -> Tensor:  # noqa: N803
     r"""CPCL-A, the augmentation-overlap loss (Contrastive Principal Component Learning,
     Sec. 4.2, Eq. 5 with N replaced by K, and Algorithm 1; METHODS row 23).
@@ -226,6 +232,7 @@ def cpcl_a(z1: Tensor, z2: Tensor, K: float = 2.0, *, stats: dict | None = None)
     return -2.0 * pos + k * off
 
 
+@full_precision
 def cpcl_full(zbar: Tensor, z1: Tensor, z2: Tensor, K: float = 2.0, alpha: float = 1.0, *,  # noqa: N803
               detach_target: bool = False, stats: dict | None = None) -> Tensor:
     r"""CPCL-Full (CPCL Sec. 4.2, Eqs. 8-9 and Algorithm 1; METHODS row 24):
@@ -258,6 +265,7 @@ def cpcl_full(zbar: Tensor, z1: Tensor, z2: Tensor, K: float = 2.0, alpha: float
     return cpcl_a(z1, z2, K, stats=stats) + a * proj
 
 
+@full_precision
 def aca(zbar: Tensor, z1: Tensor, z2: Tensor, K: float = 1.0, lamb: float = 1.0,  # noqa: N803
         temperature: float = 0.5, *, normalize_projection: bool = False,
         stats: dict | None = None) -> Tensor:
@@ -312,3 +320,12 @@ def aca(zbar: Tensor, z1: Tensor, z2: Tensor, K: float = 1.0, lamb: float = 1.0,
             stats["neg_sim"] = total / (n * (n - 2))
             stats["proj_loss"] = proj.detach()
     return pc + lam * proj
+
+
+# ----------------------------------------------------------------------------- plain-torch reference
+def uniform_reference(x: Tensor, t: float = 2.0) -> Tensor:
+    """Uniformity (Wang & Isola 2020, Sec. 4.1) as the authors write it, ``log mean exp(-t
+    pdist(x)^2)`` over the pairs i < j (a log-sum-exp, so large t does not underflow):
+    the definition :func:`uniform` computes with ``_LogSumExpNegSqDists``."""
+    sq = torch.pdist(x).square()
+    return torch.logsumexp(-t * sq, dim=0) - math.log(sq.numel())

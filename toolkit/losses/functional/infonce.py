@@ -27,6 +27,7 @@ from torch.nn import functional as F
 from toolkit import checks
 
 from ._kernel import _NEG_INF, _InBatchLoss, _RowLogSumExp, _in_batch_partner
+from ._precision import full_precision
 
 __all__ = ["info_nce_scores", "nt_xent", "moco_infonce", "cmc"]
 
@@ -84,6 +85,7 @@ def _in_batch_neg_sim(z1: Tensor, z2: Tensor) -> Tensor:
 
 
 # ----------------------------------------------------------------------------- losses
+@full_precision
 def info_nce_scores(scores: Tensor, positive_mask: Tensor, valid_mask: Tensor | None = None,
                     temperature: float = 1.0, *, stats: dict | None = None) -> Tensor:
     r"""Multi-positive InfoNCE on a score matrix the domain computed itself.
@@ -143,6 +145,7 @@ def info_nce_scores(scores: Tensor, positive_mask: Tensor, valid_mask: Tensor | 
     return per_anchor.mean()
 
 
+@full_precision
 def nt_xent(z1: Tensor, z2: Tensor, temperature: float = 0.5, *, neg_mask: Tensor | None = None,
             stats: dict | None = None) -> Tensor:
     r"""NT-Xent, SimCLR 2B form (Chen et al. 2020, Sec. 2.1, Eq. 1; METHODS row 1).
@@ -195,6 +198,7 @@ def _nt_xent_head(pos_logit: Tensor, lse: Tensor):
     return lse - pos_logit, -1.0, 1.0
 
 
+@full_precision
 def moco_infonce(q: Tensor, k: Tensor, queue: Tensor, temperature: float = 0.07, *,
                  neg_mask: Tensor | None = None, stats: dict | None = None) -> Tensor:
     r"""MoCo InfoNCE (He et al. 2020, Sec. 3.1, Eq. 1; METHODS row 2).
@@ -234,6 +238,7 @@ def moco_infonce(q: Tensor, k: Tensor, queue: Tensor, temperature: float = 0.07,
     return loss
 
 
+@full_precision
 def cmc(views: Tensor | Sequence[Tensor], temperature: float = 0.07, pair_reduction: str = "sum",
         *, stats: dict | None = None) -> Tensor:
     r"""CMC full-graph loss with in-batch negatives (Tian et al. 2020, the full-graph objective,
@@ -285,3 +290,35 @@ def cmc(views: Tensor | Sequence[Tensor], temperature: float = 0.07, pair_reduct
         stats["neg_sim"] = neg_acc / n_pairs
     return total if pair_reduction == "sum" else total / n_pairs
 
+
+
+# ----------------------------------------------------------------------------- plain-torch references
+# The definitions the fused kernels compute, written straight from the equations in plain torch
+# (an [n, n] logit matrix and cross_entropy): what to read for the formula, and what the tests
+# hold the kernels to (they work in float64 too). Not for training: they build the full matrix.
+def nt_xent_reference(z1: Tensor, z2: Tensor, temperature: float = 0.5, *,
+                      neg_mask: Tensor | None = None) -> Tensor:
+    """NT-Xent (Chen et al. 2020, Sec. 2.1, Eq. 1) as cross-entropy over the 2B x 2B logits
+    s_ab / tau with self left out and the other view of a as the target; ``neg_mask`` drops
+    negatives (never the positive). :func:`nt_xent` computes it with ``_InBatchLoss``."""
+    z = torch.cat([z1, z2])
+    n = z.shape[0]
+    target = _in_batch_partner(n // 2, z.device)
+    drop = torch.eye(n, dtype=torch.bool, device=z.device)
+    if neg_mask is not None:
+        drop = drop | ~neg_mask
+        drop[torch.arange(n, device=z.device), target] = False
+    logits = (z @ z.t() / temperature).masked_fill(drop, _NEG_INF)
+    return F.cross_entropy(logits, target)
+
+
+def moco_infonce_reference(q: Tensor, k: Tensor, queue: Tensor, temperature: float = 0.07, *,
+                           neg_mask: Tensor | None = None) -> Tensor:
+    """MoCo InfoNCE (He et al. 2020, Sec. 3.1, Eq. 1) as cross-entropy with label 0 over
+    [q.k, q Q^T] / tau, keys and queue detached, ``neg_mask`` dropping queue rows.
+    :func:`moco_infonce` computes the queue log-sum-exp with ``_RowLogSumExp``."""
+    neg = q @ queue.detach().t()
+    if neg_mask is not None:
+        neg = neg.masked_fill(~neg_mask, _NEG_INF)
+    logits = torch.cat([(q * k.detach()).sum(dim=1, keepdim=True), neg], dim=1) / temperature
+    return F.cross_entropy(logits, torch.zeros(q.shape[0], dtype=torch.long, device=q.device))

@@ -10,11 +10,13 @@ from torch.autograd.function import once_differentiable
 
 from toolkit import checks
 
+from ._precision import full_precision
 from .infonce import _rows
 
 __all__ = ["distance_polarization"]
 
 
+@full_precision
 def distance_polarization(f: Tensor, d_plus: float = 0.1, d_minus: float = 0.5,
                           reduction: str = "sum", *, stats: dict | None = None) -> Tensor:
     r"""Distance polarization regulariser R1.
@@ -64,7 +66,8 @@ class _Polarization(torch.autograd.Function):
     With c = (d+ + d-)/2, h = (d- - d+)/2 and t = D - c (one ``addmm``: t = 1/2 - c - F F^T / 2),
     (D - d+)(D - d-) = t^2 - h^2, so R1 = sum_{i != j} max(h^2 - t^2, 0). Inside the margin
     dR1/dS = t (S = F F^T) and 0 outside; S is symmetric, so dR1/dF = 2 W F with W = t on the
-    inside pairs: one matmul in the backward, the matrix saved once.
+    inside pairs: one matmul in the backward, the matrix saved once. Plain-torch
+    definition: :func:`distance_polarization_reference`.
     """
 
     @staticmethod
@@ -87,3 +90,15 @@ class _Polarization(torch.autograd.Function):
     def backward(ctx, grad, _):
         f, weights = ctx.saved_tensors
         return (weights @ f).mul_(2 * grad), None, None
+
+
+def distance_polarization_reference(f: Tensor, d_plus: float = 0.1, d_minus: float = 0.5,
+                                    reduction: str = "sum") -> Tensor:
+    """R1 (LMCL Sec. 3.3, Eq. 9) straight from the matrix: D = (1 - F F^T) / 2 with D_ii = 0,
+    sum of |min((D - d+)(D - d-), 0)| over the n x n entries (``'mean'``: over the n(n-1)
+    off-diagonal ones). :func:`distance_polarization` computes it with ``_Polarization``."""
+    n = f.shape[0]
+    off = ~torch.eye(n, dtype=torch.bool, device=f.device)
+    dist = torch.where(off, (1 - f @ f.t()) / 2, 0.0)
+    total = ((dist - d_plus) * (dist - d_minus)).clamp(max=0.0).abs().sum()
+    return total if reduction == "sum" else total / (n * (n - 1))

@@ -32,6 +32,8 @@ from toolkit.samplers.selectors import (ring_bounds, ring_mask,
                                         ring_official_thresholds_to_percentiles,
                                         ring_percentiles_to_official_thresholds)
 
+from ._precision import full_precision
+
 __all__ = ["ring_nce", "ir_nce", "ir_ring", "ring_official_thresholds_to_percentiles",
            "ring_percentiles_to_official_thresholds"]
 
@@ -79,6 +81,7 @@ def _ring_partition(logits: Tensor, lower: float, upper: float) -> tuple[Tensor,
     return torch.logsumexp(logits.masked_fill(~keep, float("-inf")), dim=1), hi - lo
 
 
+@full_precision
 def ring_nce(q: Tensor, k: Tensor, queue: Tensor, temperature: float = 0.07,
              lower: float = 0.0, upper: float = 100.0, include_positive: bool = True, *,
              stats: dict | None = None) -> Tensor:
@@ -131,6 +134,7 @@ def _bank_logits(qs: Tensor, bank: Tensor, cols: Tensor) -> Tensor:
     return (qs @ bank[rows].T).gather(1, inverse)
 
 
+@full_precision
 def ir_nce(q: Tensor, bank: Tensor, indices: Tensor, noise_idx: Tensor,
            temperature: float = 0.07, *, stats: dict | None = None) -> Tensor:
     """Instance-discrimination NCE with a memory bank (Ring Eq. 3; Wu et al. 2018), batch mean.
@@ -162,6 +166,7 @@ def ir_nce(q: Tensor, bank: Tensor, indices: Tensor, noise_idx: Tensor,
     return loss
 
 
+@full_precision
 def ir_ring(q: Tensor, bank: Tensor, indices: Tensor, noise_idx: Tensor, lower: float,
             upper: float, temperature: float = 0.07, include_positive: bool = True, *,
             stats: dict | None = None) -> Tensor:

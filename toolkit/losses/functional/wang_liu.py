@@ -28,6 +28,8 @@ from torch import Tensor
 from toolkit import checks
 from toolkit.samplers.selectors import hard_mask
 
+from ._precision import full_precision
+
 __all__ = ["wl_contrastive", "wl_simple", "wl_hard", "wl_hard_simple", "wl_sims_from_bank",
            "wl_gradient_ratio"]
 
@@ -68,6 +70,7 @@ def _record(stats: dict | None, s_pos: Tensor, s_neg: Tensor, neg_mask: Tensor |
             stats["neg_kept"] = kept / neg_mask.numel()
 
 
+@full_precision
 def wl_contrastive(s_pos: Tensor, s_neg: Tensor, temperature: float = 0.2, *,
                    neg_mask: Tensor | None = None, stats: dict | None = None) -> Tensor:
     """Wang & Liu Eq. 1 (Sec. 3), batch mean:
@@ -92,6 +95,7 @@ def wl_contrastive(s_pos: Tensor, s_neg: Tensor, temperature: float = 0.2, *,
     return (partition - pos).mean()
 
 
+@full_precision
 def wl_simple(s_pos: Tensor, s_neg: Tensor, lam: float | None = None, *,
               neg_mask: Tensor | None = None, stats: dict | None = None) -> Tensor:
     """Wang & Liu Eq. 3 (Sec. 3), batch mean: ``L_i = -s_ii + lambda * sum_{j != i} s_ij``.
@@ -116,6 +120,7 @@ def wl_simple(s_pos: Tensor, s_neg: Tensor, lam: float | None = None, *,
     return (repulsion - s_pos).mean()
 
 
+@full_precision
 def wl_hard(s_pos: Tensor, s_neg: Tensor, temperature: float = 0.2, alpha: float | None = None,
             num_hard: int | None = None, *, stats: dict | None = None) -> Tensor:
     """Wang & Liu hard contrastive loss, Eq. 9 (Sec. 3.3), batch mean.
@@ -129,6 +134,7 @@ def wl_hard(s_pos: Tensor, s_neg: Tensor, temperature: float = 0.2, alpha: float
     return wl_contrastive(s_pos, s_neg, temperature, neg_mask=mask, stats=stats)
 
 
+@full_precision
 def wl_hard_simple(s_pos: Tensor, s_neg: Tensor, lam: float | None = None,
                    alpha: float | None = None, num_hard: int | None = None, *,
                    stats: dict | None = None) -> Tensor:
@@ -148,6 +154,7 @@ class _SplitOwn(torch.autograd.Function):
 
     One elementwise select forward and two passes backward (boolean indexing would cost a
     ``nonzero`` pass and index scatters, slicing a zero-filled gradient per slice).
+    Plain-torch definition: :func:`wl_sims_from_bank_reference`.
     """
 
     @staticmethod
@@ -169,6 +176,7 @@ class _SplitOwn(torch.autograd.Function):
         return grad, None
 
 
+@full_precision
 def wl_sims_from_bank(q: Tensor, bank: Tensor, indices: Tensor) -> tuple[Tensor, Tensor]:
     """Similarities against a memory bank (Sec. 3, ``s_ij = f(x_i)^T g(x_j)``, g = bank).
 
@@ -194,6 +202,7 @@ def wl_sims_from_bank(q: Tensor, bank: Tensor, indices: Tensor) -> tuple[Tensor,
     return _SplitOwn.apply(q @ bank.detach().T, indices.long().unsqueeze(1))
 
 
+@full_precision
 def wl_gradient_ratio(s_neg: Tensor, temperature: float = 0.2, *,
                       neg_mask: Tensor | None = None) -> Tensor:
     """Relative penalty on each negative, Wang & Liu Eq. 5 (Eq. 8 with a hard mask).
@@ -210,3 +219,12 @@ def wl_gradient_ratio(s_neg: Tensor, temperature: float = 0.2, *,
             raise ValueError("neg_mask leaves a row without negatives; the ratio is undefined")
         logits = logits.masked_fill(~neg_mask, float("-inf"))
     return torch.softmax(logits, dim=1)
+
+
+def wl_sims_from_bank_reference(q: Tensor, bank: Tensor, indices: Tensor) -> tuple[Tensor, Tensor]:
+    """:func:`wl_sims_from_bank` by boolean indexing: the similarity matrix q M^T, its entry
+    (i, indices_i) and row i without that entry (``_SplitOwn`` computes the same split)."""
+    sims = q @ bank.detach().t()
+    own = torch.zeros_like(sims, dtype=torch.bool)
+    own[torch.arange(q.shape[0], device=q.device), indices] = True
+    return sims[own], sims[~own].view(q.shape[0], -1)
