@@ -7,6 +7,7 @@
     ctk compare sweep-lmcl_clusters
     ctk reproduce --list
     ctk ui
+    ctk data fetch default
 
 Recipe problems exit with code 2 and name the YAML path; a run that fails exits with 1.
 """
@@ -333,24 +334,47 @@ def reproduce(name: str | None, list_only: bool, seeds: str | None, sets: tuple[
 
 @main.command()
 @click.option("--uri", help="mlflow tracking URI (default: $MLFLOW_TRACKING_URI or ./mlflow.db).")
-@click.option("--host", default="127.0.0.1", show_default=True)
+@click.option("--host", default="127.0.0.1", show_default=True,
+              help="Address to listen on; anything but loopback exposes every run (a warning says how to protect it).")
 @click.option("--port", default=5000, show_default=True, type=int)
-def ui(uri: str | None, host: str, port: int) -> None:
-    """Open the mlflow UI on the same store the runs log to.
+@click.option("--basic-auth", is_flag=True, help="Require a login: mlflow's basic-auth app (needs mlflow[auth]).")
+def ui(uri: str | None, host: str, port: int, basic_auth: bool) -> None:
+    """Open the mlflow UI on the same store the runs log to (this machine only by default).
 
     \b
     Example:
       ctk ui --port 5000   (then browse http://127.0.0.1:5000)
     """
+    from toolkit.servers import exposure_warning, mlflow_command
     from toolkit.tracking import artifact_root, tracking_uri
     store = tracking_uri(uri)
-    cmd = [sys.executable, "-m", "mlflow", "ui", "--backend-store-uri", store, "--host", host, "--port", str(port)]
-    root = artifact_root(store)
-    if root:
-        cmd += ["--default-artifact-root", root]
+    try:
+        cmd = mlflow_command("ui", store, host=host, port=port, artifacts=artifact_root(store),
+                             basic_auth=basic_auth)
+    except RuntimeError as exc:
+        _fail(f"error: {exc}", 2)
+    warning = exposure_warning(host, port, basic_auth)
+    if warning:
+        click.echo(warning, err=True)
     click.echo(f"mlflow UI on http://{host}:{port} for {store}")
+    sys.stdout.flush()
     os.execvp(cmd[0], cmd)
 
+
+@main.command(context_settings={"ignore_unknown_options": True, "help_option_names": []})
+@click.argument("args", nargs=-1, type=click.UNPROCESSED)
+def data(args: tuple[str, ...]) -> None:
+    """Offline datasets: list | fetch NAME... | fetch default | path NAME | verify [NAME...].
+
+    \b
+    Example:
+      ctk data fetch default      (what the default recipes and tests need)
+      ctk data list               (every dataset, source, licence, size, state)
+    """
+    from domains.data import load_catalogues
+    from toolkit.data.cli import main as data_main
+    load_catalogues()
+    sys.exit(data_main(list(args), prog="ctk data"))
 
 if __name__ == "__main__":
     main()

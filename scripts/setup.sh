@@ -7,7 +7,7 @@
 #      Skipped when .venv/.ctk-setup-stamp records the current pyproject.toml.
 #   3. Mesa for headless MuJoCo rendering (MUJOCO_GL=egl or osmesa) when running as root;
 #      otherwise prints the command to run.
-#   4. python -m toolkit.data fetch default  (into $CTK_DATA, else ./data; see docs/data.md)
+#   4. ctk data fetch default  (into $CTK_DATA, else ./data; see docs/data.md)
 #
 # Idempotent: a second run does no pip work and fetches nothing. Stops at the first failure
 # (set -euo pipefail) and says which step failed.
@@ -96,11 +96,11 @@ else
 fi
 
 # ---------------------------------------------------------------- 4. offline data
-step "Offline data: python -m toolkit.data fetch default (root: ${CTK_DATA:-$REPO/data})"
+step "Offline data: ctk data fetch default (root: ${CTK_DATA:-$REPO/data})"
 if [[ $FETCH_DATA -eq 1 ]]; then
-    "$PY" -m toolkit.data fetch default || die "fetching the default datasets failed (see the messages above)"
+    "$VENV/bin/ctk" data fetch default || die "fetching the default datasets failed (see the messages above)"
 else
-    SKIPPED+=("data (--no-data): run .venv/bin/python -m toolkit.data fetch default")
+    SKIPPED+=("data (--no-data): run .venv/bin/ctk data fetch default")
     echo "skipped (--no-data)"
 fi
 

@@ -235,7 +235,12 @@ def load_yaml(path: str | Path) -> dict[str, Any]:
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        raise RecipeError([("", f"not valid YAML{where}: {getattr(exc, 'problem', exc)}")], str(path)) from None
+        problem = str(getattr(exc, "problem", exc))
+        if "python/" in problem:    # safe_load has no constructor for python tags: say why
+            tag = problem.rsplit("tag:yaml.org,2002:", 1)[-1].rstrip("'")
+            problem = (f"the tag !!{tag} is refused: a recipe is data and reaches code only "
+                       "through registered names (ctk list losses|selectors|regularizers|domains)")
+        raise RecipeError([("", f"not valid YAML{where}: {problem}")], str(path)) from None
     if not isinstance(data, dict):
         raise RecipeError([("", f"expected a mapping of sections, got {type(data).__name__}")], str(path))
     return data

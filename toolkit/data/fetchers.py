@@ -24,7 +24,7 @@ from pathlib import Path
 from .catalog import Artifact
 
 __all__ = ["DataError", "FetchError", "ChecksumError", "log", "sha256_file", "check_artifact",
-           "download", "unpack_deb"]
+           "download"]
 
 
 class DataError(RuntimeError):
@@ -198,12 +198,3 @@ def download(artifact: Artifact, dest: Path, cache: Path) -> Path:
     log(f"  {artifact.filename}: sha256 verified ({time.perf_counter() - start:.1f} s)")
     return path
 
-
-def unpack_deb(deb: Path, dest: Path) -> Path:
-    """``dpkg -x deb dest``: the package's files under ``dest`` without installing anything."""
-    dest.mkdir(parents=True, exist_ok=True)
-    command = ["dpkg", "-x", str(deb), str(dest)]
-    done = _run(command, dest, f"dpkg -x {deb.name}")
-    if done.returncode != 0:
-        raise _fail(f"dpkg -x {deb.name}", command, done)
-    return dest

@@ -25,14 +25,16 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
 
-from .builders import BUILDERS
-from .catalog import DATASETS, DEFAULT, Dataset, Source
+from .catalog import BUILDERS, DATASETS, Dataset, Source, default_names
 from .fetchers import ChecksumError, DataError, FetchError, download, log, sha256_file
 
-__all__ = ["MARKER", "data_root", "dataset", "catalog", "expand_names", "is_installed", "locate",
-           "fetch", "verify", "tree_digest"]
+__all__ = ["MARKER", "FETCH_COMMAND", "data_root", "dataset", "catalog", "expand_names",
+           "is_installed", "locate", "fetch", "verify", "tree_digest"]
 
 MARKER = ".ctk-dataset.json"
+# The shell command that fetches a dataset, quoted in error messages (the data CLI lives where
+# the domains' catalogues are known: cli.py's ``ctk data``).
+FETCH_COMMAND = "ctk data fetch"
 _FORMAT = 1
 
 
@@ -45,8 +47,8 @@ def data_root(root: str | os.PathLike | None = None) -> Path:
 def dataset(name: str) -> Dataset:
     """The catalogue entry for ``name``; ``ValueError`` listing the known names otherwise."""
     if name not in DATASETS:
-        raise ValueError(f"name must be one of {', '.join(sorted(DATASETS))} (or 'default'/'all' "
-                         f"for fetch), got {name!r}")
+        known = ", ".join(sorted(DATASETS)) or "nothing registered yet (import a domain's data module)"
+        raise ValueError(f"name must be one of {known} (or 'default'/'all' for fetch), got {name!r}")
     return DATASETS[name]
 
 
@@ -60,7 +62,7 @@ def expand_names(names: list[str] | tuple[str, ...]) -> list[str]:
     """Expand ``default`` and ``all``, check every name, keep the order, drop repeats."""
     out: list[str] = []
     for name in names:
-        group = DEFAULT if name == "default" else tuple(DATASETS) if name == "all" else (name,)
+        group = default_names() if name == "default" else tuple(DATASETS) if name == "all" else (name,)
         for item in group:
             dataset(item)
             if item not in out:
@@ -107,7 +109,7 @@ def is_installed(name: str, root: str | os.PathLike | None = None) -> bool:
 
 
 def _fetch_command(name: str, root: Path) -> str:
-    return f"python -m toolkit.data fetch {name} --root {root}"
+    return f"{FETCH_COMMAND} {name} --root {root}"
 
 
 def locate(name: str, root: str | os.PathLike | None = None, fetch: bool = True) -> Path:

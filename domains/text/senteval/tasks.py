@@ -124,12 +124,12 @@ def _find(root: Path, filename: str) -> Path:
     hits = sorted(root.rglob(filename))
     if not hits:
         raise ValueError(f"{filename!r} not found under {str(root)!r}; run "
-                         "'python -m toolkit.data fetch default'")
+                         "'ctk data fetch default'")
     return hits[0]
 
 
 def _locate(name: str, data_root: str | Path | None) -> Path:
-    from toolkit.data import locate
+    from domains.text.data import locate
     return Path(locate(name, root=data_root))
 
 
