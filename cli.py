@@ -371,7 +371,7 @@ def data(args: tuple[str, ...]) -> None:
       ctk data fetch default      (what the default recipes and tests need)
       ctk data list               (every dataset, source, licence, size, state)
     """
-    from domains.data import load_catalogues
+    from domains.packaged import load_catalogues
     from toolkit.data.cli import main as data_main
     load_catalogues()
     sys.exit(data_main(list(args), prog="ctk data"))

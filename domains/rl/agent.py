@@ -39,7 +39,8 @@ from torch import Tensor, nn
 
 from domains.rl.augment import center_crop
 from domains.rl.config import AgentConfig, EncoderConfig
-from domains.rl.curl import BilinearCURL, Objective
+from domains.rl.curl import BilinearCURL
+from toolkit.objective import Objective
 from domains.rl.networks import Actor, Critic, PixelEncoder
 
 __all__ = ["CurlSacAgent", "soft_update"]

@@ -25,17 +25,14 @@ bilinear logits use the raw LayerNorm features.
 """
 from __future__ import annotations
 
-from typing import Callable
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from toolkit.losses.base import ContrastiveBatch, LossOutput
+from toolkit.losses.base import ContrastiveBatch
 
-__all__ = ["BilinearCURL", "Objective"]
-
-Objective = Callable[[ContrastiveBatch], LossOutput]
+__all__ = ["BilinearCURL"]
 
 
 class BilinearCURL(nn.Module):

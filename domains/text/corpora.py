@@ -4,7 +4,7 @@ straddles the two.
 
 Sources (``load_corpus``):
 
-* ``austen``: Jane Austen's six novels (offline, ``domains.text.data.locate("austen")``: one UTF-8
+* ``austen``: Jane Austen's six novels (offline, ``domains.text.packaged.locate("austen")``: one UTF-8
   file per novel, blank lines between paragraphs);
 * ``mobydick``, ``sotu`` (State of the Union, one "book" per speech), ``brown`` (one "book" per
   Brown-corpus sample, its own sentence split kept): offline, "more when asked";
@@ -78,7 +78,7 @@ def read_text_folder(folder: str | Path, pattern: str = "*.txt", drop_headings: 
 
 
 def _locate(name: str, root: str | Path | None) -> Path:
-    from domains.text.data import locate  # the data provider places files; we parse them
+    from domains.text.packaged import locate  # the data provider places files; we parse them
     return Path(locate(name, root=root))
 
 

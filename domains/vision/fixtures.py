@@ -2,7 +2,7 @@
 loaders can be exercised offline.
 
 foolbox 3.3.4 ships the first 20 test images of CIFAR-10 and of CIFAR-100 as PNGs
-(``cifar10_<i>_<label>.png``, ``cifar100_<i>_<label>.png``; ``domains.vision.data.locate
+(``cifar10_<i>_<label>.png``, ``cifar100_<i>_<label>.png``; ``domains.vision.packaged.locate
 ("foolbox-samples")``). :func:`write_cifar_fixture` writes them as the python-pickle batches
 of ``cifar-10-batches-py`` (``data_batch_1..5``, ``test_batch``, ``batches.meta``) and
 ``cifar-100-python`` (``train``, ``test``, ``meta``): rows of 3072 bytes, the red plane then
@@ -31,7 +31,7 @@ def find_foolbox_pngs(folder: str | Path, dataset: str) -> list[tuple[int, int, 
             found.append((int(m.group(2)), int(m.group(3)), path))
     if not found:
         raise FileNotFoundError(f"no {dataset}_<i>_<label>.png files under {folder} (expected "
-                                "foolbox 3.3.4's data folder; domains.vision.data.locate('foolbox-samples'))")
+                                "foolbox 3.3.4's data folder; domains.vision.packaged.locate('foolbox-samples'))")
     return sorted(found)
 
 

@@ -1,6 +1,6 @@
 """The offline data provider: real fetched data (fetched into the default data root on first
 use, a no-op afterwards), integrity checks on corrupted copies, the install pipeline offline
-(a fake registry). The built-in catalogues come from the domains (``domains.data``)."""
+(a fake registry). The built-in catalogues come from the domains (``domains.packaged``)."""
 from __future__ import annotations
 
 import bz2
@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-import domains.data  # noqa: F401 - registers the vision and text catalogues
+import domains.packaged  # noqa: F401 - registers the vision and text catalogues
 from toolkit.data import (MARKER, Artifact, ChecksumError, Dataset, FetchError, Source, catalog,
                           data_root, default_names, fetch, is_installed, locate, register, verify)
 from toolkit.data import store

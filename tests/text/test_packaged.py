@@ -9,7 +9,7 @@ import zlib
 
 import pytest
 
-from domains.text.data import DATASETS, read_lazyload_db
+from domains.text.packaged import DATASETS, read_lazyload_db
 from toolkit.data import FetchError, catalog
 
 
