@@ -56,14 +56,17 @@ def _cli_overrides(seed: int | None, experiment: str | None) -> list[str]:
 
 def _execute(recipe: rc.Recipe, **kwargs) -> tuple[str | None, dict[str, float]]:
     from toolkit.checkpoint import CheckpointError
-    from toolkit.runs import execute
+    from toolkit.runs import RunFinished, execute
+    from toolkit.tracking_health import TrackingUnavailable
     from toolkit.training.trainer import NonFiniteLoss, RecipeMismatch
     try:
         return execute(recipe, domain_registry.get, **kwargs)
     except rc.RecipeError as exc:
         _fail(f"error: {exc}", 2)
-    except (CheckpointError, RecipeMismatch) as exc:
+    except (CheckpointError, RecipeMismatch, RunFinished) as exc:
         _fail(f"error: --resume: {exc}", 2)
+    except TrackingUnavailable as exc:
+        _fail(f"error: {exc}", 2)
     except NonFiniteLoss as exc:
         _fail(f"error: run stopped: {exc}", 1)
     except (FileNotFoundError, ValueError, domain_registry.DomainError) as exc:
@@ -91,10 +94,11 @@ def main() -> None:
 @click.option("--seed", type=int, help="Random seed (seed).")
 @click.option("--device", type=click.Choice(["cpu", "cuda", "auto"]), help="Device (default: the recipe's).")
 @click.option("--resume", "resume", metavar="RUN", help="Continue a killed run: its mlflow run id or a checkpoint file.")
+@click.option("--extend", is_flag=True, help="With --resume: allow a changed budget (continue a run for longer).")
 @click.option("--nproc", type=int, default=1, show_default=True, help="Processes (one per device) under torch.distributed.")
 @click.option("--quiet", is_flag=True, help="No progress bar.")
 def run(recipe: str, sets: tuple[str, ...], experiment: str | None, seed: int | None,
-        device: str | None, resume: str | None, nproc: int, quiet: bool) -> None:
+        device: str | None, resume: str | None, extend: bool, nproc: int, quiet: bool) -> None:
     """Run RECIPE and log it to mlflow.
 
     \b
@@ -105,7 +109,8 @@ def run(recipe: str, sets: tuple[str, ...], experiment: str | None, seed: int | 
     if nproc > 1:
         from toolkit.distributed import launch
         args = [recipe, *sum((["--set", s] for s in (*sets, *extra)), [])]
-        args += [a for a in (["--device", device] if device else []) + (["--resume", resume] if resume else [])]
+        args += [a for a in (["--device", device] if device else []) + (["--resume", resume] if resume else [])
+                 + (["--extend"] if extend else [])]
         sys.exit(launch(nproc, str(Path(__file__).resolve()), ["run", *args, "--quiet"] if quiet else ["run", *args]))
     r = _load(recipe, sets, extra)
     dist = None
@@ -114,7 +119,8 @@ def run(recipe: str, sets: tuple[str, ...], experiment: str | None, seed: int | 
         dist = Context.from_env(device or r.device)
     start = time.perf_counter()
     try:
-        run_id, metrics = _execute(r, resume=resume, device=device, progress=not quiet, distributed=dist)
+        run_id, metrics = _execute(r, resume=resume, device=device, progress=not quiet, distributed=dist,
+                                   extend=extend)
     finally:
         if dist is not None:
             dist.close()
@@ -252,6 +258,25 @@ def export(run: str, out: str | None, uri: str | None) -> None:
     except FileNotFoundError as exc:
         _fail(f"error: {exc}", 1)
     click.echo(f"wrote {path} (load: from domains.export import load_encoder; load_encoder({str(path)!r}))")
+
+
+@main.command("runs")
+@click.argument("experiment", required=False)
+@click.option("--uri", help="mlflow tracking URI (default: $MLFLOW_TRACKING_URI or ./mlflow.db).")
+@click.option("--limit", default=30, show_default=True, help="Newest runs shown.")
+def runs_(experiment: str | None, uri: str | None, limit: int) -> None:
+    """List runs with their status, last heartbeat, last checkpoint and the command that
+    resumes them; RUNNING runs whose process is gone are marked KILLED first.
+
+    \b
+    Example:
+      ctk runs quickstart
+    """
+    from toolkit.tracking_health import runs_table
+    try:
+        click.echo(runs_table(experiment, uri, limit))
+    except ValueError as exc:
+        _fail(f"error: {exc}", 1)
 
 
 def _recipe_roots() -> list[Path]:

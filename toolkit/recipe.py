@@ -120,7 +120,12 @@ class Budget(Section):
     batch_size: int = Field(256, ge=1)
     eval_every: int | None = Field(None, ge=1, description="steps between evaluations (end only when unset)")
     monitor_every: int | None = Field(None, ge=1, description="steps between online kNN monitors")
-    checkpoint_every: int | None = Field(None, ge=1, description="steps between checkpoints")
+    checkpoint_every: int | None = Field(None, ge=0, description=(
+        "steps between checkpoints (environment steps in rl); unset: once per epoch (rl: every "
+        "10000 environment steps); 0: no periodic checkpoints"))
+    checkpoint_minutes: float = Field(10.0, ge=0, description=(
+        "also checkpoint when this much wall time passed since the last one (0: never)"))
+    keep_checkpoints: int = Field(2, ge=1, description="the newest checkpoints kept per run")
     log_every: int = Field(10, ge=1)
 
     @model_validator(mode="after")

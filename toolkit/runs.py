@@ -6,6 +6,7 @@ stays free of any domain.
 from __future__ import annotations
 
 import itertools
+import sys
 from pathlib import Path
 from typing import Any, Callable
 
@@ -40,23 +41,38 @@ def load_recipe(path: str | Path, overrides: list[str] | None, lookup: DomainLoo
                        domain_check=domain_cls.check)
 
 
+class RunFinished(ValueError):
+    """``--resume`` of a run that already FINISHED (it is never modified)."""
+
+
 def execute(recipe: rc.Recipe, lookup: DomainLookup, *, resume: str | None = None,
             device: str | None = None, progress: bool = True, distributed: Any = None,
-            hooks: list[Callable[[int], None]] | None = None,
+            hooks: list[Callable[[int], None]] | None = None, extend: bool = False,
             extra_tags: dict[str, str] | None = None) -> tuple[str | None, dict[str, float]]:
     """Run a validated recipe through its domain's trainer; returns (mlflow run id, final
     metrics).
 
-    ``resume`` is a run id (its newest checkpoint under ``./checkpoints/<run id>/``) or a
-    checkpoint path; the run continues in the same mlflow run.
+    ``resume`` is a run id (its newest readable checkpoint under ``./checkpoints/<run id>/``)
+    or a checkpoint path; the run continues in the same mlflow run. ``extend`` lets a resume
+    change the budget. The tracking store is checked first (one line, within seconds).
     """
+    from toolkit.tracking import client_for, tracking_uri
+    from toolkit.tracking_health import check_store
+    check_store(tracking_uri(recipe.tracking.uri))
     domain = lookup(recipe.domain)(recipe)
     dev = select_device(device or recipe.device)
-    run_id, resume_path = _resume_target(resume)
     saved = None
-    if resume_path is not None:  # read and checked before the store or the run are touched
-        saved = read_checkpoint(resume_path, recipe.resolved)
+    run_id = None
+    if resume:  # read and checked before the store or the run are touched
+        run_id, resume_path, saved = _resume_target(resume, recipe.resolved, extend)
         run_id = saved.get("run_id") or run_id
+        if run_id and (distributed is None or distributed.is_main):
+            status = _run_status(client_for(recipe.tracking.uri), run_id)
+            if status == "FINISHED" and not extend:
+                raise RunFinished(f"run {run_id} FINISHED; it is never modified (a longer budget "
+                                  "continues it with --extend)")
+    else:
+        resume_path = None
     obj = recipe.objective
     tags = {"ctk.domain": recipe.domain, "ctk.loss": obj.loss.name if obj else "domain-own",
             "ctk.selector": obj.selector.name if obj else "all",
@@ -89,19 +105,33 @@ def execute(recipe: rc.Recipe, lookup: DomainLookup, *, resume: str | None = Non
     return run_id, metrics
 
 
-def _resume_target(resume: str | None) -> tuple[str | None, Path | None]:
-    if not resume:
-        return None, None
+def _run_status(client: Any, run_id: str) -> str | None:
+    try:
+        return client.get_run(run_id).info.status
+    except Exception:  # noqa: BLE001 - a run the store does not know: a new run continues it
+        return None
+
+
+def _resume_target(resume: str, resolved: dict[str, Any], extend: bool) -> tuple[str, Path, dict[str, Any]]:
+    """(run id, checkpoint path, its checked content) of ``--resume RUN_ID | FILE``. For a run
+    id, the newest checkpoint that reads; a damaged newer one is reported and skipped."""
     p = Path(resume)
     if p.is_file():
-        saved_run = p.parent.name
-        return saved_run, p
+        return p.parent.name, p, read_checkpoint(p, resolved, extend)
     folder = ckpt.checkpoint_dir(resume)
-    path = ckpt.latest(folder)
-    if path is None:
+    found = sorted((c for c in folder.glob("*.pt") if c.is_file()), key=lambda c: c.stat().st_mtime_ns,
+                   reverse=True) if folder.is_dir() else []
+    if not found:
         raise FileNotFoundError(f"--resume {resume}: no checkpoint in {folder} (give a run id from "
                                 "this working directory, or a checkpoint file)")
-    return resume, path
+    for i, path in enumerate(found):
+        try:
+            return resume, path, read_checkpoint(path, resolved, extend)
+        except ckpt.CorruptCheckpoint as exc:
+            if i == len(found) - 1:
+                raise
+            print(f"[ctk] warning: {exc}; trying the previous checkpoint", file=sys.stderr, flush=True)
+    raise AssertionError("unreachable")
 
 
 def expand_grid(grid: list[str]) -> list[list[str]]:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 import os
 import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -24,6 +25,7 @@ from mlflow.tracking import MlflowClient  # noqa: E402
 DEFAULT_DB = "mlflow.db"
 DEFAULT_ARTIFACTS = "mlartifacts"
 _MAX_PARAM = 6000
+MAX_PENDING = 200_000  # metrics queued during a store outage
 
 
 def tracking_uri(uri: str | None = None, workdir: str | Path | None = None) -> str:
@@ -49,12 +51,24 @@ def client_for(uri: str | None = None) -> MlflowClient:
 
 
 def experiment_id(client: MlflowClient, name: str) -> str:
-    exp = client.get_experiment_by_name(name)
-    if exp is not None:
-        return exp.experiment_id
-    root = artifact_root(client.tracking_uri)
-    location = str(Path(root) / name) if root else None
-    return client.create_experiment(name, artifact_location=location)
+    """The id of experiment ``name``, created if missing. Safe when several processes create
+    it at once: the loser of the race reads the winner's (retried on SQLite's lock)."""
+    from toolkit.tracking_health import retrying
+
+    def get_or_create() -> str:
+        exp = client.get_experiment_by_name(name)
+        if exp is not None:
+            return exp.experiment_id
+        root = artifact_root(client.tracking_uri)
+        location = str(Path(root) / name) if root else None
+        try:
+            return client.create_experiment(name, artifact_location=location)
+        except Exception:  # noqa: BLE001 - another process created it first: read it back
+            exp = client.get_experiment_by_name(name)
+            if exp is None:
+                raise
+            return exp.experiment_id
+    return retrying(get_or_create, f"experiment {name!r}")
 
 
 def git_commit(path: str | Path | None = None) -> str:
@@ -91,18 +105,24 @@ class Tracker:
         self.client: MlflowClient | None = None
         self._pending: list[Metric] = []
         self._logged_up_to: dict[str, int] = {}  # resumed run: the last step of each metric so far
+        self._last_beat = 0.0
+        self._outage_warned = False
 
     # -- lifecycle --------------------------------------------------------------------------
     def __enter__(self) -> "Tracker":
         if not self.enabled:
             return self
+        from toolkit.tracking_health import liveness_tags, mark_dead_runs, retrying
         self.client = MlflowClient(tracking_uri=self.uri)
+        tags = {**self.tags, **liveness_tags()}
         if self.run_id is None:
             eid = experiment_id(self.client, self.experiment)
-            run = self.client.create_run(eid, run_name=self.run_name, tags=self.tags)
+            retrying(lambda: mark_dead_runs(self.client, [eid]), "marking dead runs")
+            run = retrying(lambda: self.client.create_run(eid, run_name=self.run_name, tags=tags), "create_run")
             self.run_id = run.info.run_id
         else:
             self.client.update_run(self.run_id, status="RUNNING")
+            self.set_tags(liveness_tags())
             for key in self.client.get_run(self.run_id).data.metrics:
                 history = self.client.get_metric_history(self.run_id, key)
                 self._logged_up_to[key] = max(m.step for m in history)
@@ -112,7 +132,11 @@ class Tracker:
         if not self.enabled or self.client is None:
             return
         try:
-            self.flush()
+            for wait in (0.0, 1.0, 4.0):  # the final metrics must reach the store
+                time.sleep(wait)
+                self.flush()
+                if not self._pending:
+                    break
         finally:
             if exc_type is None:
                 self.client.set_terminated(self.run_id, "FINISHED")
@@ -149,11 +173,39 @@ class Tracker:
             self.flush()
 
     def flush(self) -> None:
-        if not self.enabled or not self._pending:
+        """Send the queued metrics (and a heartbeat every HEARTBEAT_S). If the store does not
+        answer, training goes on: the metrics stay queued (at most MAX_PENDING, oldest dropped
+        first) and are sent at the next flush, with one warning."""
+        from toolkit.tracking_health import HEARTBEAT_S, liveness_tags
+        if not self.enabled:
             return
-        pending, self._pending = self._pending, []
-        for i in range(0, len(pending), 1000):
-            self.client.log_batch(self.run_id, metrics=pending[i:i + 1000])
+        try:
+            if time.monotonic() - self._last_beat >= HEARTBEAT_S:
+                self.client.log_batch(self.run_id, tags=[RunTag(k, v) for k, v in liveness_tags().items()])
+                self._last_beat = time.monotonic()
+            while self._pending:
+                self.client.log_batch(self.run_id, metrics=self._pending[:1000])
+                del self._pending[:1000]
+        except Exception as exc:  # noqa: BLE001 - an outage of the store must not stop training
+            if len(self._pending) > MAX_PENDING:
+                del self._pending[: len(self._pending) - MAX_PENDING]
+            if not self._outage_warned:
+                self._outage_warned = True
+                print(f"[ctk] warning: the tracking store {self.uri} did not take the metrics "
+                      f"({type(exc).__name__}: {str(exc).splitlines()[0][:200]}); training goes on and "
+                      "they are sent when it answers again", file=sys.stderr, flush=True)
+            return
+        if self._outage_warned:
+            self._outage_warned = False
+            print("[ctk] the tracking store answers again; queued metrics sent", file=sys.stderr, flush=True)
+
+    def note_checkpoint(self, path: str | Path, step: int) -> None:
+        """Record the newest checkpoint on the run (``ctk runs`` shows it)."""
+        if self.enabled:
+            try:
+                self.set_tags({"ctk.checkpoint": str(Path(path).resolve()), "ctk.checkpoint_step": str(step)})
+            except Exception:  # noqa: BLE001 - the checkpoint itself is on disk; tags can wait
+                pass
 
     def log_figure(self, figure: Any, name: str) -> None:
         """Log a matplotlib figure as ``figures/<name>.png`` and close it."""

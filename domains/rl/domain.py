@@ -58,7 +58,8 @@ def settings_from_recipe(recipe: rc.Recipe) -> Settings:
     return Settings(data=recipe.data, encoder=recipe.encoder, evaluation=recipe.evaluation,
                     agent=recipe.section("agent"), total_env_steps=budget.steps, batch_size=budget.batch_size,
                     lr=recipe.optimizer.lr, betas=tuple(recipe.optimizer.betas), seed=recipe.seed,
-                    log_every=budget.log_every, checkpoint_every=budget.checkpoint_every,
+                    log_every=budget.log_every,
+                    checkpoint_every=(10_000 if budget.checkpoint_every is None else budget.checkpoint_every) or None,
                     name=recipe.run_name)
 
 

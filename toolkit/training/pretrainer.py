@@ -212,10 +212,20 @@ class Pretrainer(Trainer):
             self.encoder.train()
         if budget.eval_every and state.step % budget.eval_every == 0 and state.step < self.total:
             state.metrics = self._evaluate()
-        if budget.checkpoint_every and state.step % budget.checkpoint_every == 0:
+        if self._checkpoint_due():
             self.save_checkpoint()
         for hook in self.options.hooks:
             hook(state.step)
+
+    def _checkpoint_due(self) -> bool:
+        """Every ``budget.checkpoint_every`` steps (default: once per epoch; 0: never), and
+        whenever ``budget.checkpoint_minutes`` of wall time passed since the last one."""
+        budget, step = self.recipe.budget, self.state.step
+        every = self.steps_per_epoch if budget.checkpoint_every is None else budget.checkpoint_every
+        if every and step % every == 0:
+            return True
+        minutes = budget.checkpoint_minutes
+        return bool(every and minutes and time.monotonic() - self.last_checkpoint_time >= 60 * minutes)
 
     def _log_train(self, bar: Any) -> None:
         state = self.state

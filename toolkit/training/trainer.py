@@ -20,6 +20,7 @@ from __future__ import annotations
 import signal
 import sys
 import threading
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping
@@ -45,8 +46,9 @@ class RecipeMismatch(ValueError):
     def __init__(self, path: Path, keys: list[str]) -> None:
         self.keys = keys
         shown = ", ".join(keys[:12]) + (f" and {len(keys) - 12} more" if len(keys) > 12 else "")
-        super().__init__(f"{path} was written by a different recipe: {shown} differ "
-                         "(resume with the recipe and --set values of the original run)")
+        hint = (" (a longer budget needs --extend)" if all(k.startswith("budget.") for k in keys)
+                else " (resume with the recipe and --set values of the original run)")
+        super().__init__(f"{path} was written by a different recipe: {shown} differ{hint}")
 
 
 @dataclass
@@ -73,6 +75,10 @@ class Trainer:
     def __init__(self, recipe: rc.Recipe, tracker: Any, options: RunOptions | None = None) -> None:
         self.recipe, self.tracker = recipe, tracker
         self.options = options or RunOptions()
+        budget = recipe.budget if recipe is not None else None
+        if budget is not None:
+            self.options.keep_checkpoints = budget.keep_checkpoints
+        self.last_checkpoint_time = time.monotonic()
 
     # -- the face ---------------------------------------------------------------------------
     def fit(self) -> None:  # pragma: no cover - abstract
@@ -105,10 +111,15 @@ class Trainer:
         if path is None or not self.is_main:
             return None
         resolved = self._resolved()
-        return ckpt.save(path, {"format": CHECKPOINT_FORMAT, "recipe": resolved,
+        self.last_checkpoint_time = time.monotonic()
+        saved = ckpt.save(path, {"format": CHECKPOINT_FORMAT, "recipe": resolved,
                                 "recipe_hash": ckpt.recipe_hash(resolved),
                                 "run_id": getattr(self.tracker, "run_id", None), "trainer": self.state_dict()},
                          keep=self.options.keep_checkpoints if keep is None else keep)
+        note = getattr(self.tracker, "note_checkpoint", None)
+        if note is not None and path.suffix == ".pt":
+            note(saved, self.step)
+        return saved
 
     def _resolved(self) -> dict[str, Any]:
         return self.recipe.resolved if self.recipe is not None else {}
@@ -122,16 +133,19 @@ class Trainer:
         self.load_state_dict(saved["trainer"])
 
 
-def read_checkpoint(path: str | Path, resolved: Mapping[str, Any]) -> dict[str, Any]:
+def read_checkpoint(path: str | Path, resolved: Mapping[str, Any], extend: bool = False) -> dict[str, Any]:
     """Read a ctk checkpoint and check it belongs to the recipe ``resolved``: raises
     ``CheckpointError`` for a file that is unsafe, damaged or not ctk's, ``RecipeMismatch``
-    (naming the keys) for another recipe's."""
+    (naming the keys) for another recipe's. ``extend`` lets the ``budget`` keys differ (a
+    longer run continues a shorter one)."""
     path = Path(path)
     saved = ckpt.load(path)
     if saved.get("format") != CHECKPOINT_FORMAT or "trainer" not in saved:
         raise ckpt.CorruptCheckpoint(f"{path}: not a ctk checkpoint (format {saved.get('format')!r}, "
                                      f"expected {CHECKPOINT_FORMAT!r})")
     differing = recipe_differences(saved.get("recipe") or {}, resolved)
+    if extend:
+        differing = [k for k in differing if not k.startswith("budget.")]
     if differing:
         raise RecipeMismatch(path, differing)
     return saved
@@ -153,7 +167,8 @@ class NonFiniteLoss(RuntimeError):
 
 
 class StopAfterStep:
-    """Ctrl-C (SIGINT) during training asks the trainer to stop after the current step.
+    """Ctrl-C (SIGINT) or SIGTERM (a scheduler pre-empting the job) during training asks the
+    trainer to stop after the current step.
 
     The trainer checkpoints that step and raises KeyboardInterrupt, so ``--resume`` continues
     exactly where the run stopped. With ``allow_force`` (one process) a second Ctrl-C stops at
@@ -163,24 +178,26 @@ class StopAfterStep:
     def __init__(self, allow_force: bool = True) -> None:
         self.requested = False
         self.allow_force = allow_force
-        self._previous: Any = None
+        self._previous: dict[int, Any] = {}
 
     def __enter__(self) -> "StopAfterStep":
         if threading.current_thread() is threading.main_thread():
-            self._previous = signal.signal(signal.SIGINT, self._handle)
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                self._previous[sig] = signal.signal(sig, self._handle)
         return self
 
     def _handle(self, signum: int, frame: Any) -> None:
         if self.requested and self.allow_force:
             raise KeyboardInterrupt("stopped at once (second Ctrl-C); the last periodic checkpoint is kept")
         if not self.requested:
-            print("\n[ctk] Ctrl-C: stopping after this step and checkpointing it (Ctrl-C again stops at once)",
+            what = "Ctrl-C" if signum == signal.SIGINT else signal.Signals(signum).name
+            print(f"\n[ctk] {what}: stopping after this step and checkpointing it (Ctrl-C again stops at once)",
                   file=sys.stderr, flush=True)
         self.requested = True
 
     def __exit__(self, *exc: Any) -> None:
-        if self._previous is not None:
-            signal.signal(signal.SIGINT, self._previous)
+        for sig, previous in self._previous.items():
+            signal.signal(sig, previous)
 
 
 def select_device(name: str = "auto") -> torch.device:

@@ -1,0 +1,202 @@
+"""Runs that survive: kill -9 and SIGTERM then resume, default checkpoints, dead runs marked,
+resume refusals that leave the store unchanged, damaged checkpoints, store outages and races."""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from click.testing import CliRunner
+
+import cli
+from toolkit import checkpoint as ckpt
+from toolkit.runs import execute, load_recipe
+from toolkit.tracking import Tracker, client_for
+
+ROOT = Path(__file__).resolve().parents[2]
+TOY = ROOT / "recipes" / "toy" / "lmcl_three_bars_dp.yaml"
+TOY_SETS = ["budget.steps=600", "budget.checkpoint_every=50", "evaluation.histogram=false"]
+
+
+def _cli(cwd: Path, *args: str) -> subprocess.Popen:
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1",
+           "MLFLOW_TRACKING_URI": f"sqlite:///{cwd / 'mlflow.db'}"}
+    env.pop("CTK_CHECKPOINTS", None)
+    return subprocess.Popen([sys.executable, str(ROOT / "cli.py"), *args], cwd=cwd, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+def _toy(cwd: Path, *extra: str) -> subprocess.Popen:
+    sets = [a for s in TOY_SETS for a in ("--set", s)]
+    return _cli(cwd, "run", str(TOY), "--quiet", *sets, *extra)
+
+
+def _wait_for_checkpoint(cwd: Path, step: int, proc: subprocess.Popen, timeout: float = 120) -> None:
+    deadline = time.monotonic() + timeout
+    while not list(cwd.glob(f"checkpoints/*/step-{step:09d}.pt")):
+        assert proc.poll() is None, proc.stdout.read()
+        assert time.monotonic() < deadline, f"no checkpoint at step {step}"
+        time.sleep(0.02)
+
+
+def _client(cwd: Path):
+    return client_for(f"sqlite:///{cwd / 'mlflow.db'}")
+
+
+def _final(cwd: Path, run_id: str) -> tuple[dict, dict]:
+    run = _client(cwd).get_run(run_id)
+    weights = ckpt.load(ckpt.latest(cwd / "checkpoints" / run_id))["trainer"]["encoder"]
+    return {k: v for k, v in run.data.metrics.items() if not k.startswith("train/samples")}, weights
+
+
+def test_kill_9_at_three_points_then_resume_matches_the_uninterrupted_run(tmp_path):
+    ref_dir = tmp_path / "ref"
+    ref_dir.mkdir()
+    out, _ = _toy(ref_dir).communicate(timeout=300)
+    ref_id = out.split("run ", 1)[1].split()[0]
+    ref_metrics, ref_weights = _final(ref_dir, ref_id)
+    for kill_at in (100, 250, 400):
+        cwd = tmp_path / f"kill{kill_at}"
+        cwd.mkdir()
+        proc = _toy(cwd)
+        _wait_for_checkpoint(cwd, kill_at, proc)
+        proc.kill()  # SIGKILL: no handler runs, the run is left RUNNING in the store
+        proc.wait()
+        run_id = next((cwd / "checkpoints").iterdir()).name
+        assert _client(cwd).get_run(run_id).info.status == "RUNNING"
+        listing = CliRunner(env={"MLFLOW_TRACKING_URI": f"sqlite:///{cwd / 'mlflow.db'}"}).invoke(
+            cli.main, ["runs", "toy-lmcl"])
+        assert listing.exit_code == 0, listing.output
+        assert "KILLED (process" in listing.output and f"--resume {run_id}" in listing.output
+        out, _ = _toy(cwd, "--resume", run_id).communicate(timeout=300)
+        assert f"run {run_id}" in out, out
+        metrics, weights = _final(cwd, run_id)
+        assert _client(cwd).get_run(run_id).info.status == "FINISHED"
+        assert metrics == ref_metrics, kill_at
+        assert all(torch.equal(weights[k], ref_weights[k]) for k in ref_weights), kill_at
+
+
+def test_sigterm_checkpoints_the_step_and_the_run_resumes(tmp_path):
+    proc = _toy(tmp_path)
+    _wait_for_checkpoint(tmp_path, 100, proc)
+    proc.send_signal(signal.SIGTERM)
+    out, _ = proc.communicate(timeout=120)
+    assert proc.returncode == 130 and "KILLED" in out, out
+    run_id = next((tmp_path / "checkpoints").iterdir()).name
+    assert _client(tmp_path).get_run(run_id).info.status == "KILLED"
+    step = ckpt.load(ckpt.latest(tmp_path / "checkpoints" / run_id))["trainer"]["loop"]["step"]
+    assert f"stopped after step {step} of 600" in out
+    out, _ = _toy(tmp_path, "--resume", run_id).communicate(timeout=300)
+    assert _client(tmp_path).get_run(run_id).info.status == "FINISHED", out
+
+
+def test_checkpoints_are_on_by_default_and_the_last_k_are_kept(points_domain, points_recipe):
+    r = load_recipe(points_recipe, ["budget.checkpoint_every=null"], points_domain)
+    run_id, _ = execute(r, points_domain, progress=False)
+    kept = sorted(p.name for p in ckpt.checkpoint_dir(run_id).glob("*.pt"))
+    assert kept == ["step-000000020.pt", "step-000000024.pt"]  # 4 steps per epoch, keep 2
+    off = load_recipe(points_recipe, ["budget.checkpoint_every=0"], points_domain)
+    run_off, _ = execute(off, points_domain, progress=False)
+    assert [p.name for p in ckpt.checkpoint_dir(run_off).glob("*.pt")] == ["step-000000024.pt"]  # the final one
+
+
+def _stored(client, run_id):
+    run = client.get_run(run_id)
+    history = {k: [(m.step, m.value) for m in client.get_metric_history(run_id, k)] for k in run.data.metrics}
+    return run.info.status, run.info.end_time, run.data.tags, history
+
+
+def test_resume_refusals_leave_the_stored_run_unchanged(points_domain, points_recipe):
+    r = load_recipe(points_recipe, [], points_domain)
+    run_id, _ = execute(r, points_domain, progress=False)
+    client = client_for()
+    before = _stored(client, run_id)
+    runner = CliRunner()
+    cases = [([], "FINISHED"),
+             (["--set", "objective.loss.temperature=0.3"], "objective.loss.temperature"),
+             (["--set", "budget.steps=40"], "--extend")]
+    for extra, message in cases:
+        result = runner.invoke(cli.main, ["run", str(points_recipe), "--resume", run_id, "--quiet", *extra])
+        assert result.exit_code == 2, result.output
+        assert message in result.output and "Traceback" not in result.output
+        assert _stored(client, run_id) == before
+    result = runner.invoke(cli.main, ["run", str(points_recipe), "--resume", run_id, "--quiet",
+                                      "--set", "budget.steps=40", "--extend"])
+    assert result.exit_code == 0, result.output
+    assert ckpt.load(ckpt.latest(ckpt.checkpoint_dir(run_id)))["trainer"]["loop"]["step"] == 40
+
+
+def test_a_damaged_newest_checkpoint_falls_back_to_the_previous_one(points_domain, points_recipe, capsys):
+    r = load_recipe(points_recipe, [], points_domain)
+    ref_id, ref_metrics = execute(r, points_domain, progress=False)
+
+    def stop(step):
+        if step == 18:
+            raise KeyboardInterrupt("simulated")
+    with pytest.raises(KeyboardInterrupt):
+        execute(r, points_domain, progress=False, hooks=[stop])
+    killed = client_for().search_runs([client_for().get_experiment_by_name("pipeline-test").experiment_id],
+                                      order_by=["attributes.start_time DESC"])[0].info.run_id
+    newest = ckpt.latest(ckpt.checkpoint_dir(killed))
+    assert newest.name == "step-000000016.pt"
+    newest.write_bytes(newest.read_bytes()[:200])  # truncated, e.g. by a full disk
+    run_id, metrics = execute(r, points_domain, progress=False, resume=killed)
+    assert "step-000000016.pt" in capsys.readouterr().err  # named, then skipped
+    assert metrics == ref_metrics
+
+
+def test_a_store_outage_during_a_run_loses_no_metric(points_domain, points_recipe, monkeypatch, capsys):
+    from mlflow.tracking import MlflowClient
+    real = MlflowClient.log_batch
+    calls = {"n": 0}
+
+    def flaky(self, run_id, metrics=(), params=(), tags=(), **kw):
+        calls["n"] += 1
+        if metrics and 3 <= calls["n"] <= 8:
+            raise ConnectionError("connection refused (simulated outage)")
+        return real(self, run_id, metrics=metrics, params=params, tags=tags, **kw)
+    monkeypatch.setattr(MlflowClient, "log_batch", flaky)
+    r = load_recipe(points_recipe, [], points_domain)
+    run_id, _ = execute(r, points_domain, progress=False)
+    err = capsys.readouterr().err
+    assert err.count("did not take the metrics") == 1 and "answers again" in err
+    steps = [m.step for m in client_for().get_metric_history(run_id, "train/loss")]
+    assert sorted(steps) == [4, 8, 12, 16, 20, 24]
+
+
+def test_an_unreachable_store_is_one_line_within_seconds(points_domain, points_recipe):
+    start = time.monotonic()
+    result = CliRunner(env={"MLFLOW_TRACKING_URI": "http://127.0.0.1:9"}).invoke(
+        cli.main, ["run", str(points_recipe), "--quiet"])
+    assert time.monotonic() - start < 15
+    assert result.exit_code == 2 and "did not answer" in result.output
+    assert len(result.output.strip().splitlines()) == 1
+    bad = CliRunner(env={"MLFLOW_TRACKING_URI": "nonsense://x"}).invoke(cli.main, ["run", str(points_recipe)])
+    assert bad.exit_code == 2 and "unknown scheme" in bad.output
+
+
+_RACE = """
+import sys
+from toolkit.tracking import Tracker
+with Tracker("race", "r" + sys.argv[1], sys.argv[2]) as t:
+    t.log_metrics({"x": float(sys.argv[1])}, 0)
+"""
+
+
+def test_eight_processes_create_one_experiment_at_once(tmp_path):
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    with Tracker("warm-up", "w", uri):  # the schema exists; the race is on the experiment
+        pass
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    procs = [subprocess.Popen([sys.executable, "-c", _RACE, str(i), uri], env=env, cwd=tmp_path,
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for i in range(8)]
+    outs = [p.communicate(timeout=120)[0] for p in procs]
+    assert [p.returncode for p in procs] == [0] * 8, outs
+    client = client_for(uri)
+    runs = client.search_runs([client.get_experiment_by_name("race").experiment_id])
+    assert sorted(r.data.metrics["x"] for r in runs) == [float(i) for i in range(8)]

@@ -1,0 +1,157 @@
+"""Runs that survive the tracking store: a fast check that the store answers, retries on
+SQLite's lock and on get-or-create races, heartbeats, and dead runs marked as such.
+
+* :func:`check_store` answers within ``timeout`` seconds (default 10) whether a tracking URI
+  can be used, before anything trains: a malformed URI, a server that does not answer or a
+  SQLite file in a folder that does not exist is one line of error.
+* :func:`retrying` repeats a store call on transient failures (``database is locked``, a
+  dropped connection) with exponential back-off.
+* A running run carries ``ctk.heartbeat`` (unix seconds, refreshed at most every
+  ``HEARTBEAT_S`` while it logs), ``ctk.host`` and ``ctk.pid``, and after each checkpoint
+  ``ctk.checkpoint`` / ``ctk.checkpoint_step``. :func:`mark_dead_runs` turns a RUNNING run whose
+  process is gone (same host, pid not alive) or whose heartbeat is older than ``stale_after``
+  into KILLED, with ``ctk.killed_reason`` saying why; ctk calls it whenever it opens an
+  experiment, and ``ctk runs`` lists runs with their resume command.
+"""
+from __future__ import annotations
+
+import os
+import socket
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Any, Callable, TypeVar
+
+T = TypeVar("T")
+
+__all__ = ["TrackingUnavailable", "check_store", "retrying", "HEARTBEAT_S", "STALE_AFTER_S",
+           "liveness_tags", "mark_dead_runs", "pid_alive"]
+
+HEARTBEAT_S = 30.0
+STALE_AFTER_S = 30 * 60.0
+_TRANSIENT = ("database is locked", "database table is locked", "connection", "timed out",
+              "temporarily unavailable", "503", "502", "504", "UNIQUE constraint failed")
+
+
+class TrackingUnavailable(RuntimeError):
+    """The tracking store cannot be used; the message is one line naming the URI."""
+
+
+def check_store(uri: str, timeout: float = 10.0) -> None:
+    """Raise :class:`TrackingUnavailable` unless ``uri`` is usable (answers within ``timeout``)."""
+    scheme = uri.split(":", 1)[0].lower() if ":" in uri else ""
+    if scheme == "sqlite":
+        if not uri.startswith("sqlite:///"):
+            raise TrackingUnavailable(f"tracking URI {uri!r}: expected sqlite:///PATH")
+        folder = Path(uri[len("sqlite:///"):]).resolve().parent
+        if not folder.is_dir() or not os.access(folder, os.W_OK):
+            raise TrackingUnavailable(f"tracking URI {uri!r}: folder {folder} does not exist or is not writable")
+        return
+    if scheme in ("http", "https"):
+        url = uri.rstrip("/") + "/health"
+        try:
+            with urllib.request.urlopen(url, timeout=timeout) as resp:  # noqa: S310 - the user's own URI
+                if resp.status >= 400:
+                    raise TrackingUnavailable(f"tracking URI {uri!r} answered {resp.status} at /health")
+        except (urllib.error.URLError, OSError, ValueError) as exc:
+            reason = getattr(exc, "reason", exc)
+            raise TrackingUnavailable(f"tracking URI {uri!r} did not answer within {timeout:.0f} s "
+                                      f"({reason}); start it (ctk server) or set MLFLOW_TRACKING_URI") from None
+        return
+    if scheme in ("postgresql", "mysql", "mssql", "file", "databricks") or scheme.startswith("postgresql+"):
+        return
+    raise TrackingUnavailable(f"tracking URI {uri!r}: unknown scheme {scheme or '(none)'!r}; expected "
+                              "sqlite:///PATH, http(s)://HOST:PORT or a database URI")
+
+
+def retrying(call: Callable[[], T], what: str = "tracking call", attempts: int = 6,
+             first_wait: float = 0.2) -> T:
+    """``call()``, repeated with back-off (0.2, 0.4, ... s) on transient store failures."""
+    wait = first_wait
+    for attempt in range(attempts):
+        try:
+            return call()
+        except Exception as exc:  # noqa: BLE001 - only transient messages are retried
+            if attempt == attempts - 1 or not any(t in str(exc) for t in _TRANSIENT):
+                raise
+            time.sleep(wait)
+            wait *= 2
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+def liveness_tags() -> dict[str, str]:
+    return {"ctk.heartbeat": f"{time.time():.0f}", "ctk.host": socket.gethostname(), "ctk.pid": str(os.getpid())}
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def death_reason(tags: dict[str, str], now: float | None = None, stale_after: float = STALE_AFTER_S) -> str | None:
+    """Why a RUNNING run with these tags is dead, or None if it may be alive."""
+    now = time.time() if now is None else now
+    host, pid = tags.get("ctk.host"), tags.get("ctk.pid")
+    if host == socket.gethostname() and pid and pid.isdigit() and int(pid) != os.getpid() and not pid_alive(int(pid)):
+        return f"process {pid} on {host} is gone"
+    beat = tags.get("ctk.heartbeat")
+    if beat and now - float(beat) > stale_after:
+        return f"no heartbeat for {(now - float(beat)) / 60:.0f} min"
+    return None
+
+
+def mark_dead_runs(client: Any, experiment_ids: list[str], stale_after: float = STALE_AFTER_S) -> list[str]:
+    """Mark the dead RUNNING runs of these experiments KILLED; returns their ids."""
+    from mlflow.entities import ViewType
+    marked = []
+    runs = client.search_runs(experiment_ids, filter_string="attributes.status = 'RUNNING'",
+                              run_view_type=ViewType.ACTIVE_ONLY)
+    for run in runs:
+        reason = death_reason(run.data.tags, stale_after=stale_after)
+        if reason is None:
+            continue
+        client.set_tag(run.info.run_id, "ctk.killed_reason", reason)
+        client.set_terminated(run.info.run_id, "KILLED")
+        marked.append(run.info.run_id)
+    return marked
+
+
+def runs_table(experiment: str | None = None, uri: str | None = None, limit: int = 30) -> str:
+    """The newest runs (of ``experiment``, else of every experiment): status, heartbeat age,
+    last checkpoint and the command that resumes a KILLED or FAILED one. Dead RUNNING runs are
+    marked first."""
+    from toolkit.tracking import client_for
+    client = client_for(uri)
+    if experiment is not None:
+        exp = client.get_experiment_by_name(experiment)
+        if exp is None:
+            names = ", ".join(sorted(e.name for e in client.search_experiments())) or "(none)"
+            raise ValueError(f"no experiment {experiment!r} in {client.tracking_uri}; expected one of: {names}")
+        ids = [exp.experiment_id]
+    else:
+        ids = [e.experiment_id for e in client.search_experiments()]
+    if not ids:
+        return f"no runs in {client.tracking_uri}"
+    mark_dead_runs(client, ids)
+    runs = client.search_runs(ids, order_by=["attributes.start_time DESC"], max_results=limit)
+    now = time.time()
+    rows = [["run id", "name", "status", "heartbeat", "checkpoint", "resume with"]]
+    for run in runs:
+        tags = run.data.tags
+        beat = tags.get("ctk.heartbeat")
+        age = f"{(now - float(beat)) / 60:.0f} min ago" if beat else "-"
+        step = tags.get("ctk.checkpoint_step", "-")
+        status = run.info.status + (f" ({tags['ctk.killed_reason']})" if "ctk.killed_reason" in tags else "")
+        recipe = tags.get("ctk.recipe", "RECIPE")
+        resume = (f"ctk run {recipe} --resume {run.info.run_id}"
+                  if run.info.status in ("KILLED", "FAILED") and "ctk.checkpoint" in tags else "")
+        rows.append([run.info.run_id, run.info.run_name or "", status, age, f"step {step}" if step != "-" else "-",
+                     resume])
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows)
