@@ -54,7 +54,9 @@ def experiment_id(client: MlflowClient, name: str) -> str:
         return exp.experiment_id
     root = artifact_root(client.tracking_uri)
     location = str(Path(root) / name) if root else None
-    return client.create_experiment(name, artifact_location=location)
+    # mlflow 3 opens an experiment without this tag in its GenAI (traces) view
+    return client.create_experiment(name, artifact_location=location,
+                                    tags={"mlflow.experimentKind": "custom_model_development"})
 
 
 def git_commit(path: str | Path | None = None) -> str:
