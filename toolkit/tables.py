@@ -99,16 +99,18 @@ def _total(widths: list[int]) -> int:
     return sum(widths) + 2 * (len(widths) - 1)
 
 
-def abbreviate(headers: list[str], limits: list[int], preferred: list[str | None]) -> list[str]:
-    """Shorten each header longer than its limit (the width of its cells): the preferred
-    short name if given, else the last dotted component, else a truncation; made unique."""
+def abbreviate(headers: list[str], limits: list[int], preferred: list[str | None],
+               truncate: bool = False) -> list[str]:
+    """Shorten each header longer than its limit (the width of its cells) to its preferred
+    short name, else its last dotted component; ``truncate`` also cuts those to the limit
+    (at least 4 characters, ending in '~'). Made unique with a number."""
     out: list[str] = []
     for h, limit, pref in zip(headers, limits, preferred):
         if len(h) <= limit:
             out.append(h)
             continue
         cand = pref or h.rsplit(".", 1)[-1]
-        if len(cand) > max(limit, 4):
+        if truncate and len(cand) > max(limit, 4):
             cand = cand[: max(limit, 4) - 1] + "~"
         base, k = cand, 2
         while cand in out or (cand in headers and cand != h):
@@ -125,9 +127,13 @@ def text_table(title: str, headers: list[str], rows: list[list[str]], columns: l
     legend: list[str] = []
     shown = list(headers)
     if width and _total(_widths(shown, rows)) > width:
+        # short names first; cut ones only when that makes the table fit, else wrap the blocks
         limits = [max([0] + [len(r[i]) for r in rows]) for i in range(len(headers))]
         shown = abbreviate(headers, limits, [c.short for c in columns])
-        legend = [f"{s} = {h}" for s, h in zip(shown, headers) if s != h]
+        cut = abbreviate(headers, limits, [c.short for c in columns], truncate=True)
+        if _total(_widths(shown, rows)) > width >= _total(_widths(cut, rows)):
+            shown = cut
+    legend = [f"{s} = {h}" for s, h in zip(shown, headers) if s != h]
     widths = _widths(shown, rows)
     if not width or _total(widths) <= width:
         out += _lines(shown, rows, list(range(len(shown))))

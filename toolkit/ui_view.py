@@ -28,7 +28,8 @@ _NOTE_MARK = "<!-- written by ctk -->"
 
 def view_path(experiment_id: str) -> str:
     """The UI route that opens the experiment with ctk's columns."""
-    return f"#/experiments/{experiment_id}?viewStateShareKey={VIEW_KEY}"
+    return (f"#/experiments/{experiment_id}/runs?workflowType=machine_learning"
+            f"&viewStateShareKey={VIEW_KEY}")
 
 
 def view_state(metrics: list[str], params: list[str]) -> dict[str, Any]:

@@ -88,7 +88,7 @@ def test_experiments_open_in_the_ml_view_with_columns(stats_experiment):
     exp = client.get_experiment_by_name("stats")
     assert exp.tags[KIND_TAG] == ML_KIND
     routes = prepare(client)
-    assert routes == [("stats", f"#/experiments/{exp.experiment_id}?viewStateShareKey=ctk-columns")]
+    assert routes == [("stats", f"#/experiments/{exp.experiment_id}/runs?workflowType=machine_learning&viewStateShareKey=ctk-columns")]
     exp = client.get_experiment(exp.experiment_id)
     view = json.loads(exp.tags[VIEW_TAG])
     assert view["selectedColumns"] == ["metrics.`linear_top1`", "metrics.`uniformity`",
