@@ -15,7 +15,6 @@ from toolkit import recipe as rc
 from toolkit import stats
 from toolkit.tables import Column, Report, interval, num
 
-
 # ---------------------------------------------------------------------------------------
 # reproduce
 
@@ -93,8 +92,8 @@ def reproduce_report(table: PaperTable) -> Report:
                Column("paper", lambda r: num(r["paper"])),
                Column("verdict", lambda r: r["verdict"])]
     notes = [f"paper: {table.paper}", f"seeds: {', '.join(map(str, table.seeds))}",
-             "verdict: the measured 95% interval contains the paper's number, or lies above / "
-             "below it"]
+             ("verdict: the measured 95% interval contains the paper's number, or lies above / "
+              "below it")]
     if table.notes:
         notes.append(f"notes: {table.notes}")
     fields = ["row", "metric", "n", "mean", "std", "ci_low", "ci_high", "paper", "verdict"]

@@ -38,7 +38,7 @@ def _chromium(url: str, *args: str, height: int = 1000) -> str:
              "--disable-background-networking", "--disable-component-update", "--disable-sync",
              f"--user-data-dir={profile}", f"--window-size=1600,{height}",
              "--virtual-time-budget=15000", *args, url],
-            capture_output=True, text=True, timeout=180)
+            capture_output=True, text=True, timeout=180, check=False)
     return out.stdout
 
 
@@ -89,7 +89,7 @@ def screens(tmp_path_factory) -> Path:
 
 
 def test_runs_table_shows_metric_and_swept_param_columns(ui, screens):
-    base, uri, log = ui
+    _, _, log = ui
     route = re.search(r"ui-demo: (http\S+)", log)
     assert route, log  # ctk ui prints the link to the columns view
     url = route.group(1)

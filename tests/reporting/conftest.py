@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from mlflow.entities import Metric, Param, RunTag
+from mlflow.entities import Metric, Param
 
 from toolkit.tracking import client_for, experiment_id
 

@@ -16,7 +16,7 @@ from tests.reporting.conftest import LOSS_KEY, TEMP_KEY
 from toolkit import stats
 from toolkit.comparison import collect, curve_series
 from toolkit.reporting import PaperTable, TableRow, reproduce_report
-from toolkit.tracking import client_for, experiment_id
+from toolkit.tracking import client_for
 from toolkit.ui_view import KIND_TAG, ML_KIND, VIEW_TAG, prepare
 
 CYCLE = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd"]  # matplotlib's default lines
