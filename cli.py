@@ -220,20 +220,15 @@ def sweep(recipe: str, grid: tuple[str, ...], sets: tuple[str, ...], experiment:
 
 
 def _print_comparison(experiment: str, uri: str | None, fmt: str = "table", **kwargs):
-    """The comparison table of ``experiment``; refreshes its mlflow columns view too."""
+    """Print the comparison of ``experiment`` (and refresh its mlflow columns view)."""
     import shutil
 
-    from toolkit.comparison import collect, compare_report
-    from toolkit.tables import render
-    from toolkit.tracking import client_for
-    from toolkit.ui_view import publish_view
-    baseline = kwargs.pop("baseline", None)
+    from toolkit.comparison import comparison_text
     try:
-        comp = collect(experiment, uri, **kwargs)
-        click.echo(render(compare_report(comp, baseline), fmt, shutil.get_terminal_size().columns))
+        text, comp = comparison_text(experiment, uri, fmt, shutil.get_terminal_size().columns, **kwargs)
     except ValueError as exc:
         _fail(f"error: {exc}", 1)
-    publish_view(client_for(uri), comp.experiment_id)
+    click.echo(text)
     return comp
 
 
@@ -386,8 +381,7 @@ def reproduce(name: str | None, list_only: bool, seeds: str | None, sets: tuple[
     click.echo(render(reproduce_report(table), fmt, shutil.get_terminal_size().columns))
     click.echo(f"({len(jobs)} runs in {time.perf_counter() - start:.0f} s; mlflow experiment {experiment!r})",
                err=machine)
-    client = client_for(jobs[0][1].tracking.uri)
-    publish_view(client, client.get_experiment_by_name(experiment).experiment_id)
+    publish_view(client_for(jobs[0][1].tracking.uri), experiment)
 
 
 @main.command()

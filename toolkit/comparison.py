@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from toolkit import stats
-from toolkit.tables import Column, Report, interval, num
+from toolkit.tables import Column, Report, interval, num, render
 from toolkit.tracking import client_for
 
 PARENT_TAG = "mlflow.parentRunId"
@@ -65,6 +65,13 @@ def run_seed(run: Any) -> str | None:
     return run.data.params.get("seed", run.data.tags.get("ctk.seed"))
 
 
+def split_parents(runs: list[Any]) -> tuple[list[Any], list[Any]]:
+    """(runs that are nobody's parent, sweep parent runs): a parent carries no recipe."""
+    parent_ids = {r.data.tags[PARENT_TAG] for r in runs if PARENT_TAG in r.data.tags}
+    return ([r for r in runs if r.info.run_id not in parent_ids],
+            [r for r in runs if r.info.run_id in parent_ids])
+
+
 def eval_metrics(runs: list[Any]) -> list[str]:
     """The evaluation metrics of ``runs`` (training curves and monitors left out)."""
     return sorted({k for r in runs for k in r.data.metrics if not k.startswith(_NOT_EVAL)})
@@ -114,10 +121,7 @@ def collect(experiment: str, uri: str | None = None, by: list[str] | None = None
         names = [e.name for e in client.search_experiments()]
         raise ValueError(f"no experiment {experiment!r} in {client.tracking_uri}; experiments: "
                          f"{', '.join(names) or 'none'}")
-    every = client.search_runs([exp.experiment_id], max_results=5000)
-    parent_ids = {r.data.tags[PARENT_TAG] for r in every if PARENT_TAG in r.data.tags}
-    parents = [r for r in every if r.info.run_id in parent_ids]
-    children = [r for r in every if r.info.run_id not in parent_ids]
+    children, parents = split_parents(client.search_runs([exp.experiment_id], max_results=5000))
     runs = [r for r in children if r.info.status == "FINISHED"]
     notes = []
     if len(runs) < len(children):
@@ -198,6 +202,17 @@ def compare_report(comp: Comparison, baseline: str | None = None, alpha: float =
     notes.append("95% CI: Student t interval of the mean over seeds (n-1 degrees of freedom)")
     title = f"{comp.experiment}: {len(comp.groups)} groups by {', '.join(comp.by) or 'nothing'}"
     return Report(title, fields, records, columns, key_columns=len(comp.by) + 1, notes=notes)
+
+
+def comparison_text(experiment: str, uri: str | None, fmt: str, width: int | None,
+                    baseline: str | None = None, **kwargs: Any) -> tuple[str, Comparison]:
+    """``ctk compare``'s output: the rendered report (``kwargs`` go to :func:`collect`); the
+    experiment's mlflow columns view is refreshed on the way."""
+    from toolkit.ui_view import publish_view  # ui_view reads this module's helpers
+    comp = collect(experiment, uri, **kwargs)
+    text = render(compare_report(comp, baseline), fmt, width)
+    publish_view(client_for(uri), comp.experiment)
+    return text, comp
 
 
 # ---------------------------------------------------------------------------------------

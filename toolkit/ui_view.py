@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from toolkit.comparison import eval_metrics, varying_params
+from toolkit.comparison import eval_metrics, split_parents, varying_params
 
 KIND_TAG = "mlflow.experimentKind"
 ML_KIND = "custom_model_development"
@@ -40,13 +40,14 @@ def view_state(metrics: list[str], params: list[str]) -> dict[str, Any]:
             "orderByAsc": False, "runsHiddenMode": "SHOW_ALL"}
 
 
-def publish_view(client: Any, experiment_id: str) -> str | None:
-    """Write the columns view of ``experiment_id`` (from its runs) and the description that
-    links to it; returns the view's route, or None when the experiment has no runs."""
-    runs = client.search_runs([experiment_id], max_results=5000)
+def publish_view(client: Any, experiment: str) -> str | None:
+    """Write the columns view of the experiment named ``experiment`` (from its runs) and the
+    description that links to it; returns the view's route, or None when it has no runs."""
+    exp = client.get_experiment_by_name(experiment)
+    runs = split_parents(client.search_runs([exp.experiment_id], max_results=5000))[0] if exp else []
     if not runs:
         return None
-    exp = client.get_experiment(experiment_id)
+    experiment_id = exp.experiment_id
     if exp.tags.get(KIND_TAG) is None:
         client.set_experiment_tag(experiment_id, KIND_TAG, ML_KIND)
     swept = varying_params(runs)
@@ -68,7 +69,7 @@ def prepare(client: Any) -> list[tuple[str, str]]:
         ctk_runs = client.search_runs([exp.experiment_id], "tags.`ctk.domain` != ''", max_results=1)
         if not ctk_runs:
             continue
-        path = publish_view(client, exp.experiment_id)
+        path = publish_view(client, exp.name)
         if path:
             out.append((exp.name, path))
     return out

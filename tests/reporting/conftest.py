@@ -63,7 +63,7 @@ def sweep_experiment(store):
     for method in ("nt_xent", "dcl"):
         for t in (0.1, 0.5, 1.0):
             for seed in (0, 1):
-                log_run(client, eid, {LOSS_KEY: method, TEMP_KEY: t, "seed": seed},
+                log_run(client, eid, {LOSS_KEY: method, TEMP_KEY: t, "seed": seed, "data.dataset": "mix"},
                         {"linear_top1": 0.5 + t / 4 + rng.normal(0, 0.01)},
                         tags={"mlflow.parentRunId": parent})
     client.set_terminated(parent, "FINISHED")

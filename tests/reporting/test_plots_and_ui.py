@@ -96,6 +96,15 @@ def test_experiments_open_in_the_ml_view_with_columns(stats_experiment):
     assert routes[0][1] in exp.tags["mlflow.note.content"]
 
 
+def test_columns_view_ignores_the_sweep_parent(sweep_experiment):
+    store, _ = sweep_experiment
+    client = client_for(store)
+    prepare(client)
+    view = json.loads(client.get_experiment_by_name("sweep").tags[VIEW_TAG])
+    assert view["selectedColumns"] == ["metrics.`linear_top1`", f"params.`{LOSS_KEY}`",
+                                       f"params.`{TEMP_KEY}`", "params.`seed`"]
+
+
 def test_sweep_run_names_say_what_differs():
     from domains import registry
     from toolkit.runs import load_recipe, point_run_name
