@@ -28,6 +28,7 @@ from toolkit import recipe as rc  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent
 RECIPES = ROOT / "recipes"
+FORMATS = ("table", "markdown", "csv", "json")  # toolkit.tables.FORMATS, without importing it
 LISTABLE = ("losses", "selectors", "regularizers", "domains", "recipes", "tables")
 
 
@@ -202,38 +203,77 @@ def sweep(recipe: str, grid: tuple[str, ...], sets: tuple[str, ...], experiment:
     Example:
       ctk sweep recipes/toy/lmcl_clusters.yaml --grid objective.loss.temperature=0.1,0.5 --grid seed=0,1
     """
-    from toolkit.reporting import compare_table
-    from toolkit.runs import expand_grid
+    from toolkit.runs import expand_grid, point_run_name
+    from toolkit.ui_view import run_note
     try:
         points = expand_grid(list(grid))
     except rc.RecipeError as exc:
         _fail(f"error: {exc}", 2)
     experiment = experiment or f"sweep-{Path(recipe).stem}"
-    recipes = [_load(recipe, sets, [*point, f"tracking.experiment={experiment}"]) for point in points]
+    recipes = []
+    for point in points:
+        extra = [*point, f"tracking.experiment={experiment}"]
+        r = _load(recipe, sets, extra)
+        if not r.common.tracking.run_name:  # a name the user set wins
+            r = _load(recipe, sets, [*extra, f"tracking.run_name={point_run_name(r, point)}"])
+        recipes.append(r)
     click.echo(f"sweep: {len(recipes)} runs into experiment {experiment!r}")
     for point, r in zip(points, recipes):
-        click.echo(f"-> {' '.join(point)}")
-        _execute(r, progress=not quiet, extra_tags={"ctk.sweep": experiment})
-    click.echo(compare_table(experiment, uri=recipes[0].tracking.uri))
+        click.echo(f"-> {r.run_name}: {' '.join(point)}")
+        _execute(r, progress=not quiet, extra_tags={
+            "ctk.sweep": experiment, "mlflow.note.content": run_note(f"sweep {experiment}", point)})
+    _print_comparison(experiment, recipes[0].tracking.uri)
+
+
+def _print_comparison(experiment: str, uri: str | None, fmt: str = "table", **kwargs):
+    """Print the comparison of ``experiment`` (and refresh its mlflow columns view)."""
+    import shutil
+
+    from toolkit.comparison import comparison_text
+    try:
+        text, comp = comparison_text(experiment, uri, fmt, shutil.get_terminal_size().columns, **kwargs)
+    except ValueError as exc:
+        _fail(f"error: {exc}", 1)
+    click.echo(text)
+    return comp
 
 
 @main.command()
 @click.argument("experiment")
-@click.option("--metric", "metrics", multiple=True, help="Metric column (repeatable; default: every evaluation metric).")
+@click.option("--by", multiple=True, metavar="KEY",
+              help="Group by this recipe key (repeatable; default: the keys whose values differ, seed aside).")
+@click.option("--metric", "metrics", multiple=True, help="Metric (repeatable; default: every evaluation metric).")
+@click.option("--baseline", metavar="GROUP", help="Test every group against this one (its label, e.g. 'temperature=0.5').")
+@click.option("--format", "fmt", type=click.Choice(FORMATS), default="table", show_default=True)
+@click.option("--plot", type=click.Path(dir_okay=False), metavar="FILE.png",
+              help="Draw the first metric against a numeric swept key: a line per method, 95% bands.")
+@click.option("--x", "x_key", metavar="KEY", help="The plot's x key (default: the numeric swept key with most values).")
+@click.option("--curves", metavar="METRIC", help="Plot METRIC's learning curves instead: mean and 95% band over seeds per group.")
 @click.option("--uri", help="mlflow tracking URI (default: $MLFLOW_TRACKING_URI or ./mlflow.db).")
 @click.option("--per-run", is_flag=True, help="One row per run instead of grouping seeds.")
-def compare(experiment: str, metrics: tuple[str, ...], uri: str | None, per_run: bool) -> None:
-    """Print the runs of EXPERIMENT as a table (seeds grouped: mean ± std).
+def compare(experiment: str, by: tuple[str, ...], metrics: tuple[str, ...], baseline: str | None,
+            fmt: str, plot: str | None, x_key: str | None, curves: str | None, uri: str | None,
+            per_run: bool) -> None:
+    """Compare the runs of EXPERIMENT: per group and metric the mean, std, n and the 95%
+    Student-t interval; with --baseline the difference, its interval, the p-value (paired by
+    seed, else Welch) and significance after Holm's correction.
 
     \b
     Example:
-      ctk compare sweep-quickstart --metric linear_top1 --metric uniformity
+      ctk compare sweep-quickstart --metric linear_top1 --baseline temperature=0.5
+      ctk compare sweep-quickstart --format markdown --plot temperature.png
     """
-    from toolkit.reporting import compare_table
-    try:
-        click.echo(compare_table(experiment, list(metrics), uri, group_seeds=not per_run))
-    except ValueError as exc:
-        _fail(f"error: {exc}", 1)
+    from toolkit.comparison import write_figure
+    comp = _print_comparison(experiment, uri, fmt, by=list(by) or None, metrics=list(metrics) or None,
+                             per_run=per_run, baseline=baseline)
+    if plot or curves:
+        try:
+            path, logged = write_figure(comp, plot, x_key, curves)
+        except ValueError as exc:
+            _fail(f"error: {exc}", 1)
+        where = f"; logged to parent run(s) {', '.join(logged)}" if logged else \
+            " (the experiment has no parent run to log it to)"
+        click.echo(f"figure: {path}{where}", err=True)
 
 
 @main.command()
@@ -309,10 +349,12 @@ def _tables() -> dict:
 @click.option("--row", "rows", multiple=True, metavar="LABEL",
               help="Run only this row (repeatable; default: every row of the table).")
 @click.option("--experiment", help="Experiment for the runs (default: reproduce-NAME).")
+@click.option("--format", "fmt", type=click.Choice(FORMATS), default="table", show_default=True)
 @click.option("--quiet", is_flag=True, help="No progress bars.")
 def reproduce(name: str | None, list_only: bool, seeds: str | None, sets: tuple[str, ...],
-              rows: tuple[str, ...], experiment: str | None, quiet: bool) -> None:
-    """Run the recipes behind a paper table; print measured (mean ± std over seeds) beside the paper.
+              rows: tuple[str, ...], experiment: str | None, fmt: str, quiet: bool) -> None:
+    """Run the recipes behind a paper table; print measured (mean, std, 95% interval over
+    seeds) beside the paper's number, with a verdict per row.
 
     \b
     Example:
@@ -320,7 +362,12 @@ def reproduce(name: str | None, list_only: bool, seeds: str | None, sets: tuple[
       ctk reproduce ring-mi-toy --seeds 0,1,2
       ctk reproduce lmcl-table4-cpu --row QT --row "LMCL(QT+DP)"
     """
+    import shutil
+
     from toolkit.reporting import reproduce_report
+    from toolkit.tables import render
+    from toolkit.tracking import client_for
+    from toolkit.ui_view import publish_view, run_note
     tables = _tables()
     if list_only or not name:
         for n, t in sorted(tables.items()):
@@ -344,17 +391,22 @@ def reproduce(name: str | None, list_only: bool, seeds: str | None, sets: tuple[
         for seed in seed_list:
             jobs.append((row, _load(str(row.recipe), (*row.overrides, *sets),
                                     [f"seed={seed}", f"tracking.experiment={experiment}"])))
-    click.echo(f"reproduce {name}: {len(jobs)} runs into experiment {experiment!r}")
+    machine = fmt in ("csv", "json")  # stdout carries only the parseable report
+    click.echo(f"reproduce {name}: {len(jobs)} runs into experiment {experiment!r}", err=machine)
     start = time.perf_counter()
     for row, r in jobs:
-        click.echo(f"-> {row.label} (seed {r.seed})")
-        _, metrics = _execute(r, progress=not quiet, extra_tags={"ctk.table": name, "ctk.row": row.label})
+        click.echo(f"-> {row.label} (seed {r.seed})", err=machine)
+        note = run_note(f"{name}, row {row.label}", [*row.overrides, *sets, f"seed={r.seed}"])
+        _, metrics = _execute(r, progress=not quiet, extra_tags={
+            "ctk.table": name, "ctk.row": row.label, "mlflow.note.content": note})
         got = table.measured.setdefault(row.label, {})
         for m in table.metrics:
             if m in metrics:
                 got.setdefault(m, []).append(metrics[m])
-    click.echo(reproduce_report(table))
-    click.echo(f"({len(jobs)} runs in {time.perf_counter() - start:.0f} s; mlflow experiment {experiment!r})")
+    click.echo(render(reproduce_report(table), fmt, shutil.get_terminal_size().columns))
+    click.echo(f"({len(jobs)} runs in {time.perf_counter() - start:.0f} s; mlflow experiment {experiment!r})",
+               err=machine)
+    publish_view(client_for(jobs[0][1].tracking.uri), experiment)
 
 
 @main.command()
@@ -371,7 +423,8 @@ def ui(uri: str | None, host: str, port: int, basic_auth: bool) -> None:
       ctk ui --port 5000   (then browse http://127.0.0.1:5000)
     """
     from toolkit.servers import exposure_warning, mlflow_command
-    from toolkit.tracking import artifact_root, tracking_uri
+    from toolkit.tracking import artifact_root, client_for, tracking_uri
+    from toolkit.ui_view import prepare
     store = tracking_uri(uri)
     try:
         cmd = mlflow_command("ui", store, host=host, port=port, artifacts=artifact_root(store),
@@ -382,6 +435,8 @@ def ui(uri: str | None, host: str, port: int, basic_auth: bool) -> None:
     if warning:
         click.echo(warning, err=True)
     click.echo(f"mlflow UI on http://{host}:{port} for {store}")
+    for name, route in prepare(client_for(store)):
+        click.echo(f"  {name}: http://{host}:{port}/{route}")
     sys.stdout.flush()
     os.execvp(cmd[0], cmd)
 

@@ -5,6 +5,8 @@
 * :func:`similarity_profile_figure` -- Wang & Liu Fig. 8: positive vs top-10 negative
   similarities (one profile as box plots, or several, e.g. per temperature, as mean curves).
 * :func:`loss_curve_figure`, :func:`curve_figure` -- training curves and any metric vs x.
+* :func:`band_figure` -- ``ctk compare --plot`` / ``--curves``: one line per method (mean over
+  seeds) with its confidence band, against a swept key or the training step.
 
 Every function returns a :class:`matplotlib.figure.Figure` (save it with ``fig.savefig`` or
 ``mlflow.log_figure``); nothing is shown and no global pyplot figure is created.
@@ -21,7 +23,7 @@ from torch import Tensor
 from toolkit import metrics
 
 __all__ = ["distance_histogram_figure", "similarity_profile_figure", "loss_curve_figure",
-           "curve_figure"]
+           "curve_figure", "band_figure"]
 
 
 def _figure(width: float = 6.0, height: float = 4.0) -> tuple[Figure, Any]:
@@ -151,3 +153,31 @@ def loss_curve_figure(steps: Sequence[int], values: Sequence[float], label: str 
         pad = np.concatenate([np.full(len(kernel) - 1, v[0]), v]) if len(v) else v
         ys[f"{label} ({smooth}-step mean)"] = np.convolve(pad, kernel, mode="valid")
     return curve_figure(steps, ys, "step", label, title=title or "Training loss")
+
+
+def band_figure(series: Mapping[str, Sequence[tuple[float, Any]]], xlabel: str, ylabel: str,
+                title: str | None = None, logx: bool = False) -> Figure:
+    """One line per ``series`` entry through the means of its ``(x, summary)`` points (a
+    :class:`toolkit.stats.Summary`), with the shaded confidence interval where the point has
+    one (n >= 2); a point without an interval has no band, never a made-up one."""
+    if not series:
+        raise ValueError("series is empty; expected a mapping label -> [(x, summary)]")
+    fig, ax = _figure(7.0, 4.5)
+    for label, points in series.items():
+        x = np.array([p[0] for p in points], dtype=float)
+        mean = np.array([p[1].mean for p in points], dtype=float)
+        (line,) = ax.plot(x, mean, marker="o" if len(x) <= 20 else None, label=str(label))
+        low = np.array([np.nan if p[1].low is None else p[1].low for p in points], dtype=float)
+        high = np.array([np.nan if p[1].high is None else p[1].high for p in points], dtype=float)
+        if np.isfinite(low).any():
+            ax.fill_between(x, low, high, where=np.isfinite(low), alpha=0.2,
+                            color=line.get_color(), linewidth=0)
+    if logx:
+        ax.set_xscale("log")
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    if title:
+        ax.set_title(title)
+    ax.legend(fontsize="small")
+    ax.grid(alpha=0.3)
+    return fig

@@ -1,76 +1,19 @@
-"""Tables: ``ctk compare`` (the runs of an experiment, grouped over seeds, in the shape of the
-papers' tables) and ``ctk reproduce`` (paper tables defined in ``recipes/<domain>/tables/``)."""
+"""``ctk reproduce``: paper tables defined in ``recipes/<domain>/tables/`` and the report that
+puts the measured numbers (mean, std, n, Student-t 95% interval over seeds) beside the
+paper's, with a verdict per row: the measured interval contains the paper's number, or lies
+above or below it. ``ctk compare`` lives in :mod:`toolkit.comparison`; both render through
+:mod:`toolkit.tables`."""
 from __future__ import annotations
 
-import math
-import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Iterable
 
 import yaml
 
 from toolkit import recipe as rc
-from toolkit.tracking import client_for
-
-
-def format_table(header: list[str], rows: list[list[str]]) -> str:
-    widths = [max(len(str(c)) for c in col) for col in zip(header, *rows)] if rows else [len(h) for h in header]
-    line = "  ".join("-" * w for w in widths)
-    out = ["  ".join(str(h).ljust(w) for h, w in zip(header, widths)), line]
-    out += ["  ".join(str(c).ljust(w) for c, w in zip(r, widths)) for r in rows]
-    return "\n".join(out)
-
-
-def mean_std(values: list[float]) -> str:
-    values = [v for v in values if v is not None and math.isfinite(v)]
-    if not values:
-        return "-"
-    if len(values) == 1:
-        return f"{values[0]:.4g}"
-    return f"{statistics.mean(values):.4g} ± {statistics.stdev(values):.2g} (n={len(values)})"
-
-
-# ---------------------------------------------------------------------------------------
-# compare
-
-def compare_table(experiment: str, metrics: list[str] | None = None, uri: str | None = None,
-                  group_seeds: bool = True) -> str:
-    """The runs of ``experiment``: one row per setting (runs differing only by seed are
-    grouped: mean ± std), the params that vary as columns, then the metrics."""
-    client = client_for(uri)
-    exp = client.get_experiment_by_name(experiment)
-    if exp is None:
-        names = [e.name for e in client.search_experiments()]
-        raise ValueError(f"no experiment {experiment!r} in {client.tracking_uri}; experiments: {', '.join(names) or 'none'}")
-    runs = client.search_runs([exp.experiment_id], max_results=5000)
-    if not runs:
-        return f"experiment {experiment!r} has no runs"
-    if not metrics:
-        metrics = sorted({k for r in runs for k in r.data.metrics
-                          if not k.startswith("train/") and not k.startswith("online_")})
-    varying = _varying_params(runs)
-    key_params = [p for p in varying if p != "seed"] if group_seeds else varying
-    groups: dict[tuple, list[Any]] = {}
-    for r in runs:
-        key = tuple(r.data.params.get(p, "") for p in key_params)
-        groups.setdefault(key, []).append(r)
-    header = ["run" if not group_seeds else "setting", *key_params, "status", *metrics]
-    rows = []
-    for key, members in sorted(groups.items()):
-        names = sorted({m.info.run_name or m.info.run_id[:8] for m in members})
-        label = names[0] if len(names) == 1 else f"{len(members)} runs"
-        statuses = ",".join(sorted({m.info.status for m in members}))
-        vals = [mean_std([m.data.metrics.get(k) for m in members]) for k in metrics]
-        rows.append([label, *key, statuses, *vals])
-    return format_table(header, rows)
-
-
-def _varying_params(runs: list[Any]) -> list[str]:
-    keys = sorted({k for r in runs for k in r.data.params})
-    out = [k for k in keys if len({r.data.params.get(k) for r in runs}) > 1]
-    return [k for k in out if not k.startswith("tracking.")]
-
+from toolkit import stats
+from toolkit.tables import Column, Report, interval, num
 
 # ---------------------------------------------------------------------------------------
 # reproduce
@@ -130,19 +73,28 @@ def discover_tables(roots: Iterable[Path]) -> dict[str, PaperTable]:
     return found
 
 
-def reproduce_report(table: PaperTable) -> str:
-    header = ["row"]
-    for m in table.metrics:
-        header += [f"{m} (measured)", f"{m} (paper)"]
-    rows = []
+def reproduce_report(table: PaperTable) -> Report:
+    """One record per (row, metric): measured summary, paper number, verdict."""
+    records = []
     for row in table.rows:
-        cells = [row.label]
         got = table.measured.get(row.label, {})
         for m in table.metrics:
-            cells.append(mean_std(got.get(m, [])))
-            cells.append(f"{row.paper[m]:.4g}" if m in row.paper else "-")
-        rows.append(cells)
-    head = f"{table.title}\npaper: {table.paper}\nseeds: {table.seeds}"
+            s = stats.summarize(got.get(m, []))
+            paper = row.paper.get(m)
+            records.append({"row": row.label, "metric": m, "n": s.n if s else 0,
+                            "mean": s and s.mean, "std": s and s.std,
+                            "ci_low": s and s.low, "ci_high": s and s.high, "paper": paper,
+                            "verdict": stats.verdict(s, paper)})
+    columns = [Column("row", lambda r: r["row"]), Column("metric", lambda r: r["metric"]),
+               Column("n", lambda r: str(r["n"])), Column("mean", lambda r: num(r["mean"])),
+               Column("std", lambda r: num(r["std"], 2)),
+               Column("95% CI", lambda r: interval(r["ci_low"], r["ci_high"]), "CI"),
+               Column("paper", lambda r: num(r["paper"])),
+               Column("verdict", lambda r: r["verdict"])]
+    notes = [f"paper: {table.paper}", f"seeds: {', '.join(map(str, table.seeds))}",
+             ("verdict: the measured 95% interval contains the paper's number, or lies above / "
+              "below it")]
     if table.notes:
-        head += f"\nnotes: {table.notes}"
-    return head + "\n" + format_table(header, rows)
+        notes.append(f"notes: {table.notes}")
+    fields = ["row", "metric", "n", "mean", "std", "ci_low", "ci_high", "paper", "verdict"]
+    return Report(table.title, fields, records, columns, key_columns=2, notes=notes)

@@ -6,6 +6,7 @@ stays free of any domain.
 from __future__ import annotations
 
 import itertools
+import re
 import sys
 from pathlib import Path
 from typing import Any, Callable
@@ -163,3 +164,22 @@ def _split_values(text: str) -> list[str]:
             cur += ch
     out.append(cur)
     return out
+
+
+def point_run_name(recipe: rc.Recipe, point: list[str]) -> str:
+    """A sweep point's run name from what it sets: ``nt_xent-t0.1-s0`` for
+    ``objective.loss.temperature=0.1`` (the key's initials, the full last component when two
+    keys share initials), the loss (or domain) first, the seed last."""
+    pairs = [p.split("=", 1) for p in point]
+    pairs = [(k.strip(), v) for k, v in pairs if k.strip() != "seed"]
+    def last(key: str) -> str:
+        parts = [p for p in key.split(".") if not p.isdigit()]
+        return parts[-1] if parts else key
+    initials = {k: "".join(w[:1] for w in last(k).split("_") if w) for k, _ in pairs}
+    clash = {i for i in initials.values() if list(initials.values()).count(i) > 1}
+    obj = recipe.common.objective
+    bits = [obj.loss.name if obj else recipe.common.domain]
+    for k, v in pairs:
+        tag = last(k) if initials[k] in clash else initials[k]
+        bits.append(tag + re.sub(r"[^A-Za-z0-9.+-]+", "_", v.strip()).strip("_"))
+    return "-".join(bits + [f"s{recipe.common.seed}"])

@@ -62,7 +62,9 @@ def experiment_id(client: MlflowClient, name: str) -> str:
         root = artifact_root(client.tracking_uri)
         location = str(Path(root) / name) if root else None
         try:
-            return client.create_experiment(name, artifact_location=location)
+            # mlflow 3 opens an experiment without this tag in its GenAI (traces) view
+            return client.create_experiment(name, artifact_location=location,
+                                            tags={"mlflow.experimentKind": "custom_model_development"})
         except Exception:  # noqa: BLE001 - another process created it first: read it back
             exp = client.get_experiment_by_name(name)
             if exp is None:

@@ -1,0 +1,126 @@
+"""``ctk ui`` in a real browser: a tiny toy sweep, then headless Chromium loads the experiment's
+runs table (ctk's columns view), a two-run comparison and a run's artifacts, checks what the
+pages show and saves screenshots (to ``$CTK_SCREENS`` when set, else a temporary folder).
+
+    CTK_SCREENS=/tmp/screens python -m pytest -m browser tests/browser
+
+Chromium is the Debian package (``apt-get install chromium``); without it the test is skipped.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from toolkit.tracking import client_for
+
+CHROMIUM = next((p for p in map(shutil.which, ("chromium", "chromium-browser", "google-chrome")) if p), None)
+ROOT = Path(__file__).resolve().parents[2]
+pytestmark = [pytest.mark.browser, pytest.mark.skipif(CHROMIUM is None, reason="no chromium binary")]
+
+
+def _chromium(url: str, *args: str, height: int = 1000) -> str:
+    """Load ``url`` in headless Chromium (15 s of virtual time for the React app); stdout."""
+    with tempfile.TemporaryDirectory() as profile:
+        out = subprocess.run(
+            [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
+             "--disable-background-networking", "--disable-component-update", "--disable-sync",
+             f"--user-data-dir={profile}", f"--window-size=1600,{height}",
+             "--virtual-time-budget=15000", *args, url],
+            capture_output=True, text=True, timeout=180, check=False)
+    return out.stdout
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def ui(tmp_path_factory):
+    """A 2 temperatures x 2 seeds toy sweep in a fresh store, served by ``ctk ui``."""
+    work = tmp_path_factory.mktemp("ui")
+    env = {**os.environ, "MLFLOW_TRACKING_URI": f"sqlite:///{work / 'mlflow.db'}",
+           "OMP_NUM_THREADS": "1"}
+    cli = str(ROOT / "cli.py")
+    subprocess.run([sys.executable, cli, "sweep", str(ROOT / "recipes/toy/lmcl_three_bars_cl.yaml"),
+                    "--grid", "objective.loss.temperature=0.1,1.0", "--grid", "seed=0,1",
+                    "--set", "budget.steps=60", "--set", "tracking.log_model=true",
+                    "--experiment", "ui-demo", "--quiet"],
+                   cwd=work, env=env, check=True, capture_output=True, timeout=600)
+    port = _free_port()
+    log = open(work / "ui.log", "w")
+    proc = subprocess.Popen([sys.executable, cli, "ui", "--port", str(port)], cwd=work, env=env,
+                            stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        for _ in range(120):
+            try:
+                urllib.request.urlopen(base + "/health", timeout=2)
+                break
+            except OSError:
+                time.sleep(0.5)
+        else:
+            pytest.fail(f"ctk ui did not answer on {base}: {(work / 'ui.log').read_text()[-2000:]}")
+        yield base, env["MLFLOW_TRACKING_URI"], (work / "ui.log").read_text()
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)  # the server and its workers: our own session
+        proc.wait(timeout=30)
+        log.close()
+
+
+@pytest.fixture(scope="module")
+def screens(tmp_path_factory) -> Path:
+    out = Path(os.environ.get("CTK_SCREENS") or tmp_path_factory.mktemp("screens"))
+    out.mkdir(parents=True, exist_ok=True)
+    return out
+
+
+def test_runs_table_shows_metric_and_swept_param_columns(ui, screens):
+    _, _, log = ui
+    route = re.search(r"ui-demo: (http\S+)", log)
+    assert route, log  # ctk ui prints the link to the columns view
+    url = route.group(1)
+    assert "workflowType=machine_learning" in url and "viewStateShareKey=" in url
+    dom = _chromium(url, "--dump-dom")
+    headers = re.findall(r'role="columnheader"[^>]*>(?:<[^>]+>)*([^<]+)', dom)
+    text = re.sub(r"<[^>]+>", " ", dom)
+    for name in ("kmeans_accuracy", "dp_margin_occupancy", "objective.loss.temperature", "seed"):
+        assert name in text, (name, headers)
+    for run in ("nt_xent-t0.1-s0", "nt_xent-t1.0-s1"):  # names say what differs
+        assert run in text
+    shot = screens / "ui-runs-columns.png"
+    _chromium(url, f"--screenshot={shot}")
+    assert shot.stat().st_size > 10_000
+
+
+def test_compare_page_and_run_artifacts(ui, screens):
+    base, uri, _ = ui
+    client = client_for(uri)
+    exp = client.get_experiment_by_name("ui-demo")
+    runs = client.search_runs([exp.experiment_id], order_by=["attributes.run_name"])
+    a, b = runs[0].info.run_id, runs[-1].info.run_id
+    assert client.get_run(a).data.tags["mlflow.note.content"].startswith("sweep ui-demo: ")
+    compare = (f"{base}/#/compare-runs?runs={json.dumps([a, b], separators=(',', ':'))}"
+               f"&experiments={json.dumps([exp.experiment_id])}&workflowType=machine_learning")
+    dom = _chromium(compare, "--dump-dom", height=2600)
+    assert 'artifact-name="recipe.yaml"' in dom  # the common artifacts pane lists the recipe
+    assert "kmeans_accuracy" in dom
+    _chromium(compare, f"--screenshot={screens / 'ui-compare-two-runs.png'}", height=2600)
+    page = f"{base}/#/experiments/{exp.experiment_id}/runs/{a}/artifacts?workflowType=machine_learning"
+    dom = _chromium(page, "--dump-dom")
+    for name in ("recipe.yaml", "figures", "model"):
+        assert f'artifact-name="{name}"' in dom, name
+    _chromium(page, f"--screenshot={screens / 'ui-run-artifacts.png'}")
