@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 
+import mpmath
 import pytest
 import torch
 
@@ -12,32 +13,57 @@ from toolkit.losses.functional.debiased import dcl_reference
 
 
 # ----------------------------------------------------------------------------- loop references
-def ref_ng(pos, negs, sims, n, tau, tau_plus, beta, clamp):
-    """Ng of chingyaoc/DCL (beta None) or joshr17/HCL: (-tau+ N pos + R) / (1 - tau+), clamp."""
+def ref_ng(pos, negs, sims, n, tau, tau_plus, beta, clamp, exp=torch.exp):
+    """Ng of chingyaoc/DCL (beta None) or joshr17/HCL: (-tau+ N pos + R) / (1 - tau+), clamp.
+    ``exp``: torch.exp on 0-d tensors, or mpmath.exp on mpf numbers (any exponent)."""
     if beta is None:
         r = sum(negs)
     else:
-        imps = [torch.exp(beta * s / tau) for s in sims]
+        imps = [exp(beta * s / tau) for s in sims]
         r = sum(i * g for i, g in zip(imps, negs)) / (sum(imps) / n)
     ng = (-tau_plus * n * pos + r) / (1 - tau_plus)
     if clamp:
-        ng = torch.clamp(ng, min=n * math.exp(-1 / tau))
+        floor = n * exp(-1 / tau) if exp is mpmath.exp else n * math.exp(-1 / tau)
+        ng = torch.clamp(ng, min=floor) if torch.is_tensor(ng) else max(ng, floor)
     return ng
 
 
-def ref_in_batch(z1, z2, tau, tau_plus, beta=None, clamp=True):
+def ref_in_batch(z1, z2, tau, tau_plus, beta=None, clamp=True, dot=torch.dot, exp=torch.exp,
+                 log=torch.log):
+    """The 2B-form loop; ``dot, exp, log`` from mpmath (rows as lists of mpf) give the loss at
+    any precision, where e^{s/tau} overflows float64."""
     z = list(z1) + list(z2)
     m, b = len(z), len(z1)
     n = m - 2
     total = 0.0
     for a in range(m):
         p = (a + b) % m
-        pos = torch.exp(torch.dot(z[a], z[p]) / tau)
-        sims = [torch.dot(z[a], z[c]) for c in range(m) if c not in (a, p)]
-        negs = [torch.exp(s / tau) for s in sims]
-        ng = ref_ng(pos, negs, sims, n, tau, tau_plus, beta, clamp)
-        total = total - torch.log(pos / (pos + ng))
+        pos = exp(dot(z[a], z[p]) / tau)
+        sims = [dot(z[a], z[c]) for c in range(m) if c not in (a, p)]
+        negs = [exp(s / tau) for s in sims]
+        ng = ref_ng(pos, negs, sims, n, tau, tau_plus, beta, clamp, exp)
+        total = total - log(pos / (pos + ng))
     return total / m
+
+
+def ref_in_batch_mp(z1, z2, tau, tau_plus, beta=None):
+    """Value and gradient of :func:`ref_in_batch` in mpmath at 60 digits: the gradient by
+    mpmath's numerical differentiation, one coordinate at a time (exact to ~1e-20 here)."""
+    with mpmath.workdps(60):
+        flat = [mpmath.mpf(float(v)) for v in torch.cat([z1, z2]).detach().flatten()]
+        b, d = z1.shape
+
+        def loss(values):
+            rows = [values[i * d:(i + 1) * d] for i in range(2 * b)]
+            return ref_in_batch(rows[:b], rows[b:], tau, tau_plus, beta, dot=mpmath.fdot,
+                                exp=mpmath.exp, log=mpmath.log)
+
+        def partial(j):
+            return mpmath.diff(lambda t: loss(flat[:j] + [t] + flat[j + 1:]), flat[j])
+
+        value = float(loss(flat))
+        g = torch.tensor([float(partial(j)) for j in range(len(flat))], dtype=torch.float64)
+    return torch.tensor(value, dtype=torch.float64), g.view(2 * b, d)
 
 
 def ref_scores(s, pos_mask, valid, tau, tau_plus, beta=None, clamp=True):
@@ -119,11 +145,16 @@ def test_clamp_off_raises_instead_of_nan():
                                dcl_reference(z1, z2, 0.5, 0.01, clamp=False))
 
 
-def test_extreme_logits_stay_finite(rows):
+def test_extreme_logits_match_the_loop_at_60_digits(close, rows):
+    """Non-unit rows (norms ~6) and tau = 0.01: logits in the thousands, e^{s/tau} (and HCL's
+    e^{2s/tau}) overflow float64; the loop in mpmath has no overflow. Value and gradients
+    at float64 round-off."""
     z1, z2 = rows(5, 4, seed=5, unit=False, scale=3.0), rows(5, 4, seed=6, unit=False, scale=3.0)
-    for loss in (dcl(z1, z2, 0.01), hcl(z1, z2, 0.01, beta=2.0), dcl(z1, z2, 0.01, 0.0)):
-        assert torch.isfinite(loss)
-        assert all(torch.isfinite(g).all() for g in grads(loss, z1, z2))
+    for tau_plus, beta in ((0.1, None), (0.1, 2.0), (0.0, None)):
+        loss = dcl(z1, z2, 0.01, tau_plus) if beta is None else hcl(z1, z2, 0.01, tau_plus, beta)
+        ref, g_ref = ref_in_batch_mp(z1, z2, 0.01, tau_plus, beta)
+        close(loss, ref, torch.float64)
+        close(torch.cat(grads(loss, z1, z2)), g_ref, torch.float64)
 
 
 @pytest.mark.parametrize("tau", [0.5, 0.05, 0.02])
@@ -174,6 +205,7 @@ def test_limit_condition_clamp_can_bite_off_the_sphere():
     clamped = dcl(z1, z2, 5.0, 0.0, stats=stats)
     assert stats["clamp_active"] == 1.0
     assert float(clamped - nt_xent(z1, z2, 5.0)) > 0.1  # N e^{-1/tau} replaced the negatives
+    torch.testing.assert_close(clamped, ref_in_batch(z1, z2, 5.0, 0.0), rtol=1e-12, atol=0)
     torch.testing.assert_close(dcl(z1, z2, 5.0, 0.0, clamp=False), nt_xent(z1, z2, 5.0))
 
 

@@ -123,8 +123,20 @@ def test_similarity_profile_matches_loop():
     assert p["positive"] == pytest.approx(np.mean([dot(q[i], cand[int(idx[i])]) for i in range(6)]))
     emb_pos = emb(6, 4, 11)
     p2 = metrics.similarity_profile(q, cand, emb_pos, top=20)
-    assert p2["negative_values"].shape == (6, 20)
-    assert p2["positive"] == pytest.approx(np.mean([dot(q[i], emb_pos[i]) for i in range(6)]))
+    pos2 = [dot(q[i], emb_pos[i]) for i in range(6)]
+    rows = [sorted((dot(q[i], cand[j]) for j in range(20)), reverse=True) for i in range(6)]
+    assert p2["positive"] == pytest.approx(np.mean(pos2))
+    # the raw values and the spreads (population standard deviations, as the figure's bands)
+    np.testing.assert_allclose(p2["positive_values"], pos2, rtol=1e-12, atol=1e-14)
+    np.testing.assert_allclose(p2["negative_values"], rows, rtol=1e-12, atol=1e-14)
+
+    def pstd(values):
+        mean = sum(values) / len(values)
+        return math.sqrt(sum((v - mean) ** 2 for v in values) / len(values))
+
+    assert p2["positive_std"] == pytest.approx(pstd(pos2), rel=1e-12)
+    np.testing.assert_allclose(p2["negatives_std"], [pstd([r[k] for r in rows]) for k in range(20)],
+                               rtol=1e-10, atol=1e-14)
     with pytest.raises(ValueError, match="top"):
         metrics.similarity_profile(q, cand, idx, top=20)     # only 19 negatives per anchor
 

@@ -23,9 +23,23 @@ def test_real_pixels_and_frame_stack():
     assert np.array_equal(obs[0:3], obs[3:6]) and np.array_equal(obs[3:6], obs[6:9])
     assert np.array_equal(obs[6:9], info["frame"])
     assert obs.std() > 0  # a real picture, not a blank buffer
+    # the same task and seed in raw dm_control, rendered by camera 0 and moved channels-first,
+    # after the same 8 physics steps per agent step
+    from dm_control import suite  # after make_env chose the renderer
+
+    raw = suite.load("cartpole", "swingup", task_kwargs={"random": 0})
+    raw.reset()
+
+    def raw_frame():
+        return raw.physics.render(32, 32, camera_id=0).transpose(2, 0, 1)
+
+    assert np.array_equal(info["frame"], raw_frame())
     frames = [info["frame"]] * 3  # the reset frame fills the stack
     for _ in range(3):
         obs, _, _, _, info = env.step(np.array([0.5], dtype=np.float32))
+        for _ in range(8):
+            raw.step(np.array([0.5]))
+        assert np.array_equal(info["frame"], raw_frame())
         frames.append(info["frame"])
         # the stack is the last three frames, oldest first
         assert np.array_equal(obs, np.concatenate(frames[-3:], axis=0))

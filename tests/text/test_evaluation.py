@@ -1,5 +1,6 @@
 """The SentEval-style probe and engine: k-fold determinism, the MSRP features, the
-two-function face, and the encoder's embedding (order-free, tokenizer saved with it)."""
+two-function face, and the encoder's embedding (order-free, tokenizer saved with it, the
+bidirectional GRU against the recurrence written out, the BERT option against unpadded runs)."""
 from __future__ import annotations
 
 import numpy as np
@@ -108,6 +109,29 @@ def test_engine_face_order_and_pairs() -> None:
     assert sp.issparse(bow.batcher(["good x"])) and bow.batcher(["good x"]).sum() == 2
 
 
+def _loop_gru(gru: torch.nn.GRU, x: list[torch.Tensor], suffix: str) -> torch.Tensor:
+    """The GRU recurrence written out (torch.nn.GRU's equations, gates r, z, n in that order):
+    r = s(W_ir x + b_ir + W_hr h + b_hr), z = s(W_iz x + ... ), n = tanh(W_in x + b_in +
+    r (W_hn h + b_hn)), h <- (1 - z) n + z h, over the tokens ``x`` in the order given."""
+    w_ih, w_hh = (getattr(gru, f"weight_{k}_l0{suffix}").double() for k in ("ih", "hh"))
+    b_ih, b_hh = (getattr(gru, f"bias_{k}_l0{suffix}").double() for k in ("ih", "hh"))
+    units = w_hh.shape[1]
+    h = torch.zeros(units, dtype=torch.float64)
+    for token in x:
+        gi, gh = w_ih @ token + b_ih, w_hh @ h + b_hh
+        r = torch.sigmoid(gi[:units] + gh[:units])
+        z = torch.sigmoid(gi[units:2 * units] + gh[units:2 * units])
+        n = torch.tanh(gi[2 * units:] + r * gh[2 * units:])
+        h = (1 - z) * n + z * h
+    return h
+
+
+def _loop_sentence_vector(encoder, ids: list[int]) -> torch.Tensor:
+    """[last forward state, last backward state] over the sentence's own tokens (no padding)."""
+    x = [encoder.embedding.weight[i].double() for i in ids]
+    return torch.cat([_loop_gru(encoder.rnn, x, ""), _loop_gru(encoder.rnn, x[::-1], "_reverse")])
+
+
 def test_encoder_embedding_is_order_free_and_carries_its_tokenizer() -> None:
     sentences = ["the cat sat on the mat.", "a dog barked.", "it rained all day long in town.",
                  "she smiled.", "they walked home together after the long dinner."] * 3
@@ -127,20 +151,32 @@ def test_encoder_embedding_is_order_free_and_carries_its_tokenizer() -> None:
     assert clone.tokenizer.to_json() == tok.to_json()
     assert np.allclose(clone.embed(sentences[:5]), e1)
     bi = build_quick_thought_encoder(EncoderConfig(embedding_dim=8, hidden_size=6, bidirectional=True), tok)
-    assert bi.embed(sentences[:2]).shape == (2, 12)
+    # sentences of different lengths share a padded chunk: the backward direction must start at
+    # each sentence's own last token, so the loop runs on the unpadded ids
+    with torch.no_grad():
+        ref = np.stack([torch.cat([_loop_sentence_vector(bi.f, ids), _loop_sentence_vector(bi.g, ids)]).numpy()
+                        for ids in tok.ids(sentences[:5])])
+    np.testing.assert_allclose(bi.embed(sentences[:5]), ref, rtol=1e-5, atol=1e-6)
     with pytest.raises(ValueError, match="hidden_size"):
         build_quick_thought_encoder(EncoderConfig(embedding_dim=8, hidden_size=7, bidirectional=True), tok)
 
 
-def test_transformer_option_builds_locally() -> None:
+def test_transformer_option_builds_locally_and_pools_the_real_tokens() -> None:
     tok = train_tokenizer(["one two three four.", "five six seven."] * 4, kind="word",
                           vocab_size=30, min_frequency=1)
     enc = build_quick_thought_encoder(EncoderConfig(kind="transformer", hidden_size=16,
                                                     num_layers=1, num_heads=2), tok)
-    out = enc.embed(["one two three four.", "five six."])
-    assert out.shape == (2, 32) and np.isfinite(out).all()
-    u, v = enc(tok(["one two.", "three."]), pair=True)
-    assert u.shape == v.shape == (2, 16)
+    sentences = ["one two three four.", "five six."]
+    out = enc.embed(sentences)
+    # the mean of BERT's last hidden states over the real tokens: each sentence run alone,
+    # unpadded, must give its row of the padded batch
+    enc.eval()
+    with torch.no_grad():
+        ref = np.stack([torch.cat([m.model(input_ids=torch.tensor([ids])).last_hidden_state[0].mean(0)
+                                   for m in (enc.f, enc.g)]).numpy() for ids in tok.ids(sentences)])
+    np.testing.assert_allclose(out, ref, rtol=1e-5, atol=1e-5)
+    u, v = enc(tok(sentences), pair=True)
+    np.testing.assert_allclose(torch.cat([u, v], dim=1).detach().numpy(), ref, rtol=1e-5, atol=1e-5)
 
 
 def test_baselines_random_encoder_of_the_same_size_and_bag_of_words() -> None:

@@ -127,6 +127,26 @@ def _qt_loop_reference(s: list[list[float]], book: list[int], pos: list[int], wi
     return sum(per_anchor) / len(per_anchor)
 
 
+def _qt_loop_gradient(s: list[list[float]], book: list[int], pos: list[int], window: int,
+                      zero_logit: bool, tau: float = 1.0) -> list[list[float]]:
+    """dL/ds_ac of :func:`_qt_loop_reference`, differentiated by hand: for an anchor a with
+    m_a context sentences, (softmax_a(c) - [c is context] / m_a) / (tau A), A = the number of
+    anchors with a context; 0 for s_aa (excluded, or the constant zero logit)."""
+    n = len(book)
+    ctx = [[p for p in range(n) if p != a and book[p] == book[a] and abs(pos[p] - pos[a]) <= window]
+           for a in range(n)]
+    anchors = sum(1 for c in ctx if c)
+    g = [[0.0] * n for _ in range(n)]
+    for a in range(n):
+        if not ctx[a]:
+            continue
+        logits = {c: s[a][c] / tau for c in range(n) if c != a}
+        z = sum(math.exp(x) for x in logits.values()) + (1.0 if zero_logit else 0.0)
+        for c, x in logits.items():
+            g[a][c] = (math.exp(x) / z - (c in ctx[a]) / len(ctx[a])) / (tau * anchors)
+    return g
+
+
 @pytest.mark.parametrize("window, self_candidate", [(1, "exclude"), (2, "exclude"), (1, "zero_logit")])
 def test_qt_softmax_matches_the_loop_reference(window: int, self_candidate: str) -> None:
     table, tok = _table()
@@ -138,16 +158,22 @@ def test_qt_softmax_matches_the_loop_reference(window: int, self_candidate: str)
     cb = quick_thought_batch(batch, model, window=window, self_candidate=self_candidate)
     loss = LOSSES.get("info_nce")()(cb).loss
     u, v = model(batch["x"], pair=True)
-    ref = _qt_loop_reference(_loop_scores(u.detach(), v.detach()), table.book[idx].tolist(),
-                             table.position[idx].tolist(), window, self_candidate == "zero_logit")
+    loop_args = (_loop_scores(u.detach(), v.detach()), table.book[idx].tolist(),
+                 table.position[idx].tolist(), window, self_candidate == "zero_logit")
+    ref = _qt_loop_reference(*loop_args)
     assert loss.item() == pytest.approx(ref, rel=1e-10)
     # the book boundary between positions 6 (a) and 0 (b) gives no positive
     assert not cb.positive_mask[3, 4] and cb.positive_mask[4, 5]
     # views: the L2-normalised f and g embeddings, for view-based regularizers
     assert cb.views.shape == (len(idx), 2, 5)
     assert torch.allclose(cb.views.norm(dim=-1), torch.ones(len(idx), 2, dtype=torch.float64))
+    # gradients of f and g: the loop's dL/ds chained through s = f g^T by autograd
+    g_loop = torch.tensor(_qt_loop_gradient(*loop_args), dtype=torch.float64)
+    g_ref = torch.autograd.grad((g_loop * (u @ v.t())).sum(), [model.ef.weight, model.eg.weight])
     loss.backward()
-    assert model.ef.weight.grad.abs().sum() > 0 and model.eg.weight.grad.abs().sum() > 0
+    assert g_ref[0].abs().sum() > 0 and g_ref[1].abs().sum() > 0
+    torch.testing.assert_close(model.ef.weight.grad, g_ref[0], rtol=1e-10, atol=1e-12)
+    torch.testing.assert_close(model.eg.weight.grad, g_ref[1], rtol=1e-10, atol=1e-12)
 
 
 def test_cosine_scores_and_bad_options() -> None:

@@ -11,6 +11,18 @@ from domains.toy import clusters, mixture
 
 torch.set_num_threads(1)
 
+Z = 5.0  # sample statistics are held to Z standard errors of their known value
+
+
+def se_mean(sd: float, n: int) -> float:
+    """Standard error of a sample mean of n draws with standard deviation ``sd``."""
+    return sd / math.sqrt(n)
+
+
+def se_var(var: float, n: int) -> float:
+    """Standard error of a Gaussian sample variance: var sqrt(2 / (n - 1))."""
+    return var * math.sqrt(2.0 / (n - 1))
+
 
 def test_circle_means_equally_spaced_on_radius_two():
     m = mixture.circle_means(4, 2.0)
@@ -19,7 +31,7 @@ def test_circle_means_equally_spaced_on_radius_two():
 
 
 def test_mixture_means_variances_and_labels():
-    n = 20_000
+    n = 500_000  # a 1% error in the noise scale (2% in the variance) is 7 standard errors
     x, y = mixture.sample_mixture(n, 4, 2.0, 1.0, torch.Generator().manual_seed(0))
     assert x.shape == (4 * n, 2) and x.dtype == torch.float32
     assert torch.equal(torch.bincount(y), torch.full((4,), n))
@@ -27,15 +39,19 @@ def test_mixture_means_variances_and_labels():
         pts = x[y == k].double()
         angle = 2 * math.pi * k / 4
         mean = torch.tensor([2 * math.cos(angle), 2 * math.sin(angle)], dtype=torch.float64)
-        assert torch.allclose(pts.mean(0), mean, atol=4 / math.sqrt(n))  # 4 standard errors
+        assert torch.allclose(pts.mean(0), mean, rtol=0, atol=Z * se_mean(1.0, n))
         cov = torch.cov(pts.T)
-        assert torch.allclose(cov, torch.eye(2, dtype=torch.float64), atol=0.04)
+        diag, off = cov.diagonal(), cov[0, 1]
+        assert torch.allclose(diag, torch.ones(2, dtype=torch.float64), rtol=0, atol=Z * se_var(1.0, n))
+        assert abs(float(off)) < Z * se_mean(1.0, n)  # SE of a covariance of independent unit draws
 
 
 def test_gaussian_augmentation_has_the_stated_variance():
-    x = torch.zeros(50_000, 2)
+    n = 1_000_000
+    x = torch.zeros(n, 2, dtype=torch.float64)
     aug = mixture.gaussian_augment(x, 4.0, torch.Generator().manual_seed(1))
-    assert aug.var(0).sub(4.0).abs().max() < 0.1
+    assert aug.var(0).sub(4.0).abs().max() < Z * se_var(4.0, n)
+    assert aug.mean(0).abs().max() < Z * se_mean(2.0, n)
 
 
 def test_augmentation_matrix_rows_sum_to_one_and_match_the_density():
@@ -77,14 +93,17 @@ def test_cluster_sets_shapes_labels_and_half_plane(name, classes):
 
 
 def test_three_bars_geometry():
-    x, y = clusters.three_bars(4000, length=3.0, gap=1.0, width=0.2, offset=1.5,
+    n = 500_000  # 1% of the length, gap or width is > 7 standard errors of its statistic
+    x, y = clusters.three_bars(n, length=3.0, gap=1.0, width=0.2, offset=1.5,
                                generator=torch.Generator().manual_seed(1))
     for k in range(3):
         bar = x[y == k].double()
         assert bar[:, 0].min() >= 1.5 and bar[:, 0].max() <= 4.5
-        assert float(bar[:, 0].mean()) == pytest.approx(3.0, abs=0.05)
-        assert float(bar[:, 1].mean()) == pytest.approx(k - 1.0, abs=0.02)
-        assert float(bar[:, 1].std()) == pytest.approx(0.2, abs=0.01)
+        # U[1.5, 4.5]: mean 3, sd 3 / sqrt(12)
+        assert float(bar[:, 0].mean()) == pytest.approx(3.0, abs=Z * se_mean(3.0 / math.sqrt(12), n))
+        assert float(bar[:, 1].mean()) == pytest.approx(k - 1.0, abs=Z * se_mean(0.2, n))
+        # sd of a Gaussian sample sd: sigma / sqrt(2 (n - 1))
+        assert float(bar[:, 1].std()) == pytest.approx(0.2, abs=Z * 0.2 / math.sqrt(2 * (n - 1)))
 
 
 def test_nested_moons_invert_to_canonical_moons():
@@ -103,11 +122,15 @@ def test_nested_moons_invert_to_canonical_moons():
 
 
 def test_sector_blobs_means():
-    x, y = clusters.sector_blobs(5000, classes=3, radius=4.0, spread=0.5, sector=90.0,
+    n = 100_000
+    x, y = clusters.sector_blobs(n, classes=3, radius=4.0, spread=0.5, sector=90.0,
                                  generator=torch.Generator().manual_seed(3))
     for k, deg in enumerate([-45.0, 0.0, 45.0]):
-        m = torch.tensor([4 * math.cos(math.radians(deg)), 4 * math.sin(math.radians(deg))])
-        assert torch.allclose(x[y == k].mean(0), m, atol=0.05)
+        m = torch.tensor([4 * math.cos(math.radians(deg)), 4 * math.sin(math.radians(deg))],
+                         dtype=torch.float64)
+        assert torch.allclose(x[y == k].double().mean(0), m, rtol=0, atol=Z * se_mean(0.5, n))
+        assert torch.allclose(x[y == k].double().std(0), torch.full((2,), 0.5, dtype=torch.float64),
+                              rtol=0, atol=Z * 0.5 / math.sqrt(2 * (n - 1)))
 
 
 @pytest.mark.parametrize("call, name", [

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from domains.vision.encoders import ProjectionHead, VisionEncoder, build_backbone
@@ -42,11 +43,43 @@ def test_small_alexnet_reads_fc7():
     assert dim == 4096
 
 
+def _plain_convnet(enc, x):
+    """The grey-image encoder written out with torch.nn.functional on the module's own
+    weights (eval mode): three [conv3x3 (no bias), BatchNorm, ReLU] blocks with a 2x2
+    max-pool after the first two, global average pool; head Linear-ReLU-Linear; z / ||z||."""
+    convs = [m for m in enc.backbone.body if isinstance(m, nn.Conv2d)]
+    norms = [m for m in enc.backbone.body if isinstance(m, nn.BatchNorm2d)]
+    h = x
+    for i, (conv, bn) in enumerate(zip(convs, norms)):
+        h = F.conv2d(h, conv.weight, padding=1)
+        h = (h - bn.running_mean[:, None, None]) / torch.sqrt(bn.running_var[:, None, None] + bn.eps)
+        h = torch.clamp(h * bn.weight[:, None, None] + bn.bias[:, None, None], min=0.0)
+        if i < 2:
+            h = F.max_pool2d(h, 2)
+    feats = h.mean(dim=(2, 3))
+    first, last = enc.head.net[0], enc.head.net[-1]
+    z = torch.clamp(feats @ first.weight.T + first.bias, min=0.0) @ last.weight.T + last.bias
+    return feats, z / z.pow(2).sum(1, keepdim=True).sqrt()
+
+
 def test_convnet_for_grey_images():
     enc, dim = _encoder("convnet", channels=1, size=28, width=8)
     assert dim == 32
-    z = enc(torch.randn(4, 1, 28, 28))
+    g = torch.Generator().manual_seed(0)
+    with torch.no_grad():  # running statistics away from their initial 0 / 1
+        for bn in (m for m in enc.backbone.body if isinstance(m, nn.BatchNorm2d)):
+            bn.running_mean.normal_(0.0, 0.1, generator=g)
+            bn.running_var.uniform_(0.5, 2.0, generator=g)
+            bn.weight.uniform_(0.5, 1.5, generator=g)
+            bn.bias.normal_(0.0, 0.1, generator=g)
+    x = torch.randn(4, 1, 28, 28, generator=g)
+    z = enc(x)
     assert z.shape == (4, 32) and torch.allclose(z.norm(dim=1), torch.ones(4), atol=1e-5)
+    enc.eval()
+    with torch.no_grad():
+        feats_ref, z_ref = _plain_convnet(enc, x)
+        torch.testing.assert_close(enc.features(x), feats_ref, rtol=1e-5, atol=1e-6)
+        torch.testing.assert_close(enc(x), z_ref, rtol=1e-5, atol=1e-6)
 
 
 def test_linear_head_and_bad_arch():
