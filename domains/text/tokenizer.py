@@ -13,6 +13,8 @@ was trained with.
 """
 from __future__ import annotations
 
+import json
+
 from pathlib import Path
 from typing import Iterable, Sequence
 
@@ -135,4 +137,20 @@ def train_tokenizer(sentences: Iterable[str], kind: str = "wordpiece", vocab_siz
     tok.normalizer = normalizers.Sequence(steps)
     tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
     tok.train_from_iterator(sentences, trainer=trainer)
-    return SentenceTokenizer(tok, max_length)
+    return SentenceTokenizer(_canonical_ids(tok, special), max_length)
+
+
+def _canonical_ids(tok: Tokenizer, special: list[str]) -> Tokenizer:
+    """The same vocabulary with ids in a fixed order (the special tokens, then the rest
+    sorted). The trainers of ``tokenizers`` give the same token set on every run but number
+    tokens of equal count in an order that changes from run to run, and the ids decide which
+    embedding row each token starts from: without this, two runs with one seed differ."""
+    spec = json.loads(tok.to_str())
+    vocab = spec["model"]["vocab"]
+    if not isinstance(vocab, dict):
+        return tok
+    rest = sorted(t for t in vocab if t not in special)
+    spec["model"]["vocab"] = {t: i for i, t in enumerate([*special, *rest])}
+    for added in spec.get("added_tokens") or []:
+        added["id"] = spec["model"]["vocab"].get(added["content"], added["id"])
+    return Tokenizer.from_str(json.dumps(spec))

@@ -124,6 +124,9 @@ def test_nonfinite_loss_stops_with_message_and_checkpoint(points_domain, points_
     saved = ckpt.load(ckpt.checkpoint_dir(run.info.run_id) / "nonfinite-step-000000005.state")["trainer"]
     assert saved["loop"]["step"] == 5
     assert all(torch.isfinite(v).all() for v in saved["encoder"].values())
+    # --resume picks the newest *.pt; the state of the failing step is never one (no periodic
+    # checkpoint came before step 5 here, so there is nothing to resume)
+    assert ckpt.latest(ckpt.checkpoint_dir(run.info.run_id)) is None
 
 
 # Noise-free views and a vanishing learning rate keep the encoder at its initial weights (to

@@ -200,3 +200,57 @@ def test_eight_processes_create_one_experiment_at_once(tmp_path):
     client = client_for(uri)
     runs = client.search_runs([client.get_experiment_by_name("race").experiment_id])
     assert sorted(r.data.metrics["x"] for r in runs) == [float(i) for i in range(8)]
+
+
+def _free_port() -> int:
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _start_server(folder: Path, port: int) -> subprocess.Popen:
+    import urllib.request
+    proc = subprocess.Popen([sys.executable, "-m", "mlflow", "server", "--backend-store-uri",
+                             f"sqlite:///{folder / 'server.db'}", "--artifacts-destination", str(folder / "art"),
+                             "--host", "127.0.0.1", "--port", str(port), "--workers", "1"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2):
+                return proc
+        except OSError:
+            assert proc.poll() is None and time.monotonic() < deadline, "mlflow server did not start"
+            time.sleep(0.2)
+
+
+def _stop_server(proc: subprocess.Popen) -> None:
+    os.killpg(proc.pid, signal.SIGTERM)
+    proc.wait(timeout=30)
+
+
+def test_a_real_server_stopped_mid_run_and_restarted_gets_every_metric(points_domain, points_recipe, monkeypatch,
+                                                                         capsys):
+    port = _free_port()
+    folder = points_recipe.parent
+    uri = f"http://127.0.0.1:{port}"
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
+    server = {"proc": _start_server(folder, port)}
+
+    def outage(step):
+        if step == 6:
+            _stop_server(server["proc"])
+        if step == 15:
+            server["proc"] = _start_server(folder, port)
+    try:
+        r = load_recipe(points_recipe, ["budget.checkpoint_every=0"], points_domain)
+        run_id, _ = execute(r, points_domain, progress=False, hooks=[outage])
+        client = client_for(uri)
+        steps = [m.step for m in client.get_metric_history(run_id, "train/loss")]
+        assert sorted(steps) == [4, 8, 12, 16, 20, 24]  # 8 and 12 were logged while it was down
+        assert client.get_run(run_id).info.status == "FINISHED"
+        err = capsys.readouterr().err
+        assert "did not take the metrics" in err and "answers again" in err
+    finally:
+        _stop_server(server["proc"])
