@@ -140,6 +140,7 @@ def runs_table(experiment: str | None = None, uri: str | None = None, limit: int
         return f"no runs in {client.tracking_uri}"
     mark_dead_runs(client, ids)
     runs = client.search_runs(ids, order_by=["attributes.start_time DESC"], max_results=limit)
+    from toolkit import checkpoint as ckpt
     now = time.time()
     rows = [["run id", "name", "status", "heartbeat", "checkpoint", "resume with"]]
     for run in runs:
@@ -147,10 +148,14 @@ def runs_table(experiment: str | None = None, uri: str | None = None, limit: int
         beat = tags.get("ctk.heartbeat")
         age = f"{(now - float(beat)) / 60:.0f} min ago" if beat else "-"
         step = tags.get("ctk.checkpoint_step", "-")
+        on_disk = ckpt.latest(ckpt.checkpoint_dir(run.info.run_id))  # newer than the tag after a kill
+        if on_disk is not None and on_disk.stem.startswith("step-"):
+            step = str(int(on_disk.stem.split("-", 1)[1]))
         status = run.info.status + (f" ({tags['ctk.killed_reason']})" if "ctk.killed_reason" in tags else "")
         recipe = tags.get("ctk.recipe", "RECIPE")
+        resumable = "ctk.checkpoint" in tags or on_disk is not None
         resume = (f"ctk run {recipe} --resume {run.info.run_id}"
-                  if run.info.status in ("KILLED", "FAILED") and "ctk.checkpoint" in tags else "")
+                  if run.info.status in ("KILLED", "FAILED") and resumable else "")
         rows.append([run.info.run_id, run.info.run_name or "", status, age, f"step {step}" if step != "-" else "-",
                      resume])
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]

@@ -37,7 +37,7 @@ from domains.rl.agent import CurlSacAgent
 from domains.rl.config import AgentConfig, DataConfig, EncoderConfig, EvaluationConfig
 from toolkit import checkpoint as ckpt
 from toolkit.objective import Objective
-from toolkit.training.trainer import RunOptions, Trainer
+from toolkit.training.trainer import RunOptions, StopAfterStep, Trainer
 from domains.rl.envs import make_env
 from domains.rl.evaluation import (episode_seeds, random_policy, return_curve, run_episodes,
                                    save_episode_frames)
@@ -138,40 +138,54 @@ class Workspace(Trainer):
         s, c, agent = self.s, self.c, self.agent
         obs, episode_return, started = None, 0.0, time.perf_counter()
         steps_at_start = c.env_steps
-        while c.env_steps < s.total_env_steps:
-            if c.env_steps >= c.next_eval:
-                self.evaluate_policy()
-                c.next_eval += s.evaluation.every_env_steps
-            if obs is None:
-                obs, info = self.env.reset()
-                self.buffer.start_episode(info["frame"])
-                episode_return = 0.0
-            if c.env_steps < self.init_env_steps:
-                action = self.rng.uniform(-1.0, 1.0, size=self.action_dim).astype(np.float32)
-            else:
-                action = agent.act(obs, sample=True)
-                for _ in range(s.agent.updates_per_step):
-                    self._accumulate(agent.update(self._sample()))
-            obs, reward, terminated, truncated, info = self.env.step(action)
-            self.buffer.add(action, reward, terminated, info["frame"])
-            c.env_steps += info["env_steps"]
-            c.agent_steps += 1
-            episode_return += reward
-            if c.env_steps >= c.next_log:
-                rate = (c.env_steps - steps_at_start) / max(time.perf_counter() - started, 1e-9)
-                self._log_train(rate)
-                c.next_log += s.log_every
-            if terminated or truncated:
-                c.episodes += 1
-                self.tracker.log_metrics({"train/episode_return": episode_return,
-                                          "train/episodes": c.episodes}, step=c.env_steps)
-                obs = None
-                if c.next_checkpoint is not None and c.env_steps >= c.next_checkpoint:
-                    while c.next_checkpoint <= c.env_steps:
-                        c.next_checkpoint += s.checkpoint_every
-                    self.save_checkpoint()
-            if self.step_hook is not None:
-                self.step_hook(self)
+        with StopAfterStep() as stop:
+            while c.env_steps < s.total_env_steps:
+                if c.env_steps >= c.next_eval:
+                    self.evaluate_policy()
+                    c.next_eval += s.evaluation.every_env_steps
+                if obs is None:
+                    obs, info = self.env.reset()
+                    self.buffer.start_episode(info["frame"])
+                    episode_return = 0.0
+                if c.env_steps < self.init_env_steps:
+                    action = self.rng.uniform(-1.0, 1.0, size=self.action_dim).astype(np.float32)
+                else:
+                    action = agent.act(obs, sample=True)
+                    for _ in range(s.agent.updates_per_step):
+                        self._accumulate(agent.update(self._sample()))
+                obs, reward, terminated, truncated, info = self.env.step(action)
+                self.buffer.add(action, reward, terminated, info["frame"])
+                c.env_steps += info["env_steps"]
+                c.agent_steps += 1
+                episode_return += reward
+                if c.env_steps >= c.next_log:
+                    rate = (c.env_steps - steps_at_start) / max(time.perf_counter() - started, 1e-9)
+                    self._log_train(rate)
+                    c.next_log += s.log_every
+                if terminated or truncated:
+                    c.episodes += 1
+                    self.tracker.log_metrics({"train/episode_return": episode_return,
+                                              "train/episodes": c.episodes}, step=c.env_steps)
+                    obs = None
+                    if c.next_checkpoint is not None and c.env_steps >= c.next_checkpoint:
+                        while c.next_checkpoint <= c.env_steps:
+                            c.next_checkpoint += s.checkpoint_every
+                        self.save_checkpoint()
+                if self.step_hook is not None:
+                    self.step_hook(self)
+                if stop.requested:
+                    self._stop_now()
+
+    def _stop_now(self) -> None:
+        """Ctrl-C / SIGTERM: checkpoint now and stop. The episode in progress is not resumed
+        (the simulator's mid-episode state is not saved): ``--resume`` starts a new episode, so
+        no update is lost but the run is no longer step-for-step the uninterrupted one."""
+        path = self.save_checkpoint()
+        folder = self.options.checkpoint_dir
+        raise KeyboardInterrupt(
+            f"stopped after environment step {self.c.env_steps} of {self.s.total_env_steps}, checkpointed "
+            f"in {path}; continue with --resume {folder.name}" if path is not None else
+            f"stopped after environment step {self.c.env_steps} (no checkpoint folder, so no resume)")
 
     def _sample(self) -> dict[str, torch.Tensor]:
         batch = self.buffer.sample(self.rng, self.s.batch_size, self.s.data.crop_size)

@@ -19,21 +19,28 @@ from toolkit.runs import execute, load_recipe
 from toolkit.tracking import Tracker, client_for
 
 ROOT = Path(__file__).resolve().parents[2]
+DATA = Path(os.environ.get("CTK_DATA") or ROOT / "data").resolve()
 TOY = ROOT / "recipes" / "toy" / "lmcl_three_bars_dp.yaml"
 TOY_SETS = ["budget.steps=600", "budget.checkpoint_every=50", "evaluation.histogram=false"]
+VISION = ROOT / "recipes" / "vision" / "quickstart.yaml"
+VISION_SETS = ["data.train_subset=1024", "encoder.arch=convnet", "encoder.width=8", "encoder.head.hidden=[32]",
+               "encoder.head.out_dim=16", "budget.epochs=null", "budget.steps=64", "budget.batch_size=64",
+               "budget.checkpoint_every=8", "budget.log_every=8", "budget.monitor_every=null",
+               "budget.eval_every=null", "evaluation.probe_train_subset=512", "evaluation.test_subset=256",
+               "tracking.log_model=false", "tracking.experiment=survive-vision"]
 
 
 def _cli(cwd: Path, *args: str) -> subprocess.Popen:
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1",
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", "CTK_DATA": str(DATA),
            "MLFLOW_TRACKING_URI": f"sqlite:///{cwd / 'mlflow.db'}"}
     env.pop("CTK_CHECKPOINTS", None)
     return subprocess.Popen([sys.executable, str(ROOT / "cli.py"), *args], cwd=cwd, env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
 
-def _toy(cwd: Path, *extra: str) -> subprocess.Popen:
-    sets = [a for s in TOY_SETS for a in ("--set", s)]
-    return _cli(cwd, "run", str(TOY), "--quiet", *sets, *extra)
+def _toy(cwd: Path, *extra: str, recipe: Path = TOY, sets: list[str] = TOY_SETS) -> subprocess.Popen:
+    args = [a for s in sets for a in ("--set", s)]
+    return _cli(cwd, "run", str(recipe), "--quiet", *args, *extra)
 
 
 def _wait_for_checkpoint(cwd: Path, step: int, proc: subprocess.Popen, timeout: float = 120) -> None:
@@ -54,26 +61,30 @@ def _final(cwd: Path, run_id: str) -> tuple[dict, dict]:
     return {k: v for k, v in run.data.metrics.items() if not k.startswith("train/samples")}, weights
 
 
-def test_kill_9_at_three_points_then_resume_matches_the_uninterrupted_run(tmp_path):
+@pytest.mark.parametrize("recipe, sets, experiment, points", [
+    (TOY, TOY_SETS, "toy-lmcl", (100, 250, 400)),
+    (VISION, VISION_SETS, "survive-vision", (8, 24, 48)),
+], ids=["toy", "vision"])
+def test_kill_9_at_three_points_then_resume_matches_the_uninterrupted_run(tmp_path, recipe, sets, experiment, points):
     ref_dir = tmp_path / "ref"
     ref_dir.mkdir()
-    out, _ = _toy(ref_dir).communicate(timeout=300)
+    out, _ = _toy(ref_dir, recipe=recipe, sets=sets).communicate(timeout=300)
     ref_id = out.split("run ", 1)[1].split()[0]
     ref_metrics, ref_weights = _final(ref_dir, ref_id)
-    for kill_at in (100, 250, 400):
+    for kill_at in points:
         cwd = tmp_path / f"kill{kill_at}"
         cwd.mkdir()
-        proc = _toy(cwd)
+        proc = _toy(cwd, recipe=recipe, sets=sets)
         _wait_for_checkpoint(cwd, kill_at, proc)
         proc.kill()  # SIGKILL: no handler runs, the run is left RUNNING in the store
         proc.wait()
         run_id = next((cwd / "checkpoints").iterdir()).name
         assert _client(cwd).get_run(run_id).info.status == "RUNNING"
         listing = CliRunner(env={"MLFLOW_TRACKING_URI": f"sqlite:///{cwd / 'mlflow.db'}"}).invoke(
-            cli.main, ["runs", "toy-lmcl"])
+            cli.main, ["runs", experiment])
         assert listing.exit_code == 0, listing.output
         assert "KILLED (process" in listing.output and f"--resume {run_id}" in listing.output
-        out, _ = _toy(cwd, "--resume", run_id).communicate(timeout=300)
+        out, _ = _toy(cwd, "--resume", run_id, recipe=recipe, sets=sets).communicate(timeout=300)
         assert f"run {run_id}" in out, out
         metrics, weights = _final(cwd, run_id)
         assert _client(cwd).get_run(run_id).info.status == "FINISHED"

@@ -79,3 +79,25 @@ def test_killed_run_resumes_as_if_uninterrupted(cheap_render, tmp_path):
     assert resumed_tracker.series("train/episode_return") == reference.series("train/episode_return")[1:]
     # only the newest buffer folder is kept
     assert len(list((tmp_path / "b").glob("buffer-*"))) == 1
+
+
+def test_sigterm_mid_episode_checkpoints_and_the_run_finishes_on_resume(cheap_render, tmp_path):
+    import os
+    import signal
+
+    def term(ws):
+        if ws.c.env_steps == 1200:  # mid-episode (episodes are 1000 environment steps)
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    ws = Workspace(settings(), RecordingTracker(), objective(), RunOptions(checkpoint_dir=tmp_path), step_hook=term)
+    with pytest.raises(KeyboardInterrupt, match="after environment step 1200 of 2000"):
+        ws.fit()
+    assert signal.getsignal(signal.SIGTERM) == signal.SIG_DFL  # the handler is restored
+    saved = ckpt.load(ckpt.latest(tmp_path))["trainer"]
+    assert saved["counters"]["env_steps"] == 1200
+    resumed = Workspace(settings(), RecordingTracker(), objective(), RunOptions(checkpoint_dir=tmp_path))
+    resumed.resume(ckpt.latest(tmp_path))
+    assert resumed.agent.num_updates == ws.agent.num_updates
+    resumed.fit()
+    metrics = resumed.evaluate()
+    assert metrics["env_steps"] == 2000
