@@ -113,6 +113,22 @@ def similarity_profile_figure(profiles: Mapping[str, Any], title: str | None = N
     return fig
 
 
+def _finish_axes(ax: Any, xlabel: str, ylabel: str, title: str | None, logx: bool = False,
+                 logy: bool = False, legend: bool = True) -> None:
+    """Scales, labels, title, legend and grid of a line plot."""
+    if logx:
+        ax.set_xscale("log")
+    if logy:
+        ax.set_yscale("log")
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    if title:
+        ax.set_title(title)
+    if legend:
+        ax.legend(fontsize="small")
+    ax.grid(alpha=0.3)
+
+
 def curve_figure(x: Sequence[float], ys: Mapping[str, Sequence[float]], xlabel: str,
                  ylabel: str, title: str | None = None, logx: bool = False,
                  logy: bool = False) -> Figure:
@@ -127,17 +143,7 @@ def curve_figure(x: Sequence[float], ys: Mapping[str, Sequence[float]], xlabel: 
             raise ValueError(f"ys[{label!r}] has {v.shape[0] if v.ndim else 0} values, x has "
                              f"{xs.shape[0]}")
         ax.plot(xs, v, marker="o" if len(xs) <= 20 else None, label=str(label))
-    if logx:
-        ax.set_xscale("log")
-    if logy:
-        ax.set_yscale("log")
-    ax.set_xlabel(xlabel)
-    ax.set_ylabel(ylabel)
-    if title:
-        ax.set_title(title)
-    if len(ys) > 1:
-        ax.legend(fontsize="small")
-    ax.grid(alpha=0.3)
+    _finish_axes(ax, xlabel, ylabel, title, logx, logy, legend=len(ys) > 1)
     return fig
 
 
@@ -172,12 +178,5 @@ def band_figure(series: Mapping[str, Sequence[tuple[float, Any]]], xlabel: str, 
         if np.isfinite(low).any():
             ax.fill_between(x, low, high, where=np.isfinite(low), alpha=0.2,
                             color=line.get_color(), linewidth=0)
-    if logx:
-        ax.set_xscale("log")
-    ax.set_xlabel(xlabel)
-    ax.set_ylabel(ylabel)
-    if title:
-        ax.set_title(title)
-    ax.legend(fontsize="small")
-    ax.grid(alpha=0.3)
+    _finish_axes(ax, xlabel, ylabel, title, logx, legend=True)
     return fig

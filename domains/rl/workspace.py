@@ -173,19 +173,10 @@ class Workspace(Trainer):
                         self.save_checkpoint()
                 if self.step_hook is not None:
                     self.step_hook(self)
-                if stop.requested:
-                    self._stop_now()
-
-    def _stop_now(self) -> None:
-        """Ctrl-C / SIGTERM: checkpoint now and stop. The episode in progress is not resumed
-        (the simulator's mid-episode state is not saved): ``--resume`` starts a new episode, so
-        no update is lost but the run is no longer step-for-step the uninterrupted one."""
-        path = self.save_checkpoint()
-        folder = self.options.checkpoint_dir
-        raise KeyboardInterrupt(
-            f"stopped after environment step {self.c.env_steps} of {self.s.total_env_steps}, checkpointed "
-            f"in {path}; continue with --resume {folder.name}" if path is not None else
-            f"stopped after environment step {self.c.env_steps} (no checkpoint folder, so no resume)")
+                if stop.requested:  # the episode in progress restarts on --resume (its simulator
+                    # state is not saved): no update is lost, but the run is no longer step for
+                    # step the uninterrupted one
+                    self.stop_now(f"environment step {c.env_steps} of {s.total_env_steps}")
 
     def _sample(self) -> dict[str, torch.Tensor]:
         batch = self.buffer.sample(self.rng, self.s.batch_size, self.s.data.crop_size)

@@ -152,7 +152,7 @@ class Pretrainer(Trainer):
                     self._after_step(bar)
                     stopping = stop.requested if dist is None else dist.any_rank(stop.requested)
                     if stopping:
-                        self._stop_now()
+                        self.stop_now(f"step {state.step} of {self.total}")
                     if state.step >= self.total:
                         break
                 else:
@@ -240,14 +240,6 @@ class Pretrainer(Trainer):
         self.tracker.log_metrics({**avg, "train/samples_per_s": rate}, state.step)
         bar.set_postfix(loss=f"{avg['train/loss']:.4f}", rate=f"{rate:.0f}/s")
         state.sums, state.count = {}, 0
-
-    def _stop_now(self) -> None:
-        path = self.save_checkpoint()
-        folder = self.options.checkpoint_dir
-        raise KeyboardInterrupt(
-            f"stopped after step {self.state.step} of {self.total}, checkpointed in {path}; "
-            f"continue with --resume {folder.name}" if folder is not None else
-            f"stopped after step {self.state.step} of {self.total} (no checkpoint folder, so no resume)")
 
     # -- evaluation -------------------------------------------------------------------------
     def _evaluate(self) -> dict[str, float]:

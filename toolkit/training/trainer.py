@@ -121,6 +121,15 @@ class Trainer:
             note(saved, self.step)
         return saved
 
+    def stop_now(self, position: str) -> None:
+        """Checkpoint now and raise KeyboardInterrupt saying where the run stopped (``position``,
+        e.g. "step 13 of 24") and how to continue it."""
+        path = self.save_checkpoint()
+        folder = self.options.checkpoint_dir
+        raise KeyboardInterrupt(
+            f"stopped after {position}, checkpointed in {path}; continue with --resume {folder.name}"
+            if folder is not None else f"stopped after {position} (no checkpoint folder, so no resume)")
+
     def _resolved(self) -> dict[str, Any]:
         return self.recipe.resolved if self.recipe is not None else {}
 
