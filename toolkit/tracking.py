@@ -145,12 +145,21 @@ class Tracker:
                 if not self._pending:
                     break
         finally:
+            self._terminate(exc_type, exc)
+
+    def _terminate(self, exc_type: Any, exc: Any) -> None:
+        """FINISHED, or FAILED / KILLED with the error as a tag; a store that is still down
+        leaves the run RUNNING with a warning (its checkpoints are on disk either way)."""
+        try:
             if exc_type is None:
                 self.client.set_terminated(self.run_id, "FINISHED")
             else:
                 reason = "interrupted" if exc_type is KeyboardInterrupt else f"{exc_type.__name__}: {exc}"
                 self.client.set_tag(self.run_id, "error", reason[:5000])
                 self.client.set_terminated(self.run_id, "KILLED" if exc_type is KeyboardInterrupt else "FAILED")
+        except Exception as err:  # noqa: BLE001 - never hide the run's own outcome behind the store's
+            print(f"[ctk] warning: could not record the end of run {self.run_id} in {self.uri} "
+                  f"({type(err).__name__}); {len(self._pending)} metrics were not sent", file=sys.stderr, flush=True)
 
     # -- logging ----------------------------------------------------------------------------
     def log_params(self, params: Mapping[str, Any]) -> None:
