@@ -3,10 +3,13 @@
 On a GPU each of ``item``, ``tolist``, ``cpu``, ``numpy``, ``float()`` / ``int()`` /
 ``bool()`` of a tensor waits for the device queue to drain. :class:`SyncCounter` wraps them
 for a ``with`` block and counts the calls (on any device, so CPU tests see what a GPU run
-would wait for); ``bench/precision_step.py`` and the loop's tests read it per step.
+would wait for); ``bench/precision_step.py`` and the loop's tests read it per step. Reads made
+by torch's own code are not counted: they are of host-side values (an optimizer's step count
+lives on the CPU unless it is ``capturable``).
 """
 from __future__ import annotations
 
+import sys
 from collections import Counter
 from typing import Any
 
@@ -35,7 +38,9 @@ class SyncCounter:
 
             def counted(tensor: torch.Tensor, *args: Any, _name: str = name, _original: Any = original,
                         **kwargs: Any) -> Any:
-                self.calls[_name] += 1
+                caller = sys._getframe(1).f_globals.get("__name__", "")
+                if not caller.startswith("torch."):
+                    self.calls[_name] += 1
                 return _original(tensor, *args, **kwargs)
 
             setattr(torch.Tensor, name, counted)
