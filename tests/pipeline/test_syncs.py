@@ -65,3 +65,25 @@ def test_the_loop_adds_no_reads_to_the_objectives(points_domain, points_recipe):
     assert sum(alone.calls.values()) > 0
     for step in (2, 3, 6):  # neither a log step nor an epoch's first
         assert per_step[step] == alone.calls, (step, dict(per_step[step]), dict(alone.calls))
+
+
+def test_moco_queue_enqueues_without_reading_its_pointer():
+    """The queue keeps its pointer on the host; a loaded state is read once, then followed."""
+    import torch
+
+    from toolkit.samplers.sources import MoCoQueue
+    queue = MoCoQueue(10, 3, torch.Generator().manual_seed(0))
+    keys = torch.nn.functional.normalize(torch.randn(4, 3), dim=1)
+    with SyncCounter() as reads:
+        for _ in range(3):
+            queue.enqueue(keys)
+    assert reads.total == 0, dict(reads.calls)
+    assert int(queue.ptr) == 12 % 10 and int(queue.filled) == 10
+    restored = MoCoQueue(10, 3, torch.Generator().manual_seed(1))
+    restored.load_state_dict(queue.state_dict())
+    with SyncCounter() as reads:
+        restored.enqueue(keys[:3])
+        restored.enqueue(keys[:3])
+    assert reads.calls == Counter({"__int__": 2})  # ptr and filled, once after the load
+    assert int(restored.ptr) == (2 + 6) % 10
+    torch.testing.assert_close(restored.queue[2:8], torch.cat([keys[:3], keys[:3]]))
