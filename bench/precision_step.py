@@ -97,10 +97,10 @@ def main(argv: list[str] | None = None) -> int:
     times: dict[str, list[float]] = {"fp32": [], "bf16": []}
     reads: dict[int, Counter] = {}
     for _ in range(args.rounds):
-        for precision in times:
+        for precision, seconds_list in times.items():
             seconds, per_step = run(load_recipe([*base, f"precision={precision}"]), args.device,
                                     args.warmup, args.steps, True if args.sync_free else None)
-            times[precision].append(seconds)
+            seconds_list.append(seconds)
             reads = per_step
     recipe = load_recipe(base)
     fp32, bf16 = (statistics.median(times[p]) for p in ("fp32", "bf16"))

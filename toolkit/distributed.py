@@ -95,7 +95,7 @@ class ShuffledKeys(nn.Module):
     un-shuffles them; rank r returns its own rows of K. No gradient flows (keys are constants).
     """
 
-    def __init__(self, key_encoder: nn.Module, ctx: "Context", generator: torch.Generator) -> None:
+    def __init__(self, key_encoder: nn.Module, ctx: Context, generator: torch.Generator) -> None:
         super().__init__()
         self.key_encoder, self.ctx, self.generator = key_encoder, ctx, generator
 
@@ -120,7 +120,7 @@ class Context:
     device: torch.device
 
     @classmethod
-    def from_env(cls, device: str = "auto") -> "Context":
+    def from_env(cls, device: str = "auto") -> Context:
         rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
         local = int(os.environ.get("LOCAL_RANK", rank))
         use_cuda = device == "cuda" or (device == "auto" and torch.cuda.is_available())

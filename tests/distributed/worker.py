@@ -138,11 +138,12 @@ def run_shuffle_bn(ctx):
 
 def run_views(ctx=None):
     """The first training batch's views as the pretrainer of rank ``ctx.rank`` draws them."""
+    import yaml
+
     from tests.pipeline.conftest import POINTS_RECIPE
     from tests.pipeline.points_domain import PointsDomain
     from toolkit.training.pretrainer import Pretrainer
     from toolkit.training.trainer import RunOptions
-    import yaml
     recipe = rc.validate(yaml.safe_load(POINTS_RECIPE), PointsDomain.sections())
     domain = PointsDomain(recipe)
     trainer = Pretrainer(recipe, domain, None, RunOptions(distributed=ctx, progress=False))

@@ -9,7 +9,7 @@ import pytest
 import torch
 from torch.nn.functional import cross_entropy
 
-from tests.core.test_autocast import N, TOLERANCE_RATIO, inputs, rel_err
+from tests.core.test_autocast import TOLERANCE_RATIO, N, inputs, rel_err
 from tests.vision.test_precision import QUICKSTART, TINY, Stop, _stop_at
 from toolkit.losses.base import ContrastiveBatch
 from toolkit.losses.modules import LOSSES

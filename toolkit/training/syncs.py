@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import sys
 from collections import Counter
-from typing import Any
+from typing import Any, Self
 
 import torch
 
-__all__ = ["SyncCounter", "SYNC_METHODS"]
+__all__ = ["SYNC_METHODS", "SyncCounter"]
 
 SYNC_METHODS = ("item", "tolist", "cpu", "numpy", "__float__", "__int__", "__bool__", "__index__")
 
@@ -31,7 +31,7 @@ class SyncCounter:
     def total(self) -> int:
         return sum(self.calls.values())
 
-    def __enter__(self) -> "SyncCounter":
+    def __enter__(self) -> Self:
         for name in SYNC_METHODS:
             original = getattr(torch.Tensor, name)
             self._saved[name] = original
@@ -46,7 +46,7 @@ class SyncCounter:
             setattr(torch.Tensor, name, counted)
         return self
 
-    def __exit__(self, *exc: Any) -> None:
+    def __exit__(self, *exc: object) -> None:
         for name, original in self._saved.items():
             setattr(torch.Tensor, name, original)
         self._saved.clear()
