@@ -96,23 +96,39 @@ def main() -> None:
 @click.option("--device", type=click.Choice(["cpu", "cuda", "auto"]), help="Device (default: the recipe's).")
 @click.option("--resume", "resume", metavar="RUN", help="Continue a killed run: its mlflow run id or a checkpoint file.")
 @click.option("--extend", is_flag=True, help="With --resume: allow a changed budget (continue a run for longer).")
-@click.option("--nproc", type=int, default=1, show_default=True, help="Processes (one per device) under torch.distributed.")
+@click.option("--precision", type=click.Choice(["fp32", "bf16", "fp16"]), help="Autocast precision (default: the recipe's).")
+@click.option("--nproc", type=int, default=1, show_default=True, help="Processes on this node (one per device) under torchrun.")
+@click.option("--nnodes", type=int, default=1, show_default=True, help="Nodes of a multi-node run (each runs this command).")
+@click.option("--node-rank", type=int, default=0, show_default=True, help="This node's rank in [0, --nnodes).")
+@click.option("--master-addr", default="127.0.0.1", show_default=True, help="Address of node 0 (multi-node).")
+@click.option("--master-port", type=int, default=29500, show_default=True, help="Free port on node 0 (multi-node).")
 @click.option("--quiet", is_flag=True, help="No progress bar.")
 def run(recipe: str, sets: tuple[str, ...], experiment: str | None, seed: int | None,
-        device: str | None, resume: str | None, extend: bool, nproc: int, quiet: bool) -> None:
+        device: str | None, resume: str | None, extend: bool, precision: str | None, nproc: int, nnodes: int,
+        node_rank: int, master_addr: str, master_port: int, quiet: bool) -> None:
     """Run RECIPE and log it to mlflow.
 
     \b
     Example:
       ctk run recipes/vision/quickstart.yaml --set budget.epochs=2 --seed 1
+      ctk run recipes/vision/quickstart.yaml --precision bf16 --nproc 2
     """
-    extra = _cli_overrides(seed, experiment)
-    if nproc > 1:
+    extra = _cli_overrides(seed, experiment) + ([f"precision={precision}"] if precision else [])
+    if nproc > 1 or nnodes > 1:
+        r = _load(recipe, sets, extra)
+        why = getattr(domain_registry.get(r.domain), "single_process_only", None)
+        if why:
+            _fail(f"error: --nproc {nproc} --nnodes {nnodes}: domain {r.domain!r} runs in one process only: {why}", 2)
         from toolkit.distributed import launch
         args = [recipe, *sum((["--set", s] for s in (*sets, *extra)), [])]
         args += [a for a in (["--device", device] if device else []) + (["--resume", resume] if resume else [])
-                 + (["--extend"] if extend else [])]
-        sys.exit(launch(nproc, str(Path(__file__).resolve()), ["run", *args, "--quiet"] if quiet else ["run", *args]))
+                 + (["--extend"] if extend else []) + (["--quiet"] if quiet else [])]
+        try:
+            code = launch(nproc, str(Path(__file__).resolve()), ["run", *args], nnodes=nnodes,
+                          node_rank=node_rank, master_addr=master_addr, master_port=master_port)
+        except ValueError as exc:
+            _fail(f"error: {exc}", 2)
+        sys.exit(code)
     r = _load(recipe, sets, extra)
     dist = None
     if int(os.environ.get("WORLD_SIZE", "1")) > 1:

@@ -87,6 +87,8 @@ class Domain:
     EvaluationConfig: ClassVar[type[Section]] = EmptySection
     ExtraSections: ClassVar[dict[str, type[Section]]] = {}
     recipe_dirs: ClassVar[tuple[str, ...]] = ()  # folders of recipes/tables a plugin ships
+    # None: runs under --nproc / --nnodes > 1; otherwise why not (the CLI refuses before launching)
+    single_process_only: ClassVar[str | None] = None
 
     @classmethod
     def sections(cls) -> dict[str, type[Section]]:

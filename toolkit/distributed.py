@@ -14,6 +14,12 @@
   off).
 * Keys, indices and queue/bank updates use the gathered tensors, in rank order, after the loss,
   so queues and banks stay identical on every rank. Rank 0 alone logs and writes checkpoints.
+* ``distributed.shuffle_bn`` (MoCo, He et al. 2020, Sec. 3.3 "Shuffling BN"): the key encoder's
+  input is gathered, permuted with one permutation shared by every rank, each rank encodes its
+  slice of the shuffled batch, and the keys are gathered and un-shuffled (:class:`ShuffledKeys`);
+  ``distributed.sync_bn`` converts BatchNorm to SyncBatchNorm (CUDA only, as torch's).
+* Multi-node: ``ctk run ... --nnodes N --node-rank R --master-addr A --master-port P`` launches
+  the node's ``--nproc`` processes with torchrun's static rendezvous (see :func:`launch`).
 """
 from __future__ import annotations
 
@@ -31,15 +37,28 @@ from torch import Tensor, nn
 from toolkit.losses.base import ContrastiveBatch
 
 
-def launch(nproc: int, script: str, args: list[str]) -> int:
-    """Run ``script args`` under torchrun with ``nproc`` processes; returns the exit code.
+def torchrun_command(nproc: int, script: str, args: list[str], nnodes: int = 1, node_rank: int = 0,
+                     master_addr: str = "127.0.0.1", master_port: int = 29500) -> list[str]:
+    """The torchrun command line of one node: ``--standalone`` on one node; on several,
+    ``--nnodes N --node-rank R --master-addr A --master-port P`` (static rendezvous: node 0
+    hosts the store at A:P; every node runs the same command with its own rank)."""
+    if nproc < 1:
+        raise ValueError(f"--nproc must be >= 1, got {nproc}")
+    if nnodes < 1 or not 0 <= node_rank < nnodes:
+        raise ValueError(f"--node-rank must lie in [0, --nnodes), got node rank {node_rank} of {nnodes} nodes")
+    where = (["--standalone"] if nnodes == 1 else
+             [f"--nnodes={nnodes}", f"--node-rank={node_rank}", f"--master-addr={master_addr}",
+              f"--master-port={master_port}"])
+    return [sys.executable, "-m", "torch.distributed.run", *where, f"--nproc-per-node={nproc}", script, *args]
+
+
+def launch(nproc: int, script: str, args: list[str], **nodes: Any) -> int:
+    """Run ``script args`` under torchrun with ``nproc`` processes on this node (``nodes``:
+    :func:`torchrun_command`'s multi-node arguments); returns the exit code.
 
     torchrun stops every rank when one fails; Ctrl-C is forwarded to the whole group.
     """
-    if nproc < 1:
-        raise ValueError(f"--nproc must be >= 1, got {nproc}")
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}",
-           script, *args]
+    cmd = torchrun_command(nproc, script, args, **nodes)
     proc = subprocess.Popen(cmd, start_new_session=True)
     try:
         return proc.wait()
@@ -65,6 +84,32 @@ def all_gather_no_grad(x: Tensor) -> Tensor:
     return torch.cat(parts, dim=0)
 
 
+class ShuffledKeys(nn.Module):
+    """MoCo's shuffle-BN around a key encoder (He et al. 2020, Sec. 3.3; the code's
+    ``_batch_shuffle_ddp`` / ``_batch_unshuffle_ddp``).
+
+    With local inputs ``x_r`` on rank r, the global batch ``X = cat_r x_r`` is permuted by
+    ``perm`` (one permutation, the same on every rank: drawn from ``generator``, which every
+    rank seeds alike), rank r encodes rows ``perm[r*n:(r+1)*n]`` of X (its BN statistics come
+    from that shuffled sub-batch), the outputs are gathered and ``K[perm] = outputs``
+    un-shuffles them; rank r returns its own rows of K. No gradient flows (keys are constants).
+    """
+
+    def __init__(self, key_encoder: nn.Module, ctx: Context, generator: torch.Generator) -> None:
+        super().__init__()
+        self.key_encoder, self.ctx, self.generator = key_encoder, ctx, generator
+
+    @torch.no_grad()
+    def forward(self, x: Tensor) -> Tensor:
+        world, rank, n = self.ctx.world_size, self.ctx.rank, x.shape[0]
+        gathered = all_gather_no_grad(x)
+        perm = torch.randperm(gathered.shape[0], generator=self.generator).to(x.device)
+        mine = self.key_encoder(gathered[perm[rank * n:(rank + 1) * n]])
+        keys = torch.empty((world * n, *mine.shape[1:]), dtype=mine.dtype, device=mine.device)
+        keys[perm] = all_gather_no_grad(mine)
+        return keys[rank * n:(rank + 1) * n]
+
+
 @dataclass
 class Context:
     """The process group of this run (created by :meth:`from_env` under torchrun)."""
@@ -75,7 +120,7 @@ class Context:
     device: torch.device
 
     @classmethod
-    def from_env(cls, device: str = "auto") -> "Context":
+    def from_env(cls, device: str = "auto") -> Context:
         rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
         local = int(os.environ.get("LOCAL_RANK", rank))
         use_cuda = device == "cuda" or (device == "auto" and torch.cuda.is_available())
@@ -93,8 +138,13 @@ class Context:
         return self.rank == 0
 
     def wrap(self, encoder: nn.Module, sync_bn: bool = False) -> nn.Module:
-        """DDP-wrap the encoder (SyncBatchNorm first when asked and on GPUs)."""
-        if sync_bn and self.device.type == "cuda":
+        """DDP-wrap the encoder (converted to SyncBatchNorm first with ``sync_bn``; the
+        conversion is in place, so ``encoder`` itself then holds the SyncBatchNorm layers)."""
+        if sync_bn:
+            if self.device.type != "cuda":
+                raise ValueError("distributed.sync_bn: true needs CUDA devices (torch's SyncBatchNorm "
+                                 f"runs on GPUs only), got device {self.device}; set it to false on CPU")
+            # in place for a non-BN root: the parameters stay the same objects
             encoder = nn.SyncBatchNorm.convert_sync_batchnorm(encoder)
         ids = [self.device.index] if self.device.type == "cuda" else None
         return nn.parallel.DistributedDataParallel(encoder, device_ids=ids)
@@ -135,6 +185,12 @@ class Context:
         box = [obj]
         dist.broadcast_object_list(box, src=0)
         return box[0]
+
+    def all_gather_object(self, obj: Any) -> list[Any]:
+        """``obj`` of every rank, in rank order (pickled; for small host-side state)."""
+        out: list[Any] = [None] * self.world_size
+        dist.all_gather_object(out, obj)
+        return out
 
     def barrier(self) -> None:
         dist.barrier()

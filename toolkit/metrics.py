@@ -158,8 +158,8 @@ class _Counter:
         self.total = 0
 
     def add(self, d: Tensor) -> None:
-        if d.numel():
-            self.counts += torch.histc(d.clamp(0.0, 1.0), bins=self.bins, min=0.0, max=1.0)
+        if d.numel():  # histc runs on d's device; the counts stay on the host
+            self.counts += torch.histc(d.clamp(0.0, 1.0), bins=self.bins, min=0.0, max=1.0).cpu().double()
             self.inside += int(((d > self.d_plus) & (d < self.d_minus)).sum())
             self.total += d.numel()
 
@@ -248,7 +248,7 @@ def similarity_profile(q: Tensor, candidates: Tensor, positives: Tensor,
         if positives.shape != (q.shape[0],):
             raise ValueError(f"positives as indices must have shape ({q.shape[0]},), got "
                              f"{tuple(positives.shape)}")
-        idx = positives.long().unsqueeze(1)
+        idx = positives.long().unsqueeze(1).to(sims.device)
         pos = sims.gather(1, idx).squeeze(1)
         sims = sims.scatter(1, idx, float("-inf"))
         available = cand.shape[0] - 1
@@ -260,7 +260,7 @@ def similarity_profile(q: Tensor, candidates: Tensor, positives: Tensor,
     if isinstance(top, bool) or not isinstance(top, int) or not 1 <= top <= available:
         raise ValueError(f"top must be an integer in [1, {available}] (the negatives per anchor), "
                          f"got {top!r}")
-    negs = torch.topk(sims, top, dim=1, sorted=True).values
+    negs, pos = torch.topk(sims, top, dim=1, sorted=True).values.cpu(), pos.cpu()  # numpy reads the host
     return {"positive": float(pos.mean()), "negatives": negs.mean(dim=0).numpy(),
             "positive_std": float(pos.std(unbiased=False)),
             "negatives_std": negs.std(dim=0, unbiased=False).numpy(),

@@ -79,6 +79,19 @@ class Negatives(Section):
     momentum: float = Field(0.999, ge=0, le=1)
     bank_momentum: float = Field(0.5, ge=0, lt=1)
     key_encoder: Literal["auto", "momentum", "none"] = "auto"
+
+
+class DistributedSection(Section):
+    """``distributed``: batch-norm across ranks under ``--nproc`` / ``--nnodes`` (no effect in
+    one process).
+
+    sync_bn:     SyncBatchNorm: BN statistics over the global batch (GPUs only, as torch's).
+    shuffle_bn:  MoCo Sec. 3.3: the momentum (key) encoder sees the global batch shuffled across
+                 ranks, then un-shuffled, so per-rank BN statistics cannot leak which key is
+                 the positive.
+    """
+
+    sync_bn: bool = False
     shuffle_bn: bool = False
 
 
@@ -160,6 +173,7 @@ class Common(Section):
     seed: int = Field(0, ge=0)
     device: Literal["auto", "cpu", "cuda"] = "auto"
     precision: Literal["fp32", "bf16", "fp16"] = "fp32"
+    distributed: DistributedSection = Field(default_factory=DistributedSection)
     objective: ObjectiveSection | None = None
     optimizer: Optimizer = Field(default_factory=Optimizer)
     schedule: LRScheduleSection = Field(default_factory=LRScheduleSection)
@@ -203,6 +217,7 @@ class Recipe:
     seed = property(lambda self: self.common.seed)
     device = property(lambda self: self.common.device)
     precision = property(lambda self: self.common.precision)
+    distributed = property(lambda self: self.common.distributed)
     objective = property(lambda self: self.common.objective)
     optimizer = property(lambda self: self.common.optimizer)
     schedule = property(lambda self: self.common.schedule)
@@ -362,6 +377,7 @@ def unknown_key_hint(problems: list[tuple[str, str]], models: Mapping[str, type[
 def section_models() -> dict[str, type[BaseModel]]:
     """The common section models by YAML path (for 'expected one of' hints)."""
     return {"": Common, "objective": ObjectiveSection, "objective.negatives": Negatives,
+            "distributed": DistributedSection,
             "optimizer": Optimizer, "schedule": LRScheduleSection, "budget": Budget,
             "tracking": Tracking, "paper": Paper}
 
@@ -435,7 +451,7 @@ def validate(data: dict[str, Any], domain_sections: Mapping[str, type[BaseModel]
     resolved = to_plain(common)
     for key, model in sections.items():
         resolved[key] = to_plain(model)
-    order = ["name", "description", "domain", "seed", "device", "precision", "data", "encoder",
+    order = ["name", "description", "domain", "seed", "device", "precision", "distributed", "data", "encoder",
              "objective", "optimizer", "schedule", "budget", "evaluation", "tracking", "paper"]
     resolved = {k: resolved[k] for k in order if k in resolved} | {
         k: v for k, v in resolved.items() if k not in order}

@@ -72,6 +72,8 @@ class RLDomain(Domain):
     EncoderConfig = EncoderConfig
     EvaluationConfig = EvaluationConfig
     ExtraSections = {"agent": AgentConfig}
+    single_process_only = ("rl runs in one process: more would train independent copies of the agent; "
+                           "run several seeds with ctk sweep instead")
 
     @classmethod
     def check(cls, raw: Mapping[str, Any], sections: Mapping[str, Any]) -> list[tuple[str, str]]:
@@ -94,8 +96,7 @@ class RLDomain(Domain):
         """The RL workspace (checkpoints in ``options.checkpoint_dir``)."""
         options = options or RunOptions()
         if options.distributed is not None:
-            raise ValueError("rl runs in one process: --nproc > 1 would train independent copies of "
-                             "the agent; run several seeds with ctk sweep instead")
+            raise ValueError(self.single_process_only)
         objective = objective_mod.from_recipe(recipe) if recipe.objective is not None else None
         device = options.device if options.device is not None else torch.device("cpu")
         options.device = device

@@ -58,6 +58,8 @@ class TextDomain(Domain):
     DataConfig = DataConfig
     EncoderConfig = EncoderConfig
     EvaluationConfig = EvaluationConfig
+    single_process_only = ("quick-thought batches are scored by the domain (scores / positive_mask), which "
+                           "cannot be gathered across ranks yet")
 
     def __init__(self, recipe: Any) -> None:
         super().__init__(recipe)

@@ -43,6 +43,7 @@ class ToyDomain(Domain):
                    "LMCL's 2-D cluster sets (seconds on a CPU)")
     DataConfig = ToyData
     EncoderConfig = ToyEncoderConfig
+    single_process_only = "toy runs take seconds in one process (run seeds in parallel with ctk sweep)"
     EvaluationConfig = ToyEvaluation
 
     def __init__(self, recipe: rc.Recipe) -> None:
@@ -80,8 +81,7 @@ class ToyDomain(Domain):
     def trainer(self, recipe: rc.Recipe, tracker: Any, options: RunOptions | None = None) -> Trainer:
         options = options or RunOptions()
         if options.distributed is not None:
-            raise ValueError("toy runs take seconds in one process: --nproc > 1 is not supported "
-                             "(run seeds in parallel with ctk sweep)")
+            raise ValueError(self.single_process_only)
         if recipe.data.experiment == "ring_mi":
             return RingMIRun(recipe, tracker, options)
         options.progress = False

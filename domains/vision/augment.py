@@ -127,9 +127,17 @@ class BatchAugment:
 
     ``x`` is ``[N, C, H, W]`` uint8 (C = 1 or 3) on any device; the output is float32
     ``[N, C, size, size]``, normalised with ``mean`` / ``std``.
+
+    Host syncs: parameters are drawn where the generator lives and stay there. On the CPU,
+    operations whose parameters are all neutral are skipped and the jitter runs each operation
+    on the rows that chose it (less work); on a GPU (``sync_free``, default: any device but
+    the CPU) nothing is read back: the skips follow the spec and the jitter selects rows with
+    masks, so an augmented batch is queued without waiting for the device.
     """
 
-    def __init__(self, spec: AugmentSpec, mean: Sequence[float], std: Sequence[float]) -> None:
+    def __init__(self, spec: AugmentSpec, mean: Sequence[float], std: Sequence[float],
+                 sync_free: bool | None = None) -> None:
+        self.sync_free = sync_free
         if len(mean) != len(std) or any(s <= 0 for s in std):
             raise ValueError(f"mean and std must have one entry per channel and std > 0, got "
                              f"mean={tuple(mean)!r}, std={tuple(std)!r}")
@@ -140,12 +148,13 @@ class BatchAugment:
     # -- parameters -------------------------------------------------------------------------
     def sample(self, n: int, height: int, width: int,
                generator: torch.Generator | None = None) -> AugmentParams:
-        """Per-sample parameters for ``n`` images of ``height x width`` (drawn on the CPU)."""
+        """Per-sample parameters for ``n`` images of ``height x width`` (drawn and kept on the
+        generator's device)."""
         s, g = self.spec, generator
         dev = g.device if g is not None else torch.device("cpu")
 
-        def rand(*shape: int) -> Tensor:  # drawn where the generator lives, used on the CPU
-            return torch.rand(*shape, generator=g, device=dev).cpu()
+        def rand(*shape: int) -> Tensor:
+            return torch.rand(*shape, generator=g, device=dev)
 
         area = float(height * width)
         tries = 10
@@ -177,7 +186,7 @@ class BatchAugment:
         sy = h / height
         cx = (2 * j + w) / width - 1
         cy = (2 * i + h) / height - 1
-        theta = torch.zeros(n, 2, 3)
+        theta = torch.zeros(n, 2, 3, device=dev)
         theta[:, 0, 0], theta[:, 0, 2], theta[:, 1, 1], theta[:, 1, 2] = sx, cx, sy, cy
 
         b, c, sat, hue = s.jitter
@@ -186,12 +195,12 @@ class BatchAugment:
                                1 - sat + 2 * sat * u[:, 2], -hue + 2 * hue * u[:, 3]], dim=1)
         factors[:, :3].clamp_(min=0)
         apply = rand(n) < s.jitter_p
-        neutral = torch.tensor([1.0, 1.0, 1.0, 0.0])
+        neutral = torch.tensor([1.0, 1.0, 1.0, 0.0], device=dev)
         factors = torch.where(apply[:, None], factors, neutral)
         order = torch.argsort(rand(n, 4), dim=1)
         gray = rand(n) < s.grayscale_p
         sig = s.blur_sigma[0] + (s.blur_sigma[1] - s.blur_sigma[0]) * rand(n)
-        sig = torch.where(rand(n) < s.blur_p, sig, torch.zeros(n))
+        sig = torch.where(rand(n) < s.blur_p, sig, torch.zeros(n, device=dev))
         return AugmentParams(theta, factors, order, gray, sig, torch.stack([i, j, h, w], dim=1))
 
     # -- application ------------------------------------------------------------------------
@@ -207,12 +216,20 @@ class BatchAugment:
         size = self.spec.size
         grid = F.affine_grid(p.theta.to(dev), [n, ch, size, size], align_corners=False)
         img = F.grid_sample(img, grid, mode="bilinear", padding_mode="border", align_corners=False)
-        if bool((p.jitter != torch.tensor([1.0, 1.0, 1.0, 0.0])).any()):
-            img = _jitter(img, p.jitter.to(dev), p.order.to(dev))
-        if ch == 3 and bool(p.gray.any()):
+        sync_free = dev.type != "cpu" if self.sync_free is None else self.sync_free
+        spec = self.spec
+        if sync_free:  # decided by the spec: no value is read back from the device
+            jitter = spec.jitter_p > 0 and any(spec.jitter)
+            gray, blur = spec.grayscale_p > 0, spec.blur_p > 0
+        else:
+            jitter = bool((p.jitter != torch.tensor([1.0, 1.0, 1.0, 0.0], device=p.jitter.device)).any())
+            gray, blur = bool(p.gray.any()), bool((p.sigma > 0).any())
+        if jitter:
+            img = (_jitter_masked if sync_free else _jitter)(img, p.jitter.to(dev), p.order.to(dev))
+        if ch == 3 and gray:
             g = _gray(img).expand_as(img)
             img = torch.where(p.gray.to(dev)[:, None, None, None], g, img)
-        if bool((p.sigma > 0).any()):
+        if blur:
             img = _blur(img, p.sigma.to(dev), self.spec.kernel)
         return self.normalize(img)
 
@@ -311,6 +328,21 @@ def _jitter(img: Tensor, factors: Tensor, order: Tensor) -> Tensor:
             if bool((f == neutral).all()):
                 continue
             nxt[rows] = op(out[rows], f)
+        out = nxt
+    return out
+
+
+def _jitter_masked(img: Tensor, factors: Tensor, order: Tensor) -> Tensor:
+    """:func:`_jitter` without host reads: each operation runs on the whole batch and a mask
+    keeps it on the rows that chose it at this stage (4x the work; for GPUs)."""
+    neutral = torch.tensor([1.0, 1.0, 1.0, 0.0], device=img.device)
+    out = img
+    for stage in range(4):
+        chosen = order[:, stage]
+        nxt = out
+        for k, op in enumerate(_OPS):
+            rows = (chosen == k) & (factors[:, k] != neutral[k])
+            nxt = torch.where(rows[:, None, None, None], op(out.clone(), factors[:, k]), nxt)
         out = nxt
     return out
 

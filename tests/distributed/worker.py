@@ -1,4 +1,5 @@
-"""Worker for the 2-process gloo tests: every loss's loss and gradients, and the MoCo queue."""
+"""Worker for the 2-process gloo tests: every loss's loss and gradients, the MoCo queue,
+MoCo's shuffle-BN and the per-rank views of the pretrainer."""
 from __future__ import annotations
 
 import os
@@ -110,10 +111,51 @@ def run_queue(ctx=None, steps=3, size=32):
     return objective.queue.queue.clone(), int(objective.queue.ptr)
 
 
+class BNKeyEncoder(nn.Module):
+    """A key encoder whose output depends on its batch's statistics (BatchNorm)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin, self.bn = nn.Linear(D_IN, D_OUT), nn.BatchNorm1d(D_OUT)
+
+    def forward(self, x):
+        return nnf.normalize(self.bn(self.lin(x)), dim=-1)
+
+
+SHUFFLE_SEED = 11
+
+
+def run_shuffle_bn(ctx):
+    """Keys of ShuffledKeys on this rank's slice of the global batch, and the BN running mean."""
+    from toolkit.distributed import ShuffledKeys
+    x = inputs()[1]
+    torch.manual_seed(0)
+    enc = BNKeyEncoder().double()
+    n = N // ctx.world_size
+    keys = ShuffledKeys(enc, ctx, torch.Generator().manual_seed(SHUFFLE_SEED))(x[ctx.rank * n:(ctx.rank + 1) * n])
+    return keys, enc.bn.running_mean.clone()
+
+
+def run_views(ctx=None):
+    """The first training batch's views as the pretrainer of rank ``ctx.rank`` draws them."""
+    import yaml
+
+    from tests.pipeline.conftest import POINTS_RECIPE
+    from tests.pipeline.points_domain import PointsDomain
+    from toolkit.training.pretrainer import Pretrainer
+    from toolkit.training.trainer import RunOptions
+    recipe = rc.validate(yaml.safe_load(POINTS_RECIPE), PointsDomain.sections())
+    domain = PointsDomain(recipe)
+    trainer = Pretrainer(recipe, domain, None, RunOptions(distributed=ctx, progress=False))
+    batch = next(iter(trainer.data.train))
+    return domain.make_views(batch, 2, trainer.views_gen)
+
+
 def main() -> None:
     out_dir = sys.argv[1]
     ctx = Context.from_env("cpu")
-    torch.save({"losses": run_losses(ctx), "queue": run_queue(ctx)},
+    torch.save({"losses": run_losses(ctx), "queue": run_queue(ctx), "shuffle_bn": run_shuffle_bn(ctx),
+                "views": run_views(ctx)},
                os.path.join(out_dir, f"rank{ctx.rank}.pt"))
     dist.barrier()
     ctx.close()

@@ -113,20 +113,24 @@ def test_second_ctrl_c_stops_at_once(points_domain, points_recipe):
 
 
 def test_nonfinite_loss_stops_with_message_and_checkpoint(points_domain, points_recipe, workdir):
-    r = load_recipe(points_recipe, ["data.poison_at_step=5"], points_domain)
+    # log_every 4, checkpoint_every 8: the NaN of step 10 is found at the log step 12 (the step
+    # reads nothing back from the device in between); the good checkpoint of step 8 is named and
+    # kept, and no state after the poisoned step is ever written.
+    r = load_recipe(points_recipe, ["data.poison_at_step=10"], points_domain)
     with pytest.raises(NonFiniteLoss) as info:
         execute(r, points_domain, progress=False)
     msg = str(info.value)
-    assert "step 5" in msg and "nan" in msg.lower()
+    assert "at step 10 " in msg and "nan" in msg.lower() and "found at step 12" in msg, msg
     client = client_for()
     run = client.search_runs([client.get_experiment_by_name("pipeline-test").experiment_id])[0]
     assert run.info.status == "FAILED"
-    saved = ckpt.load(ckpt.checkpoint_dir(run.info.run_id) / "nonfinite-step-000000005.state")["trainer"]
-    assert saved["loop"]["step"] == 5
+    folder = ckpt.checkpoint_dir(run.info.run_id)
+    assert "step-000000008.pt" in msg
+    assert sorted(p.name for p in folder.iterdir()) == ["step-000000008.pt"]
+    saved = ckpt.load(folder / "step-000000008.pt")["trainer"]
+    assert saved["loop"]["step"] == 8
     assert all(torch.isfinite(v).all() for v in saved["encoder"].values())
-    # --resume picks the newest *.pt; the state of the failing step is never one (no periodic
-    # checkpoint came before step 5 here, so there is nothing to resume)
-    assert ckpt.latest(ckpt.checkpoint_dir(run.info.run_id)) is None
+    assert ckpt.latest(folder).name == "step-000000008.pt"  # what --resume picks: the last good state
 
 
 # Noise-free views and a vanishing learning rate keep the encoder at its initial weights (to

@@ -76,7 +76,8 @@ def _ui(monkeypatch, *args: str):
     return result, started
 
 
-def test_ui_on_all_interfaces_warns_once_and_passes_basic_auth(monkeypatch):
+def test_ui_on_all_interfaces_warns_once_and_passes_basic_auth(monkeypatch, tmp_path):
+    monkeypatch.chdir(tmp_path)  # the ui command creates the store's tables: keep x.db out of the repo
     result, started = _ui(monkeypatch, "--uri", "sqlite:///x.db")
     assert result.exit_code == 0 and "warning" not in result.output
     argv = started[0]

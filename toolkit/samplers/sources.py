@@ -36,10 +36,15 @@ class MoCoQueue(nn.Module):
         self.register_buffer("queue", _random_unit_rows(size, dim, generator))
         self.register_buffer("ptr", torch.zeros((), dtype=torch.long))
         self.register_buffer("filled", torch.zeros((), dtype=torch.long))
+        self._host: tuple[int, int] | None = (0, 0)  # (ptr, filled) mirrored on the host
 
     @property
     def size(self) -> int:
         return self.queue.shape[0]
+
+    def _load_from_state_dict(self, *args, **kwargs) -> None:
+        super()._load_from_state_dict(*args, **kwargs)
+        self._host = None  # read the loaded buffers once, at the next enqueue
 
     def rows(self) -> Tensor:
         return self.queue.detach().clone()
@@ -52,11 +57,15 @@ class MoCoQueue(nn.Module):
         keys = keys.detach().to(self.queue.dtype)
         if keys.shape[0] > self.size:
             keys = keys[-self.size:]
-        b, start = keys.shape[0], int(self.ptr)
+        if self._host is None:
+            self._host = (int(self.ptr), int(self.filled))
+        b, (start, filled) = keys.shape[0], self._host
         idx = (torch.arange(b, device=self.queue.device) + start) % self.size
         self.queue[idx] = keys
-        self.ptr.fill_((start + b) % self.size)
-        self.filled.fill_(min(self.size, int(self.filled) + b))
+        # the buffers (checkpointed) follow the host mirror: no read from the device per step
+        self._host = ((start + b) % self.size, min(self.size, filled + b))
+        self.ptr.fill_(self._host[0])
+        self.filled.fill_(self._host[1])
 
 
 class MemoryBank(nn.Module):

@@ -9,6 +9,15 @@ torchrun), so no work is lost and the resumed run logs no step twice.
 
 Precision (``precision: fp32 | bf16 | fp16``): the encoder and the objective run under
 ``torch.autocast`` on the run's device type (CPU honours bf16); fp16 adds a ``GradScaler``.
+
+Host syncs: a step queues work on the device and reads nothing back. Records accumulate as
+device tensors and are read once per log step (one ``tolist``); the first non-finite loss is
+remembered on the device (its step and value) and checked at log steps and before every
+checkpoint, so a poisoned state is never saved. Adaptive selector schedules (which follow the
+loss) and ``--nproc`` stop requests (checked at log steps) are the exceptions.
+
+Under torchrun every rank draws its own views (``views`` generator seeded by rank), shares the
+shuffle-BN permutation generator, and rank 0's checkpoint holds every rank's random state.
 """
 from __future__ import annotations
 
@@ -36,12 +45,16 @@ def autocast_dtype(precision: str) -> torch.dtype | None:
     return _DTYPES.get(precision)
 
 
+# Rank r > 0 draws its views from seed + 1 + _RANK_STRIDE * r (rank 0 keeps a one-process run's).
+_RANK_STRIDE = 7919
+
+
 @dataclass
 class LoopState:
     step: int = 0
     epoch: int = 0
     batch_in_epoch: int = 0
-    sums: dict[str, float] = field(default_factory=dict)
+    sums: dict[str, Any] = field(default_factory=dict)  # floats, or device tensors between log steps
     count: int = 0
     history: list[tuple[int, float]] = field(default_factory=list)
     metrics: dict[str, float] = field(default_factory=dict)
@@ -75,8 +88,16 @@ class Pretrainer(Trainer):
         self.objective = objective_mod.from_recipe(recipe)
         init_gen = torch.Generator().manual_seed(recipe.seed + 17)
         self.objective.attach(self.encoder, self._output_dim(), self.data.num_instances, init_gen)
-        self.views_gen = torch.Generator(device=device).manual_seed(recipe.seed + 1)
-        self.model = dist.wrap(self.encoder, sync_bn=recipe.objective.negatives.shuffle_bn) if dist else self.encoder
+        self.views_gen = torch.Generator(device=device).manual_seed(self._views_seed())
+        # one permutation stream for every rank (shuffle-BN needs the same permutation everywhere)
+        self.shuffle_gen = torch.Generator().manual_seed(recipe.seed + 23)
+        self.model = dist.wrap(self.encoder, sync_bn=recipe.distributed.sync_bn) if dist else self.encoder
+        self.key_encoder = self.objective.key_encoder
+        if dist and recipe.distributed.shuffle_bn and self.key_encoder is not None:
+            from toolkit.distributed import ShuffledKeys
+            self.key_encoder = ShuffledKeys(self.key_encoder, dist, self.shuffle_gen)
+        self._bad: tuple[torch.Tensor, torch.Tensor] | None = None  # (first non-finite step, its loss)
+        self._rank_rng: list[Any] | None = None
 
         budget = recipe.budget
         self.steps_per_epoch = len(self.data.train)
@@ -90,6 +111,13 @@ class Pretrainer(Trainer):
     @property
     def step(self) -> int:  # type: ignore[override]
         return self.state.step
+
+    def _views_seed(self) -> int:
+        dist = self.options.distributed
+        return self.recipe.seed + 1 + _RANK_STRIDE * (dist.rank if dist else 0)
+
+    def _generators(self) -> dict[str, torch.Generator]:
+        return {"views": self.views_gen, "shuffle": self.shuffle_gen}
 
     def _output_dim(self) -> int:
         dim = getattr(self.encoder, "out_dim", None)
@@ -106,12 +134,15 @@ class Pretrainer(Trainer):
 
     # -- state ------------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
+        self._settle_sums()
         loop = asdict(self.state)
         loop["history"] = [list(h) for h in loop["history"]]
-        return {"encoder": self.encoder.state_dict(), "objective": self.objective.state_dict(),
-                "optimizer": self.optimizer.state_dict(), "scheduler": self.scheduler.state_dict(),
-                "scaler": self.scaler.state_dict(), "loop": loop,
-                "rng": ckpt.rng_state({"views": self.views_gen})}
+        state = {"encoder": self.encoder.state_dict(), "objective": self.objective.state_dict(),
+                 "optimizer": self.optimizer.state_dict(), "scheduler": self.scheduler.state_dict(),
+                 "scaler": self.scaler.state_dict(), "loop": loop, "rng": ckpt.rng_state(self._generators())}
+        if self._rank_rng is not None:
+            state["rng_ranks"] = self._rank_rng
+        return state
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         self.encoder.load_state_dict(state["encoder"])
@@ -123,7 +154,48 @@ class Pretrainer(Trainer):
         loop = dict(state["loop"])
         loop["history"] = [tuple(h) for h in loop.get("history", [])]
         self.state = LoopState(**loop)
-        ckpt.set_rng_state(state["rng"], {"views": self.views_gen})
+        dist = self.options.distributed
+        rank = dist.rank if dist else 0
+        ranks = state.get("rng_ranks") or [state["rng"]]
+        if rank < len(ranks):
+            ckpt.set_rng_state(ranks[rank], self._generators())
+        else:  # more ranks than the checkpoint knew: this rank's own views, from its step
+            ckpt.set_rng_state(ranks[0], self._generators())
+            self.views_gen.manual_seed(self._views_seed() + 1_000_003 * self.state.step)
+
+    def save_checkpoint(self, name: str | None = None, keep: int | None = None) -> Any:
+        """Every rank calls this (rank 0 writes): the loss is checked finite first, and rank 0's
+        file gets every rank's random state."""
+        self._check_finite()
+        dist = self.options.distributed
+        self._rank_rng = dist.all_gather_object(ckpt.rng_state(self._generators())) if dist else None
+        return super().save_checkpoint(name, keep)
+
+    def _settle_sums(self) -> None:
+        """The accumulated records as floats (one host sync for all of them)."""
+        sums = self.state.sums
+        keys = [k for k, v in sums.items() if isinstance(v, torch.Tensor)]
+        if keys:
+            values = torch.stack([sums[k].float() for k in keys]).tolist()
+            sums.update(zip(keys, values))
+
+    def _check_finite(self) -> None:
+        """Raise NonFiniteLoss when a loss since the last check was NaN / inf (one sync)."""
+        if self._bad is None:
+            return
+        step_t, loss_t = self._bad
+        bad_step = int(step_t)
+        if bad_step < 0:
+            return
+        self._settle_sums()
+        recs = ", ".join(f"{k}={v / max(self.state.count, 1):.4g}" for k, v in self.state.sums.items())
+        last = ckpt.latest(self.options.checkpoint_dir) if self.options.checkpoint_dir is not None else None
+        raise NonFiniteLoss(
+            f"the loss is {float(loss_t)} at step {bad_step} (epoch {bad_step // self.steps_per_epoch}); "
+            f"records since the last log step: {recs}. It was found at step {self.state.step} (the loss is "
+            f"checked on log steps, without host syncs in between); no state after step {bad_step} was "
+            f"saved, the last good checkpoint is {last or '(none)'}. "
+            "Lower the learning rate, raise the temperature, or check the inputs.")
 
     # -- training ---------------------------------------------------------------------------
     def _autocast(self) -> Any:
@@ -150,7 +222,8 @@ class Pretrainer(Trainer):
                     self._train_step(batch, i)
                     bar.update(1)
                     self._after_step(bar)
-                    stopping = stop.requested if dist is None else dist.any_rank(stop.requested)
+                    stopping = stop.requested if dist is None else (
+                        self._log_due() and dist.any_rank(stop.requested))
                     if stopping:
                         self.stop_now(f"step {state.step} of {self.total}")
                     if state.step >= self.total:
@@ -172,19 +245,13 @@ class Pretrainer(Trainer):
             batch = dist.shard(batch)
         batch = to_device(batch, self.device)
         with self._autocast():
-            cb = self.domain.contrastive_batch(batch, self.model, objective.key_encoder, objective.needs,
+            cb = self.domain.contrastive_batch(batch, self.model, self.key_encoder, objective.needs,
                                                self.recipe.objective.views, state.step, self.views_gen)
             if dist:
                 cb = dist.gather_batch(cb)
             objective.prepare(cb)
             out = objective(cb)
-        if not torch.isfinite(out.loss):
-            where = self.save_checkpoint(f"nonfinite-step-{state.step:09d}.state", keep=0)
-            recs = ", ".join(f"{k}={float(v):.4g}" for k, v in out.records.items())
-            raise NonFiniteLoss(
-                f"the loss is {float(out.loss.detach())} at step {state.step} (epoch {state.epoch}); records: {recs}. "
-                f"The state before this step was saved to {where or '(no checkpoint folder)'}. "
-                "Lower the learning rate, raise the temperature, or check the inputs.")
+        self._note_finite(out.loss.detach())
         self.optimizer.zero_grad(set_to_none=True)
         self.scaler.scale(out.loss).backward()
         self.scaler.step(self.optimizer)
@@ -195,13 +262,23 @@ class Pretrainer(Trainer):
             objective.selector.record(float(out.records["loss"]))
         state.step += 1
         state.batch_in_epoch = index + 1
-        for k, v in out.records.items():
-            state.sums[k] = state.sums.get(k, 0.0) + float(v)
+        for k, v in out.records.items():  # device tensors: read on log steps only
+            v = v.detach().float() if isinstance(v, torch.Tensor) else float(v)
+            state.sums[k] = v + state.sums[k] if k in state.sums else v
         state.count += 1
+
+    def _note_finite(self, loss: torch.Tensor) -> None:
+        """Remember the first non-finite loss (step and value) on the device, without a sync."""
+        if self._bad is None:
+            self._bad = (torch.full((), -1, dtype=torch.long, device=loss.device),
+                         torch.zeros((), dtype=torch.float32, device=loss.device))
+        prev_step, prev_loss = self._bad
+        first = (prev_step < 0) & ~torch.isfinite(loss)
+        self._bad = (torch.where(first, self.state.step, prev_step), torch.where(first, loss.float(), prev_loss))
 
     def _after_step(self, bar: Any) -> None:
         state, budget = self.state, self.recipe.budget
-        if state.step % budget.log_every == 0 or state.step == self.total:
+        if self._log_due():
             self._log_train(bar)
         if (budget.monitor_every and state.step % budget.monitor_every == 0 and hasattr(self.domain, "monitor")
                 and self.is_main):
@@ -217,6 +294,9 @@ class Pretrainer(Trainer):
         for hook in self.options.hooks:
             hook(state.step)
 
+    def _log_due(self) -> bool:
+        return self.state.step % self.recipe.budget.log_every == 0 or self.state.step == self.total
+
     def _checkpoint_due(self) -> bool:
         """Every ``budget.checkpoint_every`` steps (default: once per epoch; 0: never), and
         whenever ``budget.checkpoint_minutes`` of wall time passed since the last one."""
@@ -229,6 +309,8 @@ class Pretrainer(Trainer):
 
     def _log_train(self, bar: Any) -> None:
         state = self.state
+        self._check_finite()
+        self._settle_sums()
         avg = {f"train/{k}": v / state.count for k, v in state.sums.items()}
         now = time.perf_counter()
         tick, tick_step = self._tick

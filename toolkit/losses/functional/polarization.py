@@ -43,7 +43,8 @@ def distance_polarization(f: Tensor, d_plus: float = 0.1, d_minus: float = 0.5,
         d_plus, d_minus: the margin, 0 <= d_plus < d_minus.
         reduction: ``'sum'`` (default) or ``'mean'``.
         stats: optional dict receiving ``dp_margin_occupancy``: the fraction of off-diagonal
-            pairs whose distance lies strictly inside (d_plus, d_minus).
+            pairs whose distance lies strictly inside (d_plus, d_minus), as a 0-dim tensor
+            on f's device (a training step reads it back on log steps only).
     """
     _rows("f", f)
     lo = checks.non_negative("d_plus", d_plus)
@@ -56,7 +57,7 @@ def distance_polarization(f: Tensor, d_plus: float = 0.1, d_minus: float = 0.5,
         raise ValueError(f"reduction='mean' needs at least 2 rows in f, got shape {tuple(f.shape)}")
     total, inside = _Polarization.apply(f, lo, hi)
     if stats is not None:
-        stats["dp_margin_occupancy"] = int(inside) / (n * (n - 1)) if n > 1 else 0.0
+        stats["dp_margin_occupancy"] = inside.float() / (n * (n - 1)) if n > 1 else 0.0
     return total if reduction == "sum" else total / (n * (n - 1))
 
 

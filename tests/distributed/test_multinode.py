@@ -1,0 +1,105 @@
+"""Two node launches on 127.0.0.1 (``ctk run --nnodes 2 --node-rank R``, one process each, gloo)
+make one mlflow run whose final weights equal one process trained on the global batch (SimCLR,
+and MoCo with shuffle-BN); ranks are refused for domains that run in one process.
+
+The test-only ``points`` domain (a linear encoder, no BatchNorm; ``data.noise=0`` makes the
+views deterministic, so the two ranks' slices are exactly the single process's batch) reaches
+the relaunched processes as a plug-in: a dist-info folder on PYTHONPATH declares it in the
+``ctk.domains`` entry-point group.
+"""
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from tests.pipeline.conftest import POINTS_RECIPE
+from toolkit import checkpoint as ckpt
+from toolkit.tracking import client_for
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture
+def plugin_env(tmp_path, monkeypatch):
+    site = tmp_path / "site"
+    info = site / "ctk_points_test-0.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: ctk-points-test\nVersion: 0\n")
+    (info / "entry_points.txt").write_text(
+        "[ctk.domains]\npoints = tests.pipeline.points_domain:PointsDomain\n")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    monkeypatch.delenv("CTK_CHECKPOINTS", raising=False)
+    recipe = POINTS_RECIPE.replace("data: {n: 64, dim: 4}", "data: {n: 64, dim: 4, noise: 0}")
+    (tmp_path / "points.yaml").write_text(recipe)
+    return {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{site}", "OMP_NUM_THREADS": "1"}
+
+
+def _cli(env, *args, cwd):
+    return subprocess.Popen([sys.executable, str(ROOT / "cli.py"), "run", *args, "--quiet"], cwd=cwd,
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _final_state(run_id):
+    return ckpt.load(ckpt.latest(ckpt.checkpoint_dir(run_id)))["trainer"]
+
+
+# MoCo with shuffle-BN: the key encoder runs on the permuted global batch, split over the nodes,
+# and the keys are un-shuffled; without BatchNorm the keys (and so the queue and the weights)
+# must equal one process's exactly, which checks the permutation and its inverse end to end.
+MOCO = ["objective.loss={name: moco_infonce, temperature: 0.2}", "objective.regularizers=[]",
+        "objective.negatives={source: queue, size: 40, momentum: 0.9}", "distributed.shuffle_bn=true"]
+
+
+@pytest.mark.parametrize("sets", [[], MOCO], ids=["nt_xent", "moco-shuffle_bn"])
+def test_two_nodes_on_loopback_match_one_process(plugin_env, tmp_path, sets):
+    port = str(_free_port())
+    flags = [a for s in sets for a in ("--set", s)]
+    nodes = [_cli(plugin_env, "points.yaml", *flags, "--experiment", "two-nodes", "--nnodes", "2", "--node-rank",
+                  str(r), "--master-addr", "127.0.0.1", "--master-port", port, cwd=tmp_path) for r in (0, 1)]
+    outs = [p.communicate(timeout=240)[0] for p in nodes]
+    assert [p.returncode for p in nodes] == [0, 0], "\n\n".join(o[-3000:] for o in outs)
+    single = _cli(plugin_env, "points.yaml", *flags, "--experiment", "one-process", cwd=tmp_path)
+    out, _ = single.communicate(timeout=240)
+    assert single.returncode == 0, out[-3000:]
+
+    client = client_for()
+    runs = client.search_runs([client.get_experiment_by_name("two-nodes").experiment_id])
+    assert len(runs) == 1 and runs[0].info.status == "FINISHED"
+    steps = [m.step for m in client.get_metric_history(runs[0].info.run_id, "train/loss")]
+    assert sorted(steps) == list(range(4, 25, 4)), "rank 1 logged too, or steps are missing"
+    ref_run = client.search_runs([client.get_experiment_by_name("one-process").experiment_id])[0]
+    two, one = _final_state(runs[0].info.run_id), _final_state(ref_run.info.run_id)
+    assert two["encoder"].keys() == one["encoder"].keys()
+    for k in one["encoder"]:
+        torch.testing.assert_close(two["encoder"][k], one["encoder"][k], rtol=1e-5, atol=1e-6, msg=k)
+    for k, v in one["objective"].items():  # the MoCo queue, its pointer, the key encoder
+        torch.testing.assert_close(two["objective"][k], v, rtol=1e-5, atol=1e-6, msg=k)
+    assert len(two.get("rng_ranks", [])) == 2  # rank 0's file holds both ranks' random states
+    # and the training moved the weights (the comparison is not between two initialisations)
+    first = client.get_metric_history(ref_run.info.run_id, "train/loss")
+    assert abs(first[0].value - first[-1].value) > 1e-3
+
+
+@pytest.mark.parametrize("recipe, domain, flags", [
+    ("recipes/toy/lmcl_three_bars_cl.yaml", "toy", ["--nproc", "2"]),
+    ("recipes/toy/ring_mi_mlp.yaml", "toy", ["--nnodes", "2"]),
+    ("recipes/rl/cartpole_swingup_cpu.yaml", "rl", ["--nproc", "2"])])
+def test_single_process_domains_are_refused_before_launching(plugin_env, tmp_path, recipe, domain, flags):
+    proc = _cli(plugin_env, str(ROOT / recipe), *flags, cwd=tmp_path)
+    out, _ = proc.communicate(timeout=60)
+    assert proc.returncode == 2, out
+    assert "runs in one process only" in out and f"domain {domain!r}" in out, out
+    assert "torch.distributed" not in out and not (tmp_path / "mlflow.db").exists()

@@ -1,0 +1,109 @@
+"""What only a GPU can check (``pytest -m gpu``; skipped where torch sees no CUDA device):
+every loss under bf16 and fp16 autocast on CUDA against its fp32 value, a 50-step bf16 vision
+run, a checkpoint written on the GPU resumed on the CPU, geometry metrics on CUDA tensors."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+from torch.nn.functional import cross_entropy
+
+from tests.core.test_autocast import TOLERANCE_RATIO, N, inputs, rel_err
+from tests.vision.test_precision import QUICKSTART, TINY, Stop, _stop_at
+from toolkit.losses.base import ContrastiveBatch
+from toolkit.losses.modules import LOSSES
+
+pytestmark = [pytest.mark.gpu,
+              pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")]
+CUDA = torch.device("cuda")
+
+
+def _run(module, fields, dtype):
+    """Loss and views / natural gradients on CUDA, under autocast to ``dtype`` (None: fp32)."""
+    grads = {k: fields[k].detach().clone().to(CUDA).requires_grad_() for k in ("views", "natural")}
+    batch = ContrastiveBatch(views=grads["views"], natural=grads["natural"], keys=fields["keys"].to(CUDA),
+                             negatives=fields["negatives"].to(CUDA), indices=fields["indices"].to(CUDA))
+    torch.manual_seed(0)
+    with torch.autocast("cuda", dtype=dtype or torch.bfloat16, enabled=dtype is not None):
+        loss = module(batch).loss
+    out = torch.autograd.grad(loss, list(grads.values()), allow_unused=True)
+    flat = torch.cat([(o if o is not None else torch.zeros_like(g)).float().flatten()
+                      for o, g in zip(out, grads.values())])
+    return loss, flat
+
+
+def _ce_error(fields, dtype, tau=0.1):
+    v = fields["views"][:, :2].to(CUDA)
+    low = v.detach().clone().requires_grad_()
+    with torch.autocast("cuda", dtype=dtype):
+        g = torch.autograd.grad(cross_entropy(low[:, 0] @ low[:, 1].t() / tau, torch.arange(N, device=CUDA)), low)[0]
+    ref = v.detach().float().requires_grad_()
+    g_ref = torch.autograd.grad(cross_entropy(ref[:, 0] @ ref[:, 1].t() / tau, torch.arange(N, device=CUDA)), ref)[0]
+    return rel_err(g.float(), g_ref)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
+@pytest.mark.parametrize("name", LOSSES.names())
+def test_loss_under_cuda_autocast_matches_fp32(name, dtype):
+    cls = LOSSES.get(name)
+    fields = inputs(dtype)
+    loss, g = _run(cls(), fields, dtype)
+    ref_loss, g_ref = _run(cls(), {k: (v.float() if v.is_floating_point() else v) for k, v in fields.items()}, None)
+    assert loss.dtype == torch.float32 and torch.isfinite(loss) and torch.isfinite(g).all()
+    torch.testing.assert_close(loss, ref_loss, rtol=1e-4, atol=1e-5)
+    assert rel_err(g, g_ref) <= max(TOLERANCE_RATIO * _ce_error(fields, dtype), 1e-3), name
+
+
+@pytest.fixture
+def workdir(tmp_path, monkeypatch):
+    from domains.vision.packaged import locate
+    monkeypatch.setenv("CTK_DATA", str(Path(locate("fashion-mnist")).parent))
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    monkeypatch.delenv("CTK_CHECKPOINTS", raising=False)
+    return tmp_path
+
+
+def test_fifty_step_vision_run_in_bf16(workdir):
+    from domains import registry
+    from toolkit.runs import execute, load_recipe
+    from toolkit.tracking import client_for
+    r = load_recipe(QUICKSTART, [*TINY, "budget.steps=50", "budget.log_every=10", "device=cuda",
+                                 "precision=bf16"], registry.get)
+    run_id, metrics = execute(r, registry.get, progress=False)
+    losses = [m.value for m in client_for().get_metric_history(run_id, "train/loss")]
+    assert len(losses) == 5 and all(torch.isfinite(torch.tensor(losses)))
+    assert losses[-1] < losses[0] and metrics["linear_top1"] > 0.3
+
+
+def test_checkpoint_written_on_the_gpu_resumes_on_the_cpu(workdir):
+    from domains import registry
+    from toolkit import checkpoint as ckpt
+    from toolkit.runs import execute, load_recipe
+    from toolkit.tracking import client_for
+    sets = [*TINY, "budget.checkpoint_every=2"]
+    gpu = load_recipe(QUICKSTART, [*sets, "device=cuda", "precision=bf16"], registry.get)
+    with pytest.raises(Stop):
+        execute(gpu, registry.get, progress=False, hooks=[_stop_at(4)])
+    client = client_for()
+    killed = client.search_runs([client.get_experiment_by_name("precision").experiment_id])[0]
+    saved = ckpt.load(ckpt.checkpoint_dir(killed.info.run_id) / "step-000000004.pt")
+    assert all(v.device.type == "cpu" for v in saved["trainer"]["encoder"].values())
+    assert "cuda" in saved["trainer"]["rng"]
+    cpu = load_recipe(QUICKSTART, [*sets, "device=cpu", "precision=fp32"], registry.get)
+    run_id, metrics = execute(cpu, registry.get, progress=False, resume=killed.info.run_id)
+    assert run_id == killed.info.run_id and "linear_top1" in metrics
+
+
+def test_geometry_metrics_take_cuda_tensors():
+    from toolkit import metrics
+    g = torch.Generator(device=CUDA).manual_seed(0)
+    f = torch.nn.functional.normalize(torch.randn(64, 8, device=CUDA, generator=g), dim=1)
+    labels = torch.arange(64, device=CUDA) % 4
+    ref = metrics.distance_histogram(f.cpu())
+    got = metrics.distance_histogram(f)
+    assert (got["counts"] == ref["counts"]).all() and got["margin_occupancy"] == ref["margin_occupancy"]
+    profile = metrics.similarity_profile(f[:8], f, torch.arange(8, device=CUDA), top=5)
+    assert profile["negatives"].shape == (5,)
+    assert metrics.tolerance(f, labels) == pytest.approx(metrics.tolerance(f.cpu(), labels.cpu()), abs=1e-5)
