@@ -37,7 +37,7 @@ __all__ = ["RunOptions", "Trainer", "RecipeMismatch", "NonFiniteLoss", "StopAfte
 CHECKPOINT_FORMAT = "ctk-checkpoint/1"
 # Top-level recipe keys a resume may change: where and how precisely it runs, how it is named
 # and tracked. Everything else must match the checkpoint's recipe.
-RESUME_FREE_KEYS = ("device", "precision", "tracking", "name", "description", "paper")
+RESUME_FREE_KEYS = ("device", "precision", "tracking", "name", "description", "paper", "resources")
 
 
 class RecipeMismatch(ValueError):
