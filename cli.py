@@ -232,31 +232,19 @@ def sweep(recipe: str, grid: tuple[str, ...], sets: tuple[str, ...], experiment:
       ctk sweep recipes/toy/lmcl_clusters.yaml --grid objective.loss.temperature=0.1,0.5 --grid seed=0,1
       ctk sweep recipes/toy/lmcl_clusters.yaml --grid seed=0,1,2,3 --jobs 2
     """
-    from toolkit.runs import expand_grid, point_run_name
-    from toolkit.sweeps import Point
-    from toolkit.ui_view import run_note
+    from toolkit.runs import expand_grid
+    from toolkit.sweeps import grid_points, log_sweep_figure
     try:
         points = expand_grid(list(grid))
     except rc.RecipeError as exc:
         _fail(f"error: {exc}", 2)
     experiment = experiment or f"sweep-{Path(recipe).stem}"
-    todo = []
-    for point in points:
-        extra = [*point, f"tracking.experiment={experiment}"]
-        r = _load(recipe, sets, extra)
-        if not r.common.tracking.run_name:  # a name the user set wins
-            r = _load(recipe, sets, [*extra, f"tracking.run_name={point_run_name(r, point)}"])
-        todo.append(Point(r.run_name, r, point, {"ctk.sweep": experiment,
-                                                 "mlflow.note.content": run_note(f"sweep {experiment}", point)}))
-    code, _ = _run_sweep(todo, experiment, f"sweep-{Path(recipe).stem}", {"recipe": recipe, "grid": list(grid),
-                      "set": list(sets)}, launch, quiet)
+    todo = grid_points(recipe, points, list(sets), experiment, _load)
+    code, _ = _run_sweep(todo, experiment, f"sweep-{Path(recipe).stem}",
+                         {"recipe": recipe, "grid": list(grid), "set": list(sets)}, launch, quiet)
     comp = _print_comparison(experiment, todo[0].recipe.tracking.uri, soft=True)
     if comp is not None:
-        from toolkit.comparison import write_figure
-        try:  # the comparison plot goes to the parent run (needs a numeric swept key)
-            write_figure(comp, str(Path(os.environ.get("TMPDIR", "/tmp")) / f"{experiment}.png"))
-        except ValueError:
-            pass
+        log_sweep_figure(comp, experiment)
     sys.exit(code)
 
 
@@ -405,10 +393,10 @@ def reproduce(name: str | None, list_only: bool, seeds: str | None, sets: tuple[
     import shutil
 
     from toolkit.reporting import reproduce_report
-    from toolkit.sweeps import Point
+    from toolkit.sweeps import fill_measured, select_rows, table_points
     from toolkit.tables import render
     from toolkit.tracking import client_for
-    from toolkit.ui_view import publish_view, run_note
+    from toolkit.ui_view import publish_view
     tables = _tables()
     if list_only or not name:
         for n, t in sorted(tables.items()):
@@ -417,36 +405,20 @@ def reproduce(name: str | None, list_only: bool, seeds: str | None, sets: tuple[
     if name not in tables:
         _fail(f"error: no paper table {name!r}; expected one of: {', '.join(sorted(tables))}", 2)
     table = tables[name]
-    seed_list = [int(s) for s in seeds.split(",")] if seeds else table.seeds
-    table.seeds = seed_list
-    if rows:
-        labels = [row.label for row in table.rows]
-        unknown = [r for r in rows if r not in labels]
-        if unknown:
-            _fail(f"error: --row {unknown[0]!r} is not a row of {name}; expected one of: "
-                  f"{', '.join(repr(lab) for lab in labels)}", 2)
-        table.rows = [row for row in table.rows if row.label in rows]
+    table.seeds = [int(s) for s in seeds.split(",")] if seeds else table.seeds
+    try:
+        select_rows(table, name, list(rows)) if rows else None
+    except ValueError as exc:
+        _fail(f"error: {exc}", 2)
     experiment = experiment or f"reproduce-{name}"
-    todo = []
-    for row in table.rows:
-        for seed in seed_list:
-            r = _load(str(row.recipe), (*row.overrides, *sets), [f"seed={seed}", f"tracking.experiment={experiment}"])
-            note = run_note(f"{name}, row {row.label}", [*row.overrides, *sets, f"seed={seed}"])
-            todo.append(Point(f"{row.label} s{seed}", r, [f"seed={seed}"], {
-                "ctk.table": name, "ctk.row": row.label, "mlflow.note.content": note}))
-    machine = fmt in ("csv", "json")  # stdout carries only the parseable report
+    todo = table_points(table, name, list(sets), experiment, _load)
     start = time.perf_counter()
-    code, outcomes = _run_sweep(todo, experiment, f"reproduce-{name}", {"table": name, "seeds": seed_list,
+    code, outcomes = _run_sweep(todo, experiment, f"reproduce-{name}", {"table": name, "seeds": table.seeds,
                                 "set": list(sets), "rows": [row.label for row in table.rows]}, launch, quiet)
-    measured = {o.label: o.metrics for o in outcomes}
-    for point in todo:
-        got = table.measured.setdefault(point.tags["ctk.row"], {})
-        for m in table.metrics:
-            if m in measured.get(point.label, {}):
-                got.setdefault(m, []).append(measured[point.label][m])
+    fill_measured(table, todo, outcomes)
     click.echo(render(reproduce_report(table), fmt, shutil.get_terminal_size().columns))
     click.echo(f"({len(todo)} runs in {time.perf_counter() - start:.0f} s; mlflow experiment {experiment!r})",
-               err=machine)
+               err=fmt in ("csv", "json"))  # stdout carries only the parseable report
     publish_view(client_for(todo[0].recipe.tracking.uri), experiment)
     sys.exit(code)
 

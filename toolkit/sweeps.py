@@ -140,3 +140,69 @@ def summary_table(rows: list[tuple[str, str, str, str, str]]) -> str:
     table = [("point", "outcome", "run", "seconds", "note"), *rows]
     widths = [max(len(r[i]) for r in table) for i in range(5)]
     return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in table)
+
+
+# -- the points of ``ctk sweep`` and ``ctk reproduce`` --------------------------------------
+# ``load(path, overrides, extra)`` validates a recipe (the command line passes its own loader,
+# which reports a bad recipe and exits 2).
+
+def grid_points(recipe: str, grid: list[list[str]], sets: list[str], experiment: str, load: Any) -> list[Point]:
+    """One point per grid combination, named by its swept values (a run name the recipe sets wins)."""
+    from toolkit.runs import point_run_name
+    from toolkit.ui_view import run_note
+    out = []
+    for values in grid:
+        extra = [*values, f"tracking.experiment={experiment}"]
+        r = load(recipe, sets, extra)
+        if not r.common.tracking.run_name:
+            r = load(recipe, sets, [*extra, f"tracking.run_name={point_run_name(r, values)}"])
+        out.append(Point(r.run_name, r, values, {"ctk.sweep": experiment,
+                                                 "mlflow.note.content": run_note(f"sweep {experiment}", values)}))
+    return out
+
+
+def select_rows(table: Any, name: str, rows: list[str]) -> None:
+    """Keep only ``rows`` of a paper table; a ValueError names the rows there are."""
+    labels = [row.label for row in table.rows]
+    unknown = [r for r in rows if r not in labels]
+    if unknown:
+        raise ValueError(f"--row {unknown[0]!r} is not a row of {name}; expected one of: "
+                         f"{', '.join(repr(lab) for lab in labels)}")
+    table.rows = [row for row in table.rows if row.label in rows]
+
+
+def table_points(table: Any, name: str, sets: list[str], experiment: str, load: Any) -> list[Point]:
+    """One point per row and seed of a paper table."""
+    from toolkit.ui_view import run_note
+    out = []
+    for row in table.rows:
+        for seed in table.seeds:
+            r = load(str(row.recipe), (*row.overrides, *sets), [f"seed={seed}", f"tracking.experiment={experiment}"])
+            note = run_note(f"{name}, row {row.label}", [*row.overrides, *sets, f"seed={seed}"])
+            out.append(Point(f"{row.label} s{seed}", r, [f"seed={seed}"],
+                             {"ctk.table": name, "ctk.row": row.label, "mlflow.note.content": note}))
+    return out
+
+
+def fill_measured(table: Any, points: list[Point], outcomes: list[Any]) -> None:
+    """Put each finished (or skipped: finished earlier) point's metrics into its table row."""
+    measured = {o.label: o.metrics for o in outcomes}
+    for point in points:
+        got = table.measured.setdefault(point.tags["ctk.row"], {})
+        for m in table.metrics:
+            if m in measured.get(point.label, {}):
+                got.setdefault(m, []).append(measured[point.label][m])
+
+
+def log_sweep_figure(comp: Any, experiment: str) -> None:
+    """The comparison plot, logged to the sweep's parent run; nothing when no swept key is numeric."""
+    import re
+    import tempfile
+    from pathlib import Path
+
+    from toolkit.comparison import write_figure
+    with tempfile.TemporaryDirectory() as folder:
+        try:
+            write_figure(comp, str(Path(folder) / (re.sub(r"[^A-Za-z0-9._-]+", "_", experiment) + ".png")))
+        except ValueError:
+            pass
