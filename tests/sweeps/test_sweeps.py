@@ -94,6 +94,29 @@ def test_sigint_then_rerun_gives_one_finished_run_per_point(ctk):
     assert all(c.info.status == "FINISHED" for c in children)
 
 
+def test_killed_ray_worker_is_retried_from_its_checkpoint(ctk):
+    import os
+    import signal
+    args = ["sweep", TOY, "--grid", "seed=0,1", "--set", "budget.steps=3000", "--set", "budget.checkpoint_every=50",
+            "--quiet", "--jobs", "2", "--experiment", "k9"]
+    proc = ctk.popen(*args)
+    client = ctk.store()
+
+    def checkpointed_run():
+        try:
+            runs = runs_of(client, "k9")
+        except Exception:  # noqa: BLE001 - the store is still being created
+            return None
+        return next((r for r in runs if r.info.status == "RUNNING" and "ctk.checkpoint" in r.data.tags), None)
+    victim = wait_for(checkpointed_run, timeout=90)
+    os.kill(int(victim.data.tags["ctk.pid"]), signal.SIGKILL)  # the Ray worker running that point
+    out, err = proc.communicate(timeout=180)
+    assert proc.returncode == 0, err[-3000:]
+    assert re.search(rf"{victim.info.run_name}\s+finished\s+{victim.info.run_id}.*resumed", err)
+    _, children = _split(runs_of(client, "k9"))
+    assert len(children) == 2 and all(c.info.status == "FINISHED" for c in children)
+
+
 def _run(status, run_id="r1"):
     return SimpleNamespace(info=SimpleNamespace(status=status, run_id=run_id), data=SimpleNamespace(tags={}))
 
