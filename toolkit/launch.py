@@ -167,8 +167,8 @@ def _start_ray(jobs: int, address: str | None, cpus: float, env: dict[str, str])
         raise LaunchError("--jobs > 1 and --address need Ray: pip install 'ctk[sweep]' "
                           "(or pip install 'ray[default]==2.60.*')") from None
     runtime_env = {"env_vars": env}
-    common = dict(include_dashboard=False, log_to_driver=False, logging_level="ERROR",
-                  runtime_env=runtime_env, ignore_reinit_error=True)
+    common = {"include_dashboard": False, "log_to_driver": False, "logging_level": "ERROR",
+              "runtime_env": runtime_env, "ignore_reinit_error": True}
     if address:
         common.pop("include_dashboard")
         ray.init(address=address, **common)

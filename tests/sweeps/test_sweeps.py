@@ -1,7 +1,6 @@
 """ctk sweep on Ray and in-process: one child run per point under one parent, nothing run twice,
 failures isolated, Ctrl-C resumable (issue 17)."""
 import re
-import time
 from types import SimpleNamespace
 
 import pytest
@@ -38,7 +37,8 @@ def test_four_points_on_local_ray_then_nothing(ctk):
     assert all(c.data.tags.get("ctk.ray_task") for c in children)
     client = ctk.store()
     summary = client.download_artifacts(parents[0].info.run_id, "sweep/summary.txt", str(ctk.folder))
-    assert open(summary).read().count("finished") == 4
+    with open(summary) as fh:
+        assert fh.read().count("finished") == 4
     assert client.get_run(parents[0].info.run_id).info.status == "FINISHED"
 
     again = ctk(*args)
@@ -57,7 +57,8 @@ def test_failing_point_is_isolated_and_retried_only_when_asked(ctk):
     by_lr = {c.data.params["optimizer.lr"]: c for c in children if "optimizer.lr" in c.data.params}
     assert by_lr["0.001"].info.status == "FINISHED" and by_lr["1e+38"].info.status == "FAILED"
     path = client.download_artifacts(by_lr["1e+38"].info.run_id, "error/traceback.txt", str(ctk.folder))
-    text = open(path).read()
+    with open(path) as fh:
+        text = fh.read()
     assert text.startswith("Traceback") and "overflow" in text
 
     kept = ctk(*args)
@@ -110,7 +111,7 @@ def test_killed_ray_worker_is_retried_from_its_checkpoint(ctk):
         return next((r for r in runs if r.info.status == "RUNNING" and "ctk.checkpoint" in r.data.tags), None)
     victim = wait_for(checkpointed_run, timeout=90)
     os.kill(int(victim.data.tags["ctk.pid"]), signal.SIGKILL)  # the Ray worker running that point
-    out, err = proc.communicate(timeout=180)
+    _, err = proc.communicate(timeout=180)
     assert proc.returncode == 0, err[-3000:]
     assert re.search(rf"{victim.info.run_name}\s+finished\s+{victim.info.run_id}.*resumed", err)
     _, children = _split(runs_of(client, "k9"))
