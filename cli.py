@@ -206,49 +206,76 @@ def list_(what: str) -> None:
             click.echo(f"{name}  {table.title}  ({len(table.rows)} rows)")
 
 
+def launch_options(command):
+    """--jobs / --address / --cpus / --gpus / --retry-failed, shared by sweep and reproduce."""
+    for option in reversed([
+        click.option("--jobs", type=click.IntRange(min=1), default=1, show_default=True,
+                     help="Points at once; >1 starts a local Ray instance (1: in this process, serially)."),
+        click.option("--address", envvar="RAY_ADDRESS", metavar="ADDR",
+                     help="Join this Ray cluster (default $RAY_ADDRESS), e.g. auto or HEAD:6379."),
+        click.option("--cpus", type=click.FloatRange(min=0, min_open=True), help="Cores (and threads) per point (recipe resources.cpus)."),
+        click.option("--gpus", type=click.FloatRange(min=0), help="GPUs per point (recipe resources.gpus)."),
+        click.option("--retry-failed", is_flag=True, help="Run FAILED points again (finished ones are always skipped)."),
+    ]):
+        command = option(command)
+    return command
+
+
+def _run_sweep(points: list, experiment: str, parent: str, grid: dict, launch: dict, quiet: bool) -> tuple:
+    from toolkit.launch import LaunchError, run_sweep
+    try:
+        return run_sweep(points, domain_registry.get, experiment=experiment, parent_name=parent, grid=grid,
+                            progress=not quiet, echo=lambda m: click.echo(m, err=True), **launch)
+    except LaunchError as exc:
+        _fail(f"error: {exc}", 2)
+    raise AssertionError  # unreachable
+
+
 @main.command()
 @click.argument("recipe", type=click.Path(dir_okay=False))
 @click.option("--grid", multiple=True, required=True, metavar="KEY=V1,V2", help="A swept key and its values (repeatable: cartesian product).")
 @click.option("--set", "sets", multiple=True, metavar="KEY=VALUE", help="Override applied to every point.")
 @click.option("--experiment", help="Experiment grouping the runs (default: sweep-<recipe file>).")
+@launch_options
 @click.option("--quiet", is_flag=True, help="No progress bars.")
-def sweep(recipe: str, grid: tuple[str, ...], sets: tuple[str, ...], experiment: str | None, quiet: bool) -> None:
-    """Run RECIPE once per grid point, all in one experiment; then print the comparison.
+def sweep(recipe: str, grid: tuple[str, ...], sets: tuple[str, ...], experiment: str | None, quiet: bool,
+          **launch) -> None:
+    """Run RECIPE once per grid point, all in one experiment under one parent run; then print
+    the comparison. Run it again: finished points are skipped, killed ones resumed.
 
     \b
     Example:
       ctk sweep recipes/toy/lmcl_clusters.yaml --grid objective.loss.temperature=0.1,0.5 --grid seed=0,1
+      ctk sweep recipes/toy/lmcl_clusters.yaml --grid seed=0,1,2,3 --jobs 2
     """
-    from toolkit.runs import expand_grid, point_run_name
-    from toolkit.ui_view import run_note
+    from toolkit.runs import expand_grid
+    from toolkit.sweeps import grid_points, log_sweep_figure
     try:
         points = expand_grid(list(grid))
     except rc.RecipeError as exc:
         _fail(f"error: {exc}", 2)
     experiment = experiment or f"sweep-{Path(recipe).stem}"
-    recipes = []
-    for point in points:
-        extra = [*point, f"tracking.experiment={experiment}"]
-        r = _load(recipe, sets, extra)
-        if not r.common.tracking.run_name:  # a name the user set wins
-            r = _load(recipe, sets, [*extra, f"tracking.run_name={point_run_name(r, point)}"])
-        recipes.append(r)
-    click.echo(f"sweep: {len(recipes)} runs into experiment {experiment!r}")
-    for point, r in zip(points, recipes):
-        click.echo(f"-> {r.run_name}: {' '.join(point)}")
-        _execute(r, progress=not quiet, extra_tags={
-            "ctk.sweep": experiment, "mlflow.note.content": run_note(f"sweep {experiment}", point)})
-    _print_comparison(experiment, recipes[0].tracking.uri)
+    todo = grid_points(recipe, points, list(sets), experiment, _load)
+    code, _ = _run_sweep(todo, experiment, f"sweep-{Path(recipe).stem}",
+                         {"recipe": recipe, "grid": list(grid), "set": list(sets)}, launch, quiet)
+    comp = _print_comparison(experiment, todo[0].recipe.tracking.uri, soft=True)
+    if comp is not None:
+        log_sweep_figure(comp, experiment)
+    sys.exit(code)
 
 
-def _print_comparison(experiment: str, uri: str | None, fmt: str = "table", **kwargs):
-    """Print the comparison of ``experiment`` (and refresh its mlflow columns view)."""
+def _print_comparison(experiment: str, uri: str | None, fmt: str = "table", soft: bool = False, **kwargs):
+    """Print the comparison of ``experiment`` (and refresh its mlflow columns view); ``soft``:
+    a sweep with nothing to compare yet says so and goes on."""
     import shutil
 
     from toolkit.comparison import comparison_text
     try:
         text, comp = comparison_text(experiment, uri, fmt, shutil.get_terminal_size().columns, **kwargs)
     except ValueError as exc:
+        if soft:
+            click.echo(f"(no comparison: {exc})", err=True)
+            return None
         _fail(f"error: {exc}", 1)
     click.echo(text)
     return comp
@@ -366,9 +393,10 @@ def _tables() -> dict:
               help="Run only this row (repeatable; default: every row of the table).")
 @click.option("--experiment", help="Experiment for the runs (default: reproduce-NAME).")
 @click.option("--format", "fmt", type=click.Choice(FORMATS), default="table", show_default=True)
+@launch_options
 @click.option("--quiet", is_flag=True, help="No progress bars.")
 def reproduce(name: str | None, list_only: bool, seeds: str | None, sets: tuple[str, ...],
-              rows: tuple[str, ...], experiment: str | None, fmt: str, quiet: bool) -> None:
+              rows: tuple[str, ...], experiment: str | None, fmt: str, quiet: bool, **launch) -> None:
     """Run the recipes behind a paper table; print measured (mean, std, 95% interval over
     seeds) beside the paper's number, with a verdict per row.
 
@@ -381,9 +409,10 @@ def reproduce(name: str | None, list_only: bool, seeds: str | None, sets: tuple[
     import shutil
 
     from toolkit.reporting import reproduce_report
+    from toolkit.sweeps import fill_measured, select_rows, table_points
     from toolkit.tables import render
     from toolkit.tracking import client_for
-    from toolkit.ui_view import publish_view, run_note
+    from toolkit.ui_view import publish_view
     tables = _tables()
     if list_only or not name:
         for n, t in sorted(tables.items()):
@@ -392,37 +421,22 @@ def reproduce(name: str | None, list_only: bool, seeds: str | None, sets: tuple[
     if name not in tables:
         _fail(f"error: no paper table {name!r}; expected one of: {', '.join(sorted(tables))}", 2)
     table = tables[name]
-    seed_list = [int(s) for s in seeds.split(",")] if seeds else table.seeds
-    table.seeds = seed_list
-    if rows:
-        labels = [row.label for row in table.rows]
-        unknown = [r for r in rows if r not in labels]
-        if unknown:
-            _fail(f"error: --row {unknown[0]!r} is not a row of {name}; expected one of: "
-                  f"{', '.join(repr(lab) for lab in labels)}", 2)
-        table.rows = [row for row in table.rows if row.label in rows]
+    table.seeds = [int(s) for s in seeds.split(",")] if seeds else table.seeds
+    try:
+        select_rows(table, name, list(rows)) if rows else None
+    except ValueError as exc:
+        _fail(f"error: {exc}", 2)
     experiment = experiment or f"reproduce-{name}"
-    jobs = []
-    for row in table.rows:
-        for seed in seed_list:
-            jobs.append((row, _load(str(row.recipe), (*row.overrides, *sets),
-                                    [f"seed={seed}", f"tracking.experiment={experiment}"])))
-    machine = fmt in ("csv", "json")  # stdout carries only the parseable report
-    click.echo(f"reproduce {name}: {len(jobs)} runs into experiment {experiment!r}", err=machine)
+    todo = table_points(table, name, list(sets), experiment, _load)
     start = time.perf_counter()
-    for row, r in jobs:
-        click.echo(f"-> {row.label} (seed {r.seed})", err=machine)
-        note = run_note(f"{name}, row {row.label}", [*row.overrides, *sets, f"seed={r.seed}"])
-        _, metrics = _execute(r, progress=not quiet, extra_tags={
-            "ctk.table": name, "ctk.row": row.label, "mlflow.note.content": note})
-        got = table.measured.setdefault(row.label, {})
-        for m in table.metrics:
-            if m in metrics:
-                got.setdefault(m, []).append(metrics[m])
+    code, outcomes = _run_sweep(todo, experiment, f"reproduce-{name}", {"table": name, "seeds": table.seeds,
+                                "set": list(sets), "rows": [row.label for row in table.rows]}, launch, quiet)
+    fill_measured(table, todo, outcomes)
     click.echo(render(reproduce_report(table), fmt, shutil.get_terminal_size().columns))
-    click.echo(f"({len(jobs)} runs in {time.perf_counter() - start:.0f} s; mlflow experiment {experiment!r})",
-               err=machine)
-    publish_view(client_for(jobs[0][1].tracking.uri), experiment)
+    click.echo(f"({len(todo)} runs in {time.perf_counter() - start:.0f} s; mlflow experiment {experiment!r})",
+               err=fmt in ("csv", "json"))  # stdout carries only the parseable report
+    publish_view(client_for(todo[0].recipe.tracking.uri), experiment)
+    sys.exit(code)
 
 
 @main.command()
@@ -455,6 +469,28 @@ def ui(uri: str | None, host: str, port: int, basic_auth: bool) -> None:
         click.echo(f"  {name}: http://{host}:{port}/{route}")
     sys.stdout.flush()
     os.execvp(cmd[0], cmd)
+
+
+@main.command()
+@click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on (0.0.0.0: every machine; a warning says how to protect it).")
+@click.option("--port", default=5000, show_default=True, type=int)
+@click.option("--backend-store-uri", "store", metavar="URI", help="Run store: sqlite:///PATH or postgresql://... (default: ./mlflow.db).")
+@click.option("--artifacts", type=click.Path(file_okay=False), default="mlartifacts", show_default=True, help="Folder where the server keeps the artifacts it serves.")
+@click.option("--basic-auth", is_flag=True, help="Require a login: mlflow's basic-auth app (needs mlflow[auth]).")
+def server(host: str, port: int, store: str | None, artifacts: str, basic_auth: bool) -> None:
+    """Start an mlflow tracking server that every worker of a cluster sweep logs to (runs and
+    artifacts over HTTP); prints the MLFLOW_TRACKING_URI to use; Ctrl-C stops it.
+
+    \b
+    Example:
+      ctk server --host 0.0.0.0 --backend-store-uri postgresql://ctk@db/ctk --artifacts /shared/mlartifacts
+    """
+    from toolkit.servers import serve
+    from toolkit.tracking import tracking_uri
+    try:
+        sys.exit(serve(tracking_uri(store), artifacts, host, port, basic_auth, echo=click.echo))
+    except RuntimeError as exc:
+        _fail(f"error: {exc}", 2)
 
 
 @main.command(context_settings={"ignore_unknown_options": True, "help_option_names": []})

@@ -164,6 +164,14 @@ class Paper(Section):
     notes: str | None = None
 
 
+class Resources(Section):
+    """What one run asks of a Ray cluster (``ctk sweep --jobs N`` / ``--address``): CPU cores
+    (its torch thread budget too; default cores / jobs) and GPUs (1 packs one run per GPU)."""
+
+    cpus: float | None = Field(None, gt=0)
+    gpus: float = Field(0, ge=0)
+
+
 class Common(Section):
     """The sections every recipe shares (the domain-owned ones are removed before this)."""
 
@@ -180,6 +188,7 @@ class Common(Section):
     budget: Budget | None = None
     tracking: Tracking = Field(default_factory=Tracking)
     paper: Paper | None = None
+    resources: Resources = Field(default_factory=Resources)
 
 
 @dataclass

@@ -13,9 +13,17 @@ from __future__ import annotations
 
 import importlib.util
 import ipaddress
+import os
+import signal
+import socket
+import subprocess
 import sys
+import time
+import urllib.request
+from pathlib import Path
+from typing import Callable
 
-__all__ = ["LOOPBACK", "is_loopback", "exposure_warning", "mlflow_command"]
+__all__ = ["LOOPBACK", "is_loopback", "exposure_warning", "mlflow_command", "serve"]
 
 LOOPBACK = "127.0.0.1"
 
@@ -48,8 +56,10 @@ def exposure_warning(host: str, port: int, basic_auth: bool) -> str | None:
 
 
 def mlflow_command(kind: str, store: str, *, host: str, port: int, artifacts: str | None,
-                   basic_auth: bool) -> list[str]:
-    """``python -m mlflow ui|server`` on ``store`` bound to ``host:port``.
+                   basic_auth: bool, serve_artifacts: bool = False) -> list[str]:
+    """``python -m mlflow ui|server`` on ``store`` bound to ``host:port``; ``serve_artifacts``:
+    the server stores artifacts under ``artifacts`` and serves them over HTTP (clients on
+    other machines never need the folder).
 
     Raises ``ValueError`` for an unknown ``kind`` and ``RuntimeError`` when ``basic_auth`` is
     asked for but mlflow's auth extra (Flask-WTF) is missing, before anything starts.
@@ -58,11 +68,78 @@ def mlflow_command(kind: str, store: str, *, host: str, port: int, artifacts: st
         raise ValueError(f"kind must be 'ui' or 'server', got {kind!r}")
     cmd = [sys.executable, "-m", "mlflow", kind, "--backend-store-uri", store,
            "--host", host, "--port", str(port)]
-    if artifacts:
+    if artifacts and serve_artifacts:
+        cmd += ["--serve-artifacts", "--artifacts-destination", artifacts]
+    elif artifacts:
         cmd += ["--default-artifact-root", artifacts]
+    if kind == "server" and not is_loopback(host):  # mlflow's host check: the names workers use
+        names = {socket.gethostname(), socket.getfqdn(), "localhost", LOOPBACK} | ({host} if host != "0.0.0.0" else set())
+        cmd += ["--allowed-hosts", ",".join(sorted(f"{n}:{port}" for n in names))]
     if basic_auth:
         if importlib.util.find_spec("flask_wtf") is None:
             raise RuntimeError("--basic-auth needs mlflow's auth extra (Flask-WTF): "
                                "pip install 'mlflow[auth]'")
         cmd += ["--app-name", "basic-auth"]
     return cmd
+
+
+def serve(store: str, artifacts: str, host: str, port: int, basic_auth: bool = False,
+          echo: Callable[[str], None] = print, ready_timeout: float = 60.0) -> int:
+    """``ctk server``: an mlflow tracking server on ``store`` serving the artifacts kept in
+    ``artifacts``; prints the URI that workers set as ``MLFLOW_TRACKING_URI`` once it answers,
+    and on Ctrl-C / SIGTERM stops it and its workers (their own process group). Returns the
+    exit code."""
+    Path(artifacts).mkdir(parents=True, exist_ok=True)
+    cmd = mlflow_command("server", store, host=host, port=port, artifacts=str(Path(artifacts).resolve()),
+                         basic_auth=basic_auth, serve_artifacts=True)
+    warning = exposure_warning(host, port, basic_auth)
+    if warning:
+        echo(warning)
+    proc = subprocess.Popen(cmd, start_new_session=True)
+    stop = {"asked": False}
+
+    def ask_stop(signum: int, frame: object) -> None:
+        stop["asked"] = True
+    previous = {sig: signal.signal(sig, ask_stop) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        name = socket.getfqdn() if host in ("0.0.0.0", "::") else host
+        deadline, ready = time.monotonic() + ready_timeout, False
+        while not stop["asked"] and proc.poll() is None:
+            if not ready and _answers(f"http://{LOOPBACK if host in ('0.0.0.0', '::') else host}:{port}/health"):
+                ready = True
+                echo(f"mlflow tracking server on http://{host}:{port} (store {store}, artifacts {artifacts})")
+                echo(f"workers: export MLFLOW_TRACKING_URI=http://{name}:{port}")
+                echo("stop it with Ctrl-C")
+            if not ready and time.monotonic() > deadline:
+                echo(f"error: the server did not answer on port {port} within {ready_timeout:.0f} s")
+                break
+            time.sleep(0.2)
+        if proc.poll() is not None and not stop["asked"]:
+            return proc.returncode or 1
+        return 0
+    finally:
+        _stop_group(proc)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def _answers(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(url, timeout=2) as resp:  # noqa: S310 - our own server
+            return resp.status < 400
+    except OSError:
+        return False
+
+
+def _stop_group(proc: subprocess.Popen) -> None:
+    """SIGTERM to the server's process group, SIGKILL after 10 s."""
+    if proc.poll() is not None:
+        return
+    try:
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+    except ProcessLookupError:
+        pass

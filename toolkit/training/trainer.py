@@ -35,9 +35,10 @@ __all__ = ["RunOptions", "Trainer", "RecipeMismatch", "NonFiniteLoss", "StopAfte
            "select_device", "CHECKPOINT_FORMAT", "RESUME_FREE_KEYS"]
 
 CHECKPOINT_FORMAT = "ctk-checkpoint/1"
-# Top-level recipe keys a resume may change: where, how precisely and over how many ranks it
-# runs, how it is named and tracked. Everything else must match the checkpoint's recipe.
-RESUME_FREE_KEYS = ("device", "precision", "distributed", "tracking", "name", "description", "paper")
+# Top-level recipe keys a resume may change: where, how precisely and over how many ranks and
+# resources it runs, how it is named and tracked. Everything else must match the checkpoint's recipe.
+RESUME_FREE_KEYS = ("device", "precision", "distributed", "resources", "tracking", "name", "description",
+                    "paper")
 
 
 class RecipeMismatch(ValueError):

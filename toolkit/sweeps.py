@@ -1,0 +1,208 @@
+"""Sweeps that can be run again: every point has one run, found by the hash of its recipe.
+
+A point is one resolved recipe (seed included). Its key (:func:`point_key`) is the sha256 of
+the resolved recipe without the keys that do not change what is computed (``tracking``,
+``device``, ``precision``, ``resources``, names, paper figures); the run carries it as the tag
+``ctk.point``. Before launching, :func:`decide` reads the point's run from the store:
+
+=============================  ============================================================
+run of the point               action
+=============================  ============================================================
+none                           ``launch``
+FINISHED                       ``skip``
+RUNNING (its process alive)    ``running`` (another sweep runs it; not launched twice)
+KILLED, with a checkpoint      ``resume`` from it, in the same run
+KILLED, no checkpoint yet      ``restart``: the empty run is deleted, a new one starts
+FAILED                         ``failed`` (kept); with ``--retry-failed`` ``restart``
+=============================  ============================================================
+
+so a point never has two live runs. The sweep itself is a parent run (tag ``ctk.sweep_parent``
+= the hash of experiment and sweep name, so a grown grid keeps its parent): children carry ``mlflow.parentRunId``; the parent holds the
+grid, the summary table and the comparison plot.
+"""
+from __future__ import annotations
+
+import hashlib
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import yaml
+
+from toolkit.checkpoint import checkpoint_dir, recipe_hash
+from toolkit.training.trainer import RESUME_FREE_KEYS
+
+__all__ = ["Point", "point_key", "decide", "find_point_runs", "open_parent", "close_parent",
+           "summary_table", "POINT_TAG", "PARENT_TAG", "SWEEP_TAG"]
+
+POINT_TAG = "ctk.point"
+PARENT_TAG = "mlflow.parentRunId"
+SWEEP_TAG = "ctk.sweep_parent"
+_RANK = {"FINISHED": 0, "RUNNING": 1, "KILLED": 2, "SCHEDULED": 3, "FAILED": 4}
+
+
+@dataclass
+class Point:
+    """One run of a sweep: its label (run name), validated recipe, the ``--set`` values that make
+    it a point (for notes) and the tags the launcher adds (table row, note...)."""
+
+    label: str
+    recipe: Any
+    values: list[str] = field(default_factory=list)
+    tags: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def key(self) -> str:
+        return point_key(self.recipe.resolved)
+
+
+def point_key(resolved: dict[str, Any]) -> str:
+    """The point's identity: sha256 (first 20 hex digits) of the resolved recipe minus the keys
+    that change nothing computed (``RESUME_FREE_KEYS``)."""
+    return recipe_hash({k: v for k, v in resolved.items() if k not in RESUME_FREE_KEYS})[:20]
+
+
+def find_point_runs(client: Any, experiment: str) -> dict[str, Any]:
+    """``{point key: run}`` for the active runs of ``experiment`` that carry a point tag (dead
+    RUNNING runs are marked KILLED first). Two runs for a key (never written by ctk) keep the
+    most advanced one: FINISHED, then RUNNING, KILLED, FAILED."""
+    from toolkit.tracking_health import mark_dead_runs
+    exp = client.get_experiment_by_name(experiment)
+    if exp is None:
+        return {}
+    mark_dead_runs(client, [exp.experiment_id])
+    out: dict[str, Any] = {}
+    for run in client.search_runs([exp.experiment_id], f"tags.`{POINT_TAG}` != ''", max_results=50000):
+        key = run.data.tags[POINT_TAG]
+        if key not in out or _RANK.get(run.info.status, 9) < _RANK.get(out[key].info.status, 9):
+            out[key] = run
+    return out
+
+
+def has_checkpoint(run_id: str) -> bool:
+    folder = checkpoint_dir(run_id)
+    return folder.is_dir() and any(p.is_file() for p in folder.glob("*.pt"))
+
+
+def decide(run: Any | None, retry_failed: bool) -> tuple[str, str | None]:
+    """(action, run id) for a point whose current run is ``run`` (see the module's table)."""
+    if run is None:
+        return "launch", None
+    status, run_id = run.info.status, run.info.run_id
+    if status == "FINISHED":
+        return "skip", run_id
+    if status in ("RUNNING", "SCHEDULED"):
+        return "running", run_id
+    if status == "FAILED" and not retry_failed:
+        return "failed", run_id
+    if status == "KILLED" and has_checkpoint(run_id):
+        return "resume", run_id
+    return "restart", run_id
+
+
+def open_parent(client: Any, experiment: str, name: str, points: list[Point], grid: dict[str, Any],
+                children: list[str] = ()) -> str:
+    """The sweep's parent run (the same one when the sweep runs again), RUNNING, with the grid
+    as ``sweep/grid.yaml``; the points' existing runs (``children``) are nested under it."""
+    from toolkit.tracking import experiment_id
+    eid = experiment_id(client, experiment)
+    key = hashlib.sha256(f"{experiment}\n{name}".encode()).hexdigest()[:20]
+    found = client.search_runs([eid], f"tags.`{SWEEP_TAG}` = '{key}'", max_results=1)
+    if found:
+        run_id = found[0].info.run_id
+        client.update_run(run_id, status="RUNNING")
+    else:
+        run_id = client.create_run(eid, run_name=name, tags={SWEEP_TAG: key, "ctk.sweep": experiment}).info.run_id
+        for k, v in grid.items():
+            client.log_param(run_id, f"grid.{k}"[:250], str(v)[:6000])
+    for child in children:
+        client.set_tag(child, PARENT_TAG, run_id)
+    listing = {"grid": grid, "points": [{"run_name": p.label, "point": p.key, "values": p.values} for p in points]}
+    client.log_text(run_id, yaml.safe_dump(listing, sort_keys=False), "sweep/grid.yaml")
+    client.log_metric(run_id, "sweep/points", len(points))
+    return run_id
+
+
+def close_parent(client: Any, run_id: str, summary: str, counts: dict[str, int], figure: Any = None) -> None:
+    """Log the summary table (and the comparison figure) to the parent and end it: FINISHED
+    when every point finished, KILLED when stopped, else FAILED."""
+    client.log_text(run_id, summary, "sweep/summary.txt")
+    for k, v in counts.items():
+        client.log_metric(run_id, f"sweep/{k}", v)
+    if figure is not None:
+        client.log_figure(run_id, figure, "figures/comparison.png")
+    status = "KILLED" if counts.get("killed") else "FAILED" if counts.get("failed") else "FINISHED"
+    client.set_terminated(run_id, status, end_time=int(time.time() * 1000))
+
+
+def summary_table(rows: list[tuple[str, str, str, str, str]]) -> str:
+    """Aligned text: point, outcome, run id, seconds, note (error's first line)."""
+    table = [("point", "outcome", "run", "seconds", "note"), *rows]
+    widths = [max(len(r[i]) for r in table) for i in range(5)]
+    return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in table)
+
+
+# -- the points of ``ctk sweep`` and ``ctk reproduce`` --------------------------------------
+# ``load(path, overrides, extra)`` validates a recipe (the command line passes its own loader,
+# which reports a bad recipe and exits 2).
+
+def grid_points(recipe: str, grid: list[list[str]], sets: list[str], experiment: str, load: Any) -> list[Point]:
+    """One point per grid combination, named by its swept values (a run name the recipe sets wins)."""
+    from toolkit.runs import point_run_name
+    from toolkit.ui_view import run_note
+    out = []
+    for values in grid:
+        extra = [*values, f"tracking.experiment={experiment}"]
+        r = load(recipe, sets, extra)
+        if not r.common.tracking.run_name:
+            r = load(recipe, sets, [*extra, f"tracking.run_name={point_run_name(r, values)}"])
+        out.append(Point(r.run_name, r, values, {"ctk.sweep": experiment,
+                                                 "mlflow.note.content": run_note(f"sweep {experiment}", values)}))
+    return out
+
+
+def select_rows(table: Any, name: str, rows: list[str]) -> None:
+    """Keep only ``rows`` of a paper table; a ValueError names the rows there are."""
+    labels = [row.label for row in table.rows]
+    unknown = [r for r in rows if r not in labels]
+    if unknown:
+        raise ValueError(f"--row {unknown[0]!r} is not a row of {name}; expected one of: "
+                         f"{', '.join(repr(lab) for lab in labels)}")
+    table.rows = [row for row in table.rows if row.label in rows]
+
+
+def table_points(table: Any, name: str, sets: list[str], experiment: str, load: Any) -> list[Point]:
+    """One point per row and seed of a paper table."""
+    from toolkit.ui_view import run_note
+    out = []
+    for row in table.rows:
+        for seed in table.seeds:
+            r = load(str(row.recipe), (*row.overrides, *sets), [f"seed={seed}", f"tracking.experiment={experiment}"])
+            note = run_note(f"{name}, row {row.label}", [*row.overrides, *sets, f"seed={seed}"])
+            out.append(Point(f"{row.label} s{seed}", r, [f"seed={seed}"],
+                             {"ctk.table": name, "ctk.row": row.label, "mlflow.note.content": note}))
+    return out
+
+
+def fill_measured(table: Any, points: list[Point], outcomes: list[Any]) -> None:
+    """Put each finished (or skipped: finished earlier) point's metrics into its table row."""
+    measured = {o.label: o.metrics for o in outcomes}
+    for point in points:
+        got = table.measured.setdefault(point.tags["ctk.row"], {})
+        for m in table.metrics:
+            if m in measured.get(point.label, {}):
+                got.setdefault(m, []).append(measured[point.label][m])
+
+
+def log_sweep_figure(comp: Any, experiment: str) -> None:
+    """The comparison plot, logged to the sweep's parent run; nothing when no swept key is numeric."""
+    import re
+    import tempfile
+    from pathlib import Path
+
+    from toolkit.comparison import write_figure
+    with tempfile.TemporaryDirectory() as folder:
+        try:
+            write_figure(comp, str(Path(folder) / (re.sub(r"[^A-Za-z0-9._-]+", "_", experiment) + ".png")))
+        except ValueError:
+            pass
