@@ -264,6 +264,42 @@ def sweep(recipe: str, grid: tuple[str, ...], sets: tuple[str, ...], experiment:
     sys.exit(code)
 
 
+@main.command()
+@click.argument("recipe", type=click.Path(dir_okay=False))
+@click.option("--space", "space", multiple=True, required=True, metavar="KEY=DIST",
+              help="A searched key: uniform(a,b), loguniform(a,b), randint(a,b) or choice(x,y,...).")
+@click.option("--samples", type=click.IntRange(min=1), default=8, show_default=True, help="Trials.")
+@click.option("--metric", required=True, help="The periodic metric to optimise (e.g. online_knn_top1).")
+@click.option("--mode", type=click.Choice(["max", "min"]), default="max", show_default=True)
+@click.option("--set", "sets", multiple=True, metavar="KEY=VALUE", help="Override applied to every trial.")
+@click.option("--jobs", type=click.IntRange(min=1), default=2, show_default=True, help="Trials at once.")
+@click.option("--address", envvar="RAY_ADDRESS", metavar="ADDR", help="Join this Ray cluster.")
+@click.option("--experiment", help="Experiment of the trials (default: tune-<recipe file>).")
+@click.option("--out", type=click.Path(dir_okay=False), help="Best recipe (default: <recipe>-best.yaml).")
+def tune(recipe: str, space: tuple[str, ...], samples: int, metric: str, mode: str, sets: tuple[str, ...],
+         jobs: int, address: str | None, experiment: str | None, out: str | None) -> None:
+    """Search RECIPE's hyper-parameters on Ray Tune (Optuna's sampler, ASHA early stopping on
+    --metric); every trial is an mlflow child run; the best recipe is written as YAML.
+
+    \b
+    Example:
+      ctk tune recipes/toy/lmcl_three_bars_cl.yaml --space objective.loss.temperature=loguniform(0.05,1) \
+        --samples 8 --metric kmeans_accuracy --set budget.eval_every=50
+    """
+    from toolkit.launch import LaunchError
+    from toolkit.tune import tune as run_tune
+    _load(recipe, sets)  # every recipe problem before Ray starts
+    try:
+        config, path = run_tune(recipe, list(sets), list(space), samples=samples, metric=metric, mode=mode,
+                                lookup=domain_registry.get, jobs=jobs, address=address,
+                                experiment=experiment, out=out)
+    except rc.RecipeError as exc:
+        _fail(f"error: {exc}", 2)
+    except LaunchError as exc:
+        _fail(f"error: {exc}", 2)
+    click.echo(f"best: {' '.join(f'{k}={v}' for k, v in config.items())}; recipe written to {path}")
+
+
 def _print_comparison(experiment: str, uri: str | None, fmt: str = "table", soft: bool = False, **kwargs):
     """Print the comparison of ``experiment`` (and refresh its mlflow columns view); ``soft``:
     a sweep with nothing to compare yet says so and goes on."""

@@ -49,13 +49,16 @@ class RunFinished(ValueError):
 def execute(recipe: rc.Recipe, lookup: DomainLookup, *, resume: str | None = None,
             device: str | None = None, progress: bool = True, distributed: Any = None,
             hooks: list[Callable[[int], None]] | None = None, extend: bool = False,
-            extra_tags: dict[str, str] | None = None) -> tuple[str | None, dict[str, float]]:
+            extra_tags: dict[str, str] | None = None,
+            on_metrics: Callable[[dict[str, float], int], None] | None = None) -> tuple[str | None, dict[str, float]]:
     """Run a validated recipe through its domain's trainer; returns (mlflow run id, final
     metrics).
 
     ``resume`` is a run id (its newest readable checkpoint under ``./checkpoints/<run id>/``)
     or a checkpoint path; the run continues in the same mlflow run. ``extend`` lets a resume
     change the budget. The tracking store is checked first (one line, within seconds).
+    ``on_metrics(metrics, step)`` sees every batch of metrics the run logs (``ctk tune``
+    reports the periodic evaluation to Ray Tune through it).
     """
     from toolkit.tracking import client_for, tracking_uri
     from toolkit.tracking_health import check_store
@@ -84,6 +87,8 @@ def execute(recipe: rc.Recipe, lookup: DomainLookup, *, resume: str | None = Non
     is_main = distributed is None or distributed.is_main
     with Tracker(recipe.tracking.experiment, recipe.run_name, recipe.tracking.uri, tags,
                  run_id=run_id, enabled=is_main) as tracker:
+        if on_metrics is not None:
+            tracker.listeners.append(on_metrics)
         if distributed is not None:
             run_id = distributed.broadcast_object(tracker.run_id)
         else:

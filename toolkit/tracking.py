@@ -114,6 +114,7 @@ class Tracker:
         self._logged_up_to: dict[str, int] = {}  # resumed run: the last step of each metric so far
         self._last_beat = 0.0
         self._outage_warned = False
+        self.listeners: list[Any] = []  # called with (metrics, step) after each log_metrics
 
     # -- lifecycle --------------------------------------------------------------------------
     def __enter__(self) -> "Tracker":
@@ -187,6 +188,10 @@ class Tracker:
                 self._pending.append(Metric(str(k), value, ts, int(step)))
         if flush:
             self.flush()
+        if self.listeners:
+            plain = {str(k): float(v.item() if hasattr(v, "item") else v) for k, v in metrics.items()}
+            for listener in self.listeners:
+                listener(plain, int(step))
 
     def flush(self) -> None:
         """Send the queued metrics (and a heartbeat every HEARTBEAT_S). If the store does not

@@ -1,0 +1,141 @@
+"""Hyper-parameter search on Ray Tune: Optuna's sampler proposes, ASHA stops weak trials early.
+
+``ctk tune RECIPE --space objective.loss.temperature=loguniform(0.05,1) --samples 16
+--metric online_knn_top1 --mode max`` runs ``samples`` trials of the recipe, each with the
+sampled values as ``--set`` overrides, through the same ``toolkit.runs.execute`` as ``ctk run``.
+Every value the run logs under ``metric`` (the periodic evaluation: the online kNN monitor for
+vision, ``budget.eval_every`` evaluations, the evaluation return for RL) is reported to Tune, so
+ASHA compares trials at the same training step and stops the weak ones. Each trial is an mlflow
+child run of one parent run (``tune-<recipe>``); the best trial's recipe is written as YAML.
+
+Spaces: ``uniform(a,b)``, ``loguniform(a,b)``, ``randint(a,b)`` (a <= k < b), ``choice(x,y,...)``
+(values parsed as YAML).
+"""
+from __future__ import annotations
+
+import os
+import re
+import tempfile
+from pathlib import Path
+from typing import Any, Callable
+
+import yaml
+
+from toolkit import recipe as rc
+
+__all__ = ["parse_space", "tune"]
+
+_DIST = re.compile(r"^\s*(uniform|loguniform|randint|choice)\s*\((.*)\)\s*$")
+
+
+def parse_space(items: list[str]) -> dict[str, tuple[str, list[Any]]]:
+    """``["a.b=loguniform(0.01,1)", ...]`` -> ``{"a.b": ("loguniform", [0.01, 1.0])}``; every bad
+    item is reported at once (RecipeError naming the key, the value and what was expected)."""
+    space, problems = {}, []
+    for item in items:
+        key, sep, dist = item.partition("=")
+        m = _DIST.match(dist) if sep else None
+        if not key.strip() or m is None:
+            problems.append((key.strip() or item, f"--space: expected KEY=uniform(a,b) | loguniform(a,b) | "
+                                                  f"randint(a,b) | choice(x,y,...), got {item!r}"))
+            continue
+        kind, args = m.group(1), [yaml.safe_load(a) for a in m.group(2).split(",") if a.strip()]
+        numeric = all(isinstance(a, (int, float)) and not isinstance(a, bool) for a in args)
+        if kind == "choice" and args:
+            space[key.strip()] = (kind, args)
+        elif kind != "choice" and len(args) == 2 and numeric and args[0] < args[1] and \
+                (kind != "loguniform" or args[0] > 0):
+            space[key.strip()] = (kind, [float(a) if kind != "randint" else int(a) for a in args])
+        else:
+            problems.append((key.strip(), f"--space: {kind} needs {'values' if kind == 'choice' else 'low < high'}"
+                                          f"{' > 0' if kind == 'loguniform' else ''}, got {dist.strip()!r}"))
+    if problems:
+        raise rc.RecipeError(problems, "ctk tune")
+    return space
+
+
+def _ray_space(space: dict[str, tuple[str, list[Any]]]) -> dict[str, Any]:
+    from ray import tune as rt
+    make = {"uniform": lambda a: rt.uniform(*a), "loguniform": lambda a: rt.loguniform(*a),
+            "randint": lambda a: rt.randint(*a), "choice": lambda a: rt.choice(a)}
+    return {key: make[kind](args) for key, (kind, args) in space.items()}
+
+
+def _trial(config: dict[str, Any], *, recipe: str, sets: list[str], experiment: str, parent: str,
+           metric: str, lookup: Callable[[str], Any]) -> None:
+    """One trial: the recipe with the sampled overrides, every logged ``metric`` reported."""
+    from ray import tune as rt
+
+    from toolkit.runs import execute, load_recipe
+    name = "-".join(f"{k.rsplit('.', 1)[-1]}{_short(v)}" for k, v in config.items())
+    overrides = [*sets, *(f"{k}={v}" for k, v in config.items()), f"tracking.experiment={experiment}",
+                 f"tracking.run_name={name}"]
+    r = load_recipe(recipe, overrides, lookup)
+
+    def report(metrics: dict[str, float], step: int) -> None:
+        if metric in metrics:
+            rt.report({metric: float(metrics[metric]), "step": int(step)})
+    _, final = execute(r, lookup, progress=False, on_metrics=report,
+                       extra_tags={"mlflow.parentRunId": parent, "ctk.tune": experiment})
+    if metric not in final:
+        raise ValueError(f"--metric {metric!r} was never logged by this recipe; it logged: "
+                         f"{', '.join(sorted(final))}")
+
+
+def _short(value: Any) -> str:
+    return f"{value:.3g}" if isinstance(value, float) else str(value)
+
+
+def tune(recipe: str, sets: list[str], space_items: list[str], *, samples: int, metric: str, mode: str,
+         lookup: Callable[[str], Any], jobs: int = 2, address: str | None = None,
+         experiment: str | None = None, out: str | None = None, grace: int = 1) -> tuple[dict[str, Any], Path]:
+    """Run the search; returns (best config, path of the best recipe YAML)."""
+    from ray import tune as rt
+    from ray.tune.schedulers import ASHAScheduler
+    from ray.tune.search.optuna import OptunaSearch
+
+    from toolkit.launch import _start_ray, point_env
+    from toolkit.tracking import client_for, experiment_id, tracking_uri
+    if mode not in ("max", "min"):
+        raise rc.RecipeError([("--mode", f"expected max or min, got {mode!r}")], "ctk tune")
+    space = parse_space(space_items)
+    from toolkit.runs import load_recipe
+    base = load_recipe(recipe, list(sets), lookup)
+    experiment = experiment or f"tune-{Path(recipe).stem}"
+    uri = tracking_uri(base.tracking.uri)
+    client = client_for(uri)
+    parent = client.create_run(experiment_id(client, experiment), run_name=f"tune-{Path(recipe).stem}",
+                               tags={"ctk.tune": experiment}).info.run_id
+    client.log_text(parent, yaml.safe_dump({"space": space_items, "samples": samples, "metric": metric,
+                                            "mode": mode}, sort_keys=False), "tune/space.yaml")
+    cpus = max(1.0, (os.cpu_count() or 2) / max(1, jobs))
+    ray, started = _start_ray(jobs, address, cpus, point_env(uri, cpus))
+    try:
+        trainable = rt.with_parameters(_trial, recipe=str(Path(recipe).resolve()), sets=list(sets),
+                                       experiment=experiment, parent=parent, metric=metric, lookup=lookup)
+        trainable = rt.with_resources(trainable, {"cpu": cpus})
+        tuner = rt.Tuner(trainable, param_space=_ray_space(space),
+                         tune_config=rt.TuneConfig(metric=metric, mode=mode, num_samples=samples,
+                                                   search_alg=OptunaSearch(), max_concurrent_trials=jobs,
+                                                   scheduler=ASHAScheduler(time_attr="training_iteration",
+                                                                           grace_period=grace)),
+                         run_config=rt.RunConfig(storage_path=tempfile.mkdtemp(prefix="ctk-tune-"), verbose=0))
+        results = tuner.fit()
+        best = results.get_best_result(metric=metric, mode=mode)
+        from toolkit.tracking_health import mark_dead_runs
+        mark_dead_runs(client, [experiment_id(client, experiment)])  # trials ASHA stopped: KILLED
+    except BaseException:
+        client.set_terminated(parent, "KILLED")
+        raise
+    finally:
+        if started:
+            ray.shutdown()
+    config = dict(best.config)
+    raw = rc.apply_overrides(rc.load_yaml(recipe), [*sets, *(f"{k}={v}" for k, v in config.items())])
+    path = Path(out or f"{Path(recipe).stem}-best.yaml")
+    path.write_text(f"# ctk tune: best of {samples} trials by {metric} ({mode}) = {best.metrics.get(metric)}\n"
+                    + yaml.safe_dump(raw, sort_keys=False))
+    client.log_artifact(parent, str(path), "tune")
+    client.log_metric(parent, f"best/{metric}", float(best.metrics.get(metric)))
+    client.set_terminated(parent, "FINISHED")
+    return config, path
