@@ -3,7 +3,6 @@ every loss under bf16 and fp16 autocast on CUDA against its fp32 value, a 50-ste
 run, a checkpoint written on the GPU resumed on the CPU, geometry metrics on CUDA tensors."""
 from __future__ import annotations
 
-from pathlib import Path
 
 import pytest
 import torch
@@ -56,13 +55,8 @@ def test_loss_under_cuda_autocast_matches_fp32(name, dtype):
 
 
 @pytest.fixture
-def workdir(tmp_path, monkeypatch):
-    from domains.vision.packaged import locate
-    monkeypatch.setenv("CTK_DATA", str(Path(locate("fashion-mnist")).parent))
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
-    monkeypatch.delenv("CTK_CHECKPOINTS", raising=False)
-    return tmp_path
+def workdir(data_workdir):
+    return data_workdir
 
 
 def test_fifty_step_vision_run_in_bf16(workdir):

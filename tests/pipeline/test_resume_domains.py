@@ -3,7 +3,6 @@ vision run (bitwise) and a tiny text run (to 1e-6), each stopped at a step betwe
 checkpoints, as a kill would, and resumed from the newest checkpoint."""
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
@@ -15,7 +14,6 @@ from toolkit.runs import execute, load_recipe
 from toolkit.tracking import client_for
 
 ROOT = Path(__file__).resolve().parents[2]
-DATA = Path(os.environ.get("CTK_DATA") or ROOT / "data").resolve()
 
 VISION = ["data.train_subset=512", "encoder.arch=convnet", "encoder.width=8", "encoder.head.hidden=[32]",
           "encoder.head.out_dim=16", "budget.epochs=null", "budget.steps=16", "budget.batch_size=64",
@@ -41,12 +39,8 @@ def _kill_at(step_to_stop):
 
 
 @pytest.fixture
-def here(tmp_path, monkeypatch):
-    monkeypatch.setenv("CTK_DATA", str(DATA))
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
-    monkeypatch.delenv("CTK_CHECKPOINTS", raising=False)
-    return tmp_path
+def here(data_workdir):
+    return data_workdir
 
 
 def _stable(metrics):

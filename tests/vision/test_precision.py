@@ -10,7 +10,6 @@ from click.testing import CliRunner
 
 import cli
 from domains import registry
-from domains.vision.packaged import locate
 from toolkit import checkpoint as ckpt
 from toolkit.runs import execute, load_recipe
 from toolkit.tracking import client_for
@@ -23,12 +22,8 @@ TINY = ["data.train_subset=256", "budget.steps=6", "budget.batch_size=64", "budg
 
 
 @pytest.fixture
-def workdir(tmp_path, monkeypatch):
-    monkeypatch.setenv("CTK_DATA", str(Path(locate("fashion-mnist")).parent))
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
-    monkeypatch.delenv("CTK_CHECKPOINTS", raising=False)
-    return tmp_path
+def workdir(data_workdir):
+    return data_workdir
 
 
 def _only_run(client):
