@@ -45,6 +45,28 @@ def build_quick_thought_encoder(cfg: EncoderConfig, tokenizer: SentenceTokenizer
     return QuickThoughtEncoder(one(), one(), tokenizer)
 
 
+def _trained_tokenizer(key: str, books: Any, cfg: Any, max_length: int) -> SentenceTokenizer:
+    """The tokenizer trained on ``books`` with ``cfg``, trained once per data section and kept
+    under ``<data root>/tokenizers/``. The ``tokenizers`` trainers break frequency ties at the
+    vocabulary's edge differently from run to run, so a tokenizer trained again (a resumed run,
+    a second seed) could differ from the one the checkpoint's embeddings belong to."""
+    import hashlib
+    import os
+
+    from toolkit.data.store import data_root
+    folder = data_root() / "tokenizers"
+    path = folder / f"{hashlib.sha256(key.encode()).hexdigest()[:20]}.json"
+    if path.is_file():
+        return SentenceTokenizer.load(path, max_length)
+    tokenizer = train_tokenizer((s for b in books for s in b.sentences), cfg.kind, cfg.vocab_size,
+                                cfg.lowercase, cfg.min_frequency, max_length)
+    folder.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tokenizer.save(tmp)
+    os.replace(tmp, path)  # atomic: a concurrent run reads a whole file or none
+    return tokenizer
+
+
 def _log(message: str) -> None:
     print(f"[text] {message}", file=sys.stderr, flush=True)
 
@@ -82,9 +104,7 @@ class TextDomain(Domain):
         elif recipe.encoder.pretrained:
             tokenizer = SentenceTokenizer.pretrained(recipe.encoder.pretrained, cfg.max_length)
         else:
-            tokenizer = train_tokenizer((s for b in train_books for s in b.sentences), tok_cfg.kind,
-                                        tok_cfg.vocab_size, tok_cfg.lowercase, tok_cfg.min_frequency,
-                                        cfg.max_length)
+            tokenizer = _trained_tokenizer(key, train_books, tok_cfg, cfg.max_length)
         train = SentenceTable.build(train_books, tokenizer)
         val = SentenceTable.build(val_books, tokenizer) if val_books else None
         _log(f"{cfg.corpus}: {len(train_books)} training books ({len(train)} sentences), "

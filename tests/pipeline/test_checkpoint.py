@@ -2,9 +2,7 @@
 from __future__ import annotations
 
 import os
-import pickle
 import random
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -12,21 +10,7 @@ import torch
 
 from toolkit import checkpoint as ckpt
 
-
-class _Marker:
-    """Unpickling this object creates a file: what a hostile checkpoint would do."""
-
-    def __init__(self, path: str) -> None:
-        self.path = path
-
-    def __reduce__(self):
-        return (Path.touch, (Path(self.path),))
-
-
-def hostile_file(path: Path, marker: Path) -> Path:
-    with open(path, "wb") as fh:
-        pickle.dump({"format": "ctk-checkpoint/1", "trainer": _Marker(str(marker))}, fh)
-    return path
+from .hostile import hostile_file
 
 
 def test_round_trip_of_plain_state(tmp_path):

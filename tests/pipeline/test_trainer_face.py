@@ -14,26 +14,15 @@ from toolkit import checkpoint as ckpt
 from toolkit.runs import execute, load_recipe
 from toolkit.tracking import client_for
 
+from .hostile import hostile_file
+
 ROOT = Path(__file__).resolve().parents[2]
-
-
-class _Marker:
-    def __init__(self, path: str) -> None:
-        self.path = path
-
-    def __reduce__(self):
-        return (Path.touch, (Path(self.path),))
-
-
-def _hostile(path: Path, marker: Path) -> Path:
-    torch.save({"format": "ctk-checkpoint/1", "trainer": _Marker(str(marker))}, path)
-    return path
 
 
 def test_resume_of_a_hostile_checkpoint_exits_2_and_runs_nothing(points_domain, points_recipe, workdir):
     marker = workdir / "pwned"
     (workdir / "checkpoints" / "someone").mkdir(parents=True)
-    evil = _hostile(workdir / "checkpoints" / "someone" / "step-000000008.pt", marker)
+    evil = hostile_file(workdir / "checkpoints" / "someone" / "step-000000008.pt", marker)
     result = CliRunner().invoke(cli.main, ["run", str(points_recipe), "--resume", str(evil), "--quiet"])
     assert result.exit_code == 2, result.output
     assert str(evil) in result.output and "Traceback" not in result.output
@@ -93,7 +82,7 @@ def test_a_replaced_model_file_is_refused(points_domain, points_recipe):
     stored = Path(client.get_run(run_id).info.artifact_uri.replace("file://", "")) / "model" / "encoder.pt"
     assert stored.is_file() and local.is_file()
     marker = points_recipe.parent / "pwned"
-    _hostile(stored, marker)
+    hostile_file(stored, marker)
     with pytest.raises(ckpt.UnsafeCheckpoint):
         load_encoder(run_id)
     result = CliRunner().invoke(cli.main, ["export", run_id, "--out", str(points_recipe.parent / "x.pt")])
