@@ -180,3 +180,15 @@ def band_figure(series: Mapping[str, Sequence[tuple[float, Any]]], xlabel: str, 
                             color=line.get_color(), linewidth=0)
     _finish_axes(ax, xlabel, ylabel, title, logx, legend=True)
     return fig
+
+
+def time_to_accuracy_figure(series: Mapping[str, Sequence[tuple[float, float]]],
+                            title: str | None = None, max_lines: int = 6) -> Figure:
+    """Each metric against the training wall time at which it was measured (one line per
+    metric, the first ``max_lines``), so two recipes compare by how fast they learn."""
+    fig, ax = _figure()
+    for name in list(series)[:max_lines]:
+        points = sorted(series[name])
+        ax.plot([p[0] for p in points], [p[1] for p in points], marker="o", label=str(name))
+    _finish_axes(ax, "training wall time (s)", "metric", title or "Time to accuracy", legend=True)
+    return fig

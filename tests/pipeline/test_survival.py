@@ -58,7 +58,7 @@ def _client(cwd: Path):
 def _final(cwd: Path, run_id: str) -> tuple[dict, dict]:
     run = _client(cwd).get_run(run_id)
     weights = ckpt.load(ckpt.latest(cwd / "checkpoints" / run_id))["trainer"]["encoder"]
-    return {k: v for k, v in run.data.metrics.items() if not k.startswith("train/samples")}, weights
+    return {k: v for k, v in run.data.metrics.items() if k not in ("train/samples_per_s", "train/wall_seconds")}, weights
 
 
 @pytest.mark.parametrize("recipe, sets, experiment, points", [

@@ -137,3 +137,18 @@ def test_no_pickle_loading_in_the_package():
                 hits.append(str(path.relative_to(ROOT)))
     assert not hits
 
+
+
+def test_time_to_accuracy_is_logged_against_training_wall_time(points_domain, points_recipe):
+    r = load_recipe(points_recipe, ["budget.eval_every=8"], points_domain)
+    run_id, metrics = execute(r, points_domain, progress=False)
+    client = client_for()
+    figures = [a.path for a in client.list_artifacts(run_id, "figures")]
+    assert "figures/time_to_accuracy.png" in figures
+    state = ckpt.load(ckpt.latest(ckpt.checkpoint_dir(run_id)))["trainer"]["loop"]
+    acc = [(s, step, v) for s, step, name, v in state["progress"] if name == "centroid_acc"]
+    assert [step for _, step, _ in acc] == [8, 16, 24]  # the periodic evaluations and the end
+    assert all(a[0] <= b[0] for a, b in zip(acc, acc[1:])) and acc[-1][0] <= state["train_seconds"]
+    assert acc[-1][2] == metrics["centroid_acc"]
+    wall = [m.value for m in client.get_metric_history(run_id, "train/wall_seconds")]
+    assert len(wall) == 6 and wall == sorted(wall)

@@ -58,6 +58,8 @@ class LoopState:
     count: int = 0
     history: list[tuple[int, float]] = field(default_factory=list)
     metrics: dict[str, float] = field(default_factory=dict)
+    train_seconds: float = 0.0  # wall time spent in fit(), across resumes
+    progress: list[list[Any]] = field(default_factory=list)  # [seconds, step, metric, value]
 
 
 def to_device(batch: Any, device: torch.device) -> Any:
@@ -211,6 +213,7 @@ class Pretrainer(Trainer):
                    dynamic_ncols=True, desc=self.recipe.run_name)
         self.encoder.train()
         self._tick = (time.perf_counter(), state.step)
+        self._clock = (time.perf_counter(), state.train_seconds)
         sampler = getattr(self.data, "sampler", None) or self.data.train
         with StopAfterStep(allow_force=dist is None) as stop:
             while state.step < self.total:
@@ -278,6 +281,8 @@ class Pretrainer(Trainer):
 
     def _after_step(self, bar: Any) -> None:
         state, budget = self.state, self.recipe.budget
+        start, before = self._clock
+        state.train_seconds = before + time.perf_counter() - start
         if self._log_due():
             self._log_train(bar)
         if (budget.monitor_every and state.step % budget.monitor_every == 0 and hasattr(self.domain, "monitor")
@@ -285,10 +290,13 @@ class Pretrainer(Trainer):
             self.encoder.eval()
             with torch.no_grad():
                 online = self.domain.monitor(self.encoder, self.data)
-            self.tracker.log_metrics({f"online_{k}": v for k, v in online.items()}, state.step)
+            online = {f"online_{k}": float(v) for k, v in online.items()}
+            self.tracker.log_metrics(online, state.step)
+            self._progress(online)
             self.encoder.train()
         if budget.eval_every and state.step % budget.eval_every == 0 and state.step < self.total:
             state.metrics = self._evaluate()
+            self._progress(state.metrics)
         if self._checkpoint_due():
             self.save_checkpoint()
         for hook in self.options.hooks:
@@ -319,7 +327,8 @@ class Pretrainer(Trainer):
         avg["train/lr"] = self.optimizer.param_groups[0]["lr"]
         avg["train/epoch"] = state.epoch + state.batch_in_epoch / self.steps_per_epoch
         state.history.append((state.step, avg["train/loss"]))
-        self.tracker.log_metrics({**avg, "train/samples_per_s": rate}, state.step)
+        self.tracker.log_metrics({**avg, "train/samples_per_s": rate, "train/wall_seconds": state.train_seconds},
+                                 state.step)
         bar.set_postfix(loss=f"{avg['train/loss']:.4f}", rate=f"{rate:.0f}/s")
         state.sums, state.count = {}, 0
 
@@ -337,7 +346,23 @@ class Pretrainer(Trainer):
         self.tracker.log_metrics(metrics, self.state.step)
         return metrics
 
+    def _progress(self, metrics: dict[str, float]) -> None:
+        """Remember metrics against the training wall time (the time-to-accuracy plot)."""
+        for name, value in metrics.items():
+            self.state.progress.append([round(self.state.train_seconds, 3), self.state.step, name, float(value)])
+
     def evaluate(self) -> dict[str, float]:
-        """The final evaluation (logged at the last step); returns its metrics."""
+        """The final evaluation (logged at the last step) and the time-to-accuracy figure of
+        every metric measured more than once (online monitor, periodic evaluations, the end);
+        returns the final metrics."""
         self.state.metrics = self._evaluate()
+        self._progress(self.state.metrics)
+        if self.is_main:
+            from toolkit.plots import time_to_accuracy_figure
+            series: dict[str, list[tuple[float, float]]] = {}
+            for seconds, _, name, value in self.state.progress:
+                series.setdefault(name, []).append((seconds, value))
+            periodic = {k: v for k, v in series.items() if len(v) > 1}
+            if periodic:
+                self.tracker.log_figure(time_to_accuracy_figure(periodic), "time_to_accuracy")
         return self.state.metrics
