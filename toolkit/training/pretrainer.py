@@ -349,7 +349,7 @@ class Pretrainer(Trainer):
     def _progress(self, metrics: dict[str, float]) -> None:
         """Remember metrics against the training wall time (the time-to-accuracy plot)."""
         for name, value in metrics.items():
-            self.state.progress.append([round(self.state.train_seconds, 3), self.state.step, name, float(value)])
+            self.state.progress.append([self.state.train_seconds, self.state.step, name, float(value)])
 
     def evaluate(self) -> dict[str, float]:
         """The final evaluation (logged at the last step) and the time-to-accuracy figure of
