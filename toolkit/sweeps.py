@@ -137,9 +137,8 @@ def close_parent(client: Any, run_id: str, summary: str, counts: dict[str, int],
 
 def summary_table(rows: list[tuple[str, str, str, str, str]]) -> str:
     """Aligned text: point, outcome, run id, seconds, note (error's first line)."""
-    table = [("point", "outcome", "run", "seconds", "note"), *rows]
-    widths = [max(len(r[i]) for r in table) for i in range(5)]
-    return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in table)
+    from toolkit.tables import aligned
+    return aligned([("point", "outcome", "run", "seconds", "note"), *rows])
 
 
 # -- the points of ``ctk sweep`` and ``ctk reproduce`` --------------------------------------

@@ -14,7 +14,7 @@ import json
 import math
 import textwrap
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 FORMATS = ("table", "markdown", "csv", "json")
 
@@ -61,6 +61,13 @@ def render(report: Report, fmt: str = "table", width: int | None = None) -> str:
         return "\n".join(out).rstrip()
     return text_table(report.title, headers, cells, report.columns, report.key_columns,
                       report.notes, width)
+
+
+def aligned(rows: list[Sequence[str]]) -> str:
+    """Plain left-aligned columns (two spaces apart), the first row a header; for listings
+    such as ``ctk runs`` and a sweep's summary."""
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows)
 
 
 def num(value: float | None, digits: int = 4) -> str:

@@ -158,5 +158,5 @@ def runs_table(experiment: str | None = None, uri: str | None = None, limit: int
                   if run.info.status in ("KILLED", "FAILED") and resumable else "")
         rows.append([run.info.run_id, run.info.run_name or "", status, age, f"step {step}" if step != "-" else "-",
                      resume])
-    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-    return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows)
+    from toolkit.tables import aligned
+    return aligned(rows)

