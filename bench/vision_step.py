@@ -16,6 +16,11 @@ Rounds alternate the two paths so that load from other processes hits both alike
 over rounds is reported. Usage::
 
     python bench/vision_step.py [--steps 20] [--rounds 3] [--threads 2] [--set key=value ...]
+                                [--before key=value ... | --before none]
+
+``--before`` also times the toolkit step under other overrides (by default the quickstart as it
+was before the time-to-accuracy work: three conv blocks in float32) in the same rounds, and
+prints the ratio of images per second.
 """
 from __future__ import annotations
 
@@ -34,6 +39,10 @@ sys.path.insert(0, str(ROOT))
 from domains.vision import VisionDomain  # noqa: E402
 from toolkit import objective as objective_mod  # noqa: E402
 from toolkit import recipe as rc  # noqa: E402
+
+
+# the quickstart's step before the time-to-accuracy work (three conv blocks, float32)
+BEFORE = ["encoder.blocks=3", "precision=fp32"]
 
 
 class _Stop(Exception):
@@ -98,7 +107,9 @@ def bare_steps(recipe: rc.Recipe, warmup: int, steps: int) -> tuple[float, float
         ta = time.perf_counter()
         v1, v2 = augment(x, gen), augment(x, gen)
         aug_time += time.perf_counter() - ta
-        z = model(torch.cat([v1, v2]))  # [2B, d], unit rows
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=recipe.precision == "bf16"):
+            z = model(torch.cat([v1, v2]))  # [2B, d], unit rows
+        z = z.float()
         sim = z @ z.t() / tau
         sim.fill_diagonal_(float("-inf"))
         target = torch.cat([torch.arange(b, 2 * b), torch.arange(0, b)])
@@ -117,25 +128,42 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--set", action="append", default=[], help="recipe override key=value")
+    parser.add_argument("--before", action="append", default=None, metavar="KEY=VALUE",
+                        help="also time the toolkit step of the recipe with these overrides (an "
+                             "earlier setting), interleaved, and print the images/s ratio; "
+                             "--before none: skip (default: the quickstart before the "
+                             "time-to-accuracy work: " + " ".join(BEFORE) + ")")
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
-    recipe = load_recipe(["tracking.log_model=false", "budget.monitor_every=null",
-                          "budget.eval_every=null", "budget.checkpoint_every=null",
-                          f"budget.steps={args.warmup + args.steps + 5}", *args.set])
+    common = ["tracking.log_model=false", "budget.monitor_every=null", "budget.eval_every=null",
+              "budget.checkpoint_every=null", f"budget.steps={args.warmup + args.steps + 5}"]
+    recipe = load_recipe([*common, *args.set])
+    before_sets = BEFORE if args.before is None else [s for s in args.before if s != "none"]
+    before = load_recipe([*common, *args.set, *before_sets]) if before_sets else None
     b = recipe.budget.batch_size
     print(f"quickstart step: batch {b} x {recipe.objective.views} views, "
-          f"{recipe.encoder.arch} width {recipe.encoder.width}, {args.threads} threads, "
+          f"{recipe.encoder.arch} width {recipe.encoder.width} blocks {recipe.encoder.blocks}, "
+          f"{recipe.precision}, {args.threads} threads, "
           f"{args.steps} timed steps x {args.rounds} rounds")
-    tk, bare, aug = [], [], []
+    tk, bare, aug, old = [], [], [], []
     for r in range(args.rounds):
         t_tk = toolkit_steps(recipe, args.warmup, args.steps)
         t_bare, t_aug = bare_steps(recipe, args.warmup, args.steps)
         tk.append(t_tk)
         bare.append(t_bare)
         aug.append(t_aug)
-        print(f"  round {r + 1}: toolkit {b / t_tk:8.1f} img/s   bare {b / t_bare:8.1f} img/s   "
-              f"augmentation {1000 * t_aug:6.1f} ms/step ({100 * t_aug / t_bare:4.1f}% of the bare step)")
+        line = (f"  round {r + 1}: toolkit {b / t_tk:8.1f} img/s   bare {b / t_bare:8.1f} img/s   "
+                f"augmentation {1000 * t_aug:6.1f} ms/step ({100 * t_aug / t_bare:4.1f}% of the bare step)")
+        if before is not None:
+            old.append(toolkit_steps(before, args.warmup, args.steps))
+            line += f"   before {before.budget.batch_size / old[-1]:8.1f} img/s"
+        print(line)
     t_tk, t_bare, t_aug = statistics.median(tk), statistics.median(bare), statistics.median(aug)
+    if before is not None:
+        t_old = statistics.median(old)
+        ratio = (b / t_tk) / (before.budget.batch_size / t_old)
+        print(f"before ({' '.join(before_sets)}): {before.budget.batch_size / t_old:.1f} img/s; "
+              f"the recipe now: {b / t_tk:.1f} img/s, ratio {ratio:.2f}x")
     overhead = 100.0 * (t_tk / t_bare - 1.0)
     print(f"median: toolkit {b / t_tk:.1f} img/s, bare PyTorch {b / t_bare:.1f} img/s, "
           f"toolkit overhead {overhead:+.1f}% (target < 5%)")

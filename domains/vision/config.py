@@ -83,6 +83,7 @@ class EncoderConfig(Section):
     stem: Literal["cifar", "no_maxpool", "imagenet"] = Field("cifar", description="ResNet stem")
     feature: Literal["pooled", "prepool"] = Field("pooled", description="ResNet feature the probes read")
     width: int = Field(32, ge=1, description="convnet base width")
+    blocks: int = Field(3, ge=2, le=4, description="convnet conv blocks (channels double from block to block)")
     head: HeadConfig = Field(default_factory=HeadConfig)
     normalize: bool = Field(True, description="L2-normalise the projection")
 

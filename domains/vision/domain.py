@@ -113,7 +113,7 @@ class VisionDomain(Domain):
         channels = len(ds.NORMALIZATION[data.dataset][0])
         size = (self.augment or build_augment(data)).spec.size
         backbone, dim = build_backbone(cfg.arch, channels, size, stem=cfg.stem, feature=cfg.feature,
-                                       width=cfg.width)
+                                       width=cfg.width, blocks=cfg.blocks)
         head = ProjectionHead(dim, cfg.head.hidden, cfg.head.out_dim, cfg.head.batch_norm)
         enc = VisionEncoder(backbone, head, cfg.normalize)
         enc.out_dim = cfg.head.out_dim

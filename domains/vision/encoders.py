@@ -12,8 +12,8 @@ Backbones (``features`` is what evaluation probes):
   uses: five 3x3 conv blocks (96-192-384-384-192 channels, BN, ReLU, 3x3/2 max-pools after
   blocks 1, 2 and 5), fc6 and fc7 (4096, BN, ReLU); the probe reads fc7 (CACR App. B.1) and the
   head is fc8 (a linear map to 128, ``head.hidden: []``). Weights start N(0, 0.02).
-* ``convnet``: a small net for 28x28 grey images (three 3x3 conv blocks of ``width``,
-  2*``width``, 4*``width`` channels with BN and ReLU, max-pools after the first two, global
+* ``convnet``: a small net for 28x28 grey images (``blocks`` 3x3 conv blocks of ``width``,
+  2*``width``, 4*``width``, ... channels with BN and ReLU, 2x2 max-pools between them, global
   average pool; channels-last memory layout, ~30% faster on CPU); cheap enough for the CPU
   quickstart.
 
@@ -107,22 +107,31 @@ class SmallAlexNet(nn.Module):
 
 
 class ConvNet(nn.Module):
-    """Three conv blocks for 28x28 grey images; ``4 * width`` pooled features."""
+    """``blocks`` conv blocks for 28x28 grey images: block ``i`` has ``width * 2**i`` channels
+    (3x3 conv, BN, ReLU), a 2x2 max-pool after every block but the last, then a global
+    average pool: ``width * 2**(blocks - 1)`` features."""
 
-    def __init__(self, in_channels: int = 1, width: int = 32) -> None:
+    def __init__(self, in_channels: int = 1, width: int = 32, blocks: int = 3) -> None:
         super().__init__()
         if width < 1:
             raise ValueError(f"convnet width must be >= 1, got {width!r}")
-        w = width
+        if blocks not in (2, 3, 4):
+            raise ValueError(f"convnet blocks must be 2, 3 or 4 (28x28 inputs), got {blocks!r}")
 
         def block(cin: int, cout: int) -> list[nn.Module]:
             return [nn.Conv2d(cin, cout, 3, padding=1, bias=False), nn.BatchNorm2d(cout),
                     nn.ReLU(inplace=True)]
 
-        self.body = nn.Sequential(*block(in_channels, w), nn.MaxPool2d(2), *block(w, 2 * w),
-                                  nn.MaxPool2d(2), *block(2 * w, 4 * w))
+        layers: list[nn.Module] = []
+        cin = in_channels
+        for i in range(blocks):
+            if i:
+                layers.append(nn.MaxPool2d(2))
+            layers += block(cin, width * 2 ** i)
+            cin = width * 2 ** i
+        self.body = nn.Sequential(*layers)
         self.body.to(memory_format=torch.channels_last)  # ~30% faster convolutions on CPU
-        self.channels = 4 * w
+        self.channels = cin
 
     def forward(self, x: Tensor) -> Tensor:
         h = self.body(x.contiguous(memory_format=torch.channels_last))
@@ -174,7 +183,7 @@ class VisionEncoder(Encoder):
 
 
 def build_backbone(arch: str, in_channels: int, image_size: int, *, stem: str = "cifar",
-                   feature: str = "pooled", width: int = 32) -> tuple[nn.Module, int]:
+                   feature: str = "pooled", width: int = 32, blocks: int = 3) -> tuple[nn.Module, int]:
     """The backbone named ``arch`` and its feature size for ``image_size`` inputs."""
     if arch in ("resnet18", "resnet50"):
         net = ResNetBackbone(18 if arch == "resnet18" else 50, in_channels, stem, feature)
@@ -189,6 +198,6 @@ def build_backbone(arch: str, in_channels: int, image_size: int, *, stem: str = 
         net = SmallAlexNet(in_channels, image_size)
         return net, net.channels
     if arch == "convnet":
-        net = ConvNet(in_channels, width)
+        net = ConvNet(in_channels, width, blocks)
         return net, net.channels
     raise ValueError(f"encoder arch must be one of {', '.join(ARCHS)}, got {arch!r}")

@@ -8,7 +8,9 @@ Metrics (flat snake_case):
   ``probes.py``);
 * ``knn_top1``: weighted kNN, k=200, t=0.1 (Wu et al. 2018); ``knn5_top1``: 5-NN vote;
 * ``linear_top1_random_init`` / ``linear_top1_raw_pixels`` (``evaluation.baselines``): the
-  same probe on a randomly initialised encoder of the same architecture, and on the pixels;
+  same probe on a randomly initialised encoder of the same architecture, and on the pixels
+  (whose kNN accuracies are reported too: ``knn_top1_raw_pixels``, ``knn5_top1_raw_pixels``);
+  ``linear_c*`` is the inverse L2 strength each probe used;
 * geometry of the L2-normalised projections of test images (``diagnostics.py``):
   ``alignment``, ``uniformity`` / ``neg_uniformity``, ``tolerance``, ``cond_entropy``,
   ``dp_margin_occupancy``, plus the LMCL distance histogram and the Wang & Liu similarity
@@ -64,6 +66,8 @@ def probe_features(train_x: torch.Tensor, train_y: torch.Tensor, test_x: torch.T
         out[f"linear_top1{suffix}"] = res["top1"]
         if "top5" in res:
             out[f"linear_top5{suffix}"] = res["top5"]
+        if "c" in res:  # the L2 strength used (chosen on the held-out split with select_c)
+            out[f"linear_c{suffix}"] = res["c"]
     if knn and cfg.knn.enabled:
         scores = knn_scores(train_x, train_y, test_x, num_classes, k=cfg.knn.k,
                             temperature=cfg.knn.temperature, device=device).cpu()
@@ -106,7 +110,7 @@ def evaluate(domain: Any, encoder: torch.nn.Module, data: Any, recipe: Any) -> E
         ptr = extract(pixels, data.probe_train.images, aug.natural, cfg.batch_size)
         pte = extract(pixels, data.test.images, aug.natural, cfg.batch_size)
         result.metrics.update(probe_features(ptr, ytr, pte, yte, data.num_classes, cfg, data.seed,
-                                             suffix="_raw_pixels", knn=False, device=dev))
+                                             suffix="_raw_pixels", device=dev))
 
     if cfg.diagnostics.enabled:
         from domains.vision.diagnostics import geometry

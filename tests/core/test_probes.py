@@ -3,6 +3,7 @@ and a hand-written loop kNN (Wu et al. 2018, Sec. 3.4)."""
 from __future__ import annotations
 
 import math
+import os
 
 import numpy as np
 import pytest
@@ -11,7 +12,7 @@ import torch
 from sklearn.linear_model import LogisticRegression
 from sklearn.model_selection import StratifiedShuffleSplit
 
-from toolkit.probes import fit_linear_probe, knn_scores, linear_probe, topk_accuracy
+from toolkit.probes import fit_linear_probe, knn_scores, linear_probe, topk_accuracy, workers
 
 
 def _problem(n=400, d=12, classes=4, spread=2.0, seed=0):
@@ -68,8 +69,9 @@ def test_held_out_c_is_chosen_on_the_training_rows_only():
         ref, xva = _plain(xtr[split[0]], ytr[split[0]], xtr[split[1]], c)
         accs.append(np.mean(ref.predict(xva) == ytr[split[1]].numpy()))
     best = grid[int(np.argmax(accs))]
-    probe = fit_linear_probe(xtr, ytr, select=True, c_grid=grid, holdout=0.2, seed=5)
-    assert probe.c == best
+    for n_jobs in (1, 2):  # the selection fits in this process or in two worker processes
+        probe = fit_linear_probe(xtr, ytr, select=True, c_grid=grid, holdout=0.2, seed=5, n_jobs=n_jobs)
+        assert probe.c == best
     # the test rows play no part: scrambling their labels changes nothing but the score
     res = linear_probe(xtr, ytr, xte, torch.roll(yte, 1), select=True, c_grid=grid, holdout=0.2, seed=5)
     assert res["c"] == best
@@ -108,6 +110,8 @@ def test_probe_arguments_are_checked():
         fit_linear_probe(xtr, ytr, solver="newton")
     with pytest.raises(ValueError, match="NaN"):
         fit_linear_probe(xtr * float("nan"), ytr)
+    with pytest.raises(ValueError, match="n_jobs must be an integer >= 1 or None"):
+        fit_linear_probe(xtr, ytr, select=True, c_grid=(0.1, 1.0), n_jobs=0)
     with pytest.raises(ValueError, match="columns"):
         linear_probe(xtr, ytr, xte[:, :3], yte)
     with pytest.warns(UserWarning, match="raise evaluation.max_iter"):
@@ -157,3 +161,10 @@ def test_knn_arguments_are_checked():
         knn_scores(x, y, x, 2, temperature=0.0)
     with pytest.raises(ValueError, match="same d"):
         knn_scores(x, y, x[:, :3], 2)
+
+
+def test_selection_workers_follow_n_jobs_and_the_task_count():
+    assert workers(6, 1) == 1
+    assert workers(6, 4) == 4
+    assert workers(3, 8) == 3  # never more processes than fits
+    assert 1 <= workers(100) <= (os.cpu_count() or 1)

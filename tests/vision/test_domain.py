@@ -12,6 +12,7 @@ import torch
 from domains.vision import VisionDomain
 from toolkit import objective as objective_mod
 from toolkit import recipe as rc
+from toolkit.probes import knn_scores, topk_accuracy
 
 BASE = {
     "domain": "vision", "seed": 0, "device": "cpu",
@@ -149,6 +150,16 @@ def test_evaluate_reports_probes_baselines_and_geometry(fmnist_root):
                  "cond_entropy", "dp_margin_occupancy", "pos_similarity", "top1_neg_similarity"):
         assert name in m and math.isfinite(m[name]), name
     assert 10.0 < m["linear_top1_raw_pixels"] <= 100.0  # 10 classes: chance is 10%
+    # the pixels' kNN: the same weighted kNN on the normalised pixels of the same splits
+    ev_data = data.eval
+    pixels = [ev_data.augment.natural(split.images).flatten(1) for split in (ev_data.probe_train, ev_data.test)]
+    knn = recipe.evaluation.knn
+    ref = topk_accuracy(knn_scores(pixels[0], ev_data.probe_train.labels, pixels[1], ev_data.num_classes,
+                                   k=knn.k, temperature=knn.temperature), ev_data.test.labels, 1)
+    assert m["knn_top1_raw_pixels"] == pytest.approx(ref)
+    assert 0.0 <= m["knn5_top1_raw_pixels"] <= 100.0
+    lin = recipe.evaluation.linear  # C = 1 / (weight_decay N) without select_c
+    assert not lin.select_c and m["linear_c"] == pytest.approx(1.0 / (lin.weight_decay * len(ev_data.probe_train)))
     assert m["uniformity"] == pytest.approx(-m["neg_uniformity"])
     assert m["cond_entropy"] <= math.log(31) + 1e-9  # at most log(M - 1), M = 32
     online = dom.monitor(enc, data)

@@ -45,8 +45,8 @@ def test_small_alexnet_reads_fc7():
 
 def _plain_convnet(enc, x):
     """The grey-image encoder written out with torch.nn.functional on the module's own
-    weights (eval mode): three [conv3x3 (no bias), BatchNorm, ReLU] blocks with a 2x2
-    max-pool after the first two, global average pool; head Linear-ReLU-Linear; z / ||z||."""
+    weights (eval mode): [conv3x3 (no bias), BatchNorm, ReLU] blocks with a 2x2 max-pool
+    after every block but the last, global average pool; head Linear-ReLU-Linear; z / ||z||."""
     convs = [m for m in enc.backbone.body if isinstance(m, nn.Conv2d)]
     norms = [m for m in enc.backbone.body if isinstance(m, nn.BatchNorm2d)]
     h = x
@@ -54,7 +54,7 @@ def _plain_convnet(enc, x):
         h = F.conv2d(h, conv.weight, padding=1)
         h = (h - bn.running_mean[:, None, None]) / torch.sqrt(bn.running_var[:, None, None] + bn.eps)
         h = torch.clamp(h * bn.weight[:, None, None] + bn.bias[:, None, None], min=0.0)
-        if i < 2:
+        if i < len(convs) - 1:
             h = F.max_pool2d(h, 2)
     feats = h.mean(dim=(2, 3))
     first, last = enc.head.net[0], enc.head.net[-1]
@@ -62,9 +62,12 @@ def _plain_convnet(enc, x):
     return feats, z / z.pow(2).sum(1, keepdim=True).sqrt()
 
 
-def test_convnet_for_grey_images():
-    enc, dim = _encoder("convnet", channels=1, size=28, width=8)
-    assert dim == 32
+@pytest.mark.parametrize("blocks", [2, 3, 4])
+def test_convnet_for_grey_images(blocks):
+    enc, dim = _encoder("convnet", channels=1, size=28, width=8, blocks=blocks)
+    assert dim == 8 * 2 ** (blocks - 1)  # channels double from block to block
+    assert [m.out_channels for m in enc.backbone.body if isinstance(m, nn.Conv2d)] == \
+        [8 * 2 ** i for i in range(blocks)]
     g = torch.Generator().manual_seed(0)
     with torch.no_grad():  # running statistics away from their initial 0 / 1
         for bn in (m for m in enc.backbone.body if isinstance(m, nn.BatchNorm2d)):
@@ -80,6 +83,16 @@ def test_convnet_for_grey_images():
         feats_ref, z_ref = _plain_convnet(enc, x)
         torch.testing.assert_close(enc.features(x), feats_ref, rtol=1e-5, atol=1e-6)
         torch.testing.assert_close(enc(x), z_ref, rtol=1e-5, atol=1e-6)
+
+
+def test_three_block_convnet_keeps_its_state_dict_layout():
+    """Checkpoints of the three-block net written before ``blocks`` existed still load."""
+    backbone, _ = build_backbone("convnet", 1, 28, width=4)
+    keys = [k for k in backbone.state_dict() if k.endswith(".weight")]
+    assert keys == ["body.0.weight", "body.1.weight", "body.4.weight", "body.5.weight",
+                    "body.8.weight", "body.9.weight"]
+    with pytest.raises(ValueError, match="blocks must be 2, 3 or 4"):
+        build_backbone("convnet", 1, 28, blocks=5)
 
 
 def test_linear_head_and_bad_arch():
