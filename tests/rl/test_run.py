@@ -47,6 +47,7 @@ def test_table_rows_validate(path):
     ("optimizer.name=sgd", "optimizer.name"),
     ("schedule.name=cosine", "schedule.name"),
     ("objective.negatives.source=queue", "objective.negatives.source"),
+    ("precision=fp16", "precision"),
 ])
 def test_rl_specific_recipe_errors(override, message):
     # reported when the recipe is loaded (ctk show rejects it), before anything is built
