@@ -152,11 +152,12 @@ def bench_precision(batch: int, repeats: int, image_size: int, crop: int,
     return out
 
 
-def timed_env(image_size: int = 100, action_repeat: int = 8):
+def timed_env(image_size: int = 100, action_repeat: int = 8, shadow_size: int | None = None):
     """cartpole-swingup as CURL runs it, with the time spent rendering accumulated."""
     from domains.rl.envs import make_env
 
-    env = make_env("cartpole-swingup", action_repeat=action_repeat, image_size=image_size, seed=0)
+    env = make_env("cartpole-swingup", action_repeat=action_repeat, image_size=image_size, seed=0,
+                   shadow_size=shadow_size)
     inner, render_time = env.unwrapped, [0.0]
     original = inner.render
 
@@ -170,28 +171,38 @@ def timed_env(image_size: int = 100, action_repeat: int = 8):
     return env, render_time
 
 
-def bench_env(agent_steps: int, image_size: int = 100, action_repeat: int = 8) -> dict:
-    """Environment steps per second with rendering, and the rendering share."""
-    env, render_time = timed_env(image_size, action_repeat)
-    env.reset()
+def bench_env(agent_steps: int, image_size: int = 100, action_repeat: int = 8,
+              shadow_sizes: tuple[int | None, ...] = (None,)) -> dict:
+    """Environment steps per second with rendering, and the rendering share, for each shadow
+    map size (None: the task's), interleaved in blocks of 25 agent steps."""
+    envs = {size: timed_env(image_size, action_repeat, size) for size in shadow_sizes}
     rng = np.random.default_rng(0)
-    env_steps, render_time[0] = 0, 0.0
-    t = time.perf_counter()
-    for _ in range(agent_steps):
-        _, _, term, trunc, info = env.step(rng.uniform(-1, 1, 1).astype(np.float32))
-        env_steps += info["env_steps"]
-        if term or trunc:
-            env.reset()
-    wall = time.perf_counter() - t
-    return {"env_steps_per_s": env_steps / wall, "agent_steps_per_s": agent_steps / wall,
-            "render_ms": 1000 * render_time[0] / agent_steps, "render_share": render_time[0] / wall}
+    stats = {size: {"env_steps": 0, "wall": 0.0} for size in shadow_sizes}
+    for env, render_time in envs.values():
+        env.reset()
+        render_time[0] = 0.0
+    for _ in range(max(1, agent_steps // 25)):
+        for size, (env, _) in envs.items():
+            t = time.perf_counter()
+            for _ in range(25):
+                _, _, term, trunc, info = env.step(rng.uniform(-1, 1, 1).astype(np.float32))
+                stats[size]["env_steps"] += info["env_steps"]
+                if term or trunc:
+                    env.reset()
+            stats[size]["wall"] += time.perf_counter() - t
+    out = {}
+    for size, (_, render_time) in envs.items():
+        wall, steps = stats[size]["wall"], max(1, agent_steps // 25) * 25
+        out[size] = {"env_steps_per_s": stats[size]["env_steps"] / wall, "agent_steps_per_s": steps / wall,
+                     "render_ms": 1000 * render_time[0] / steps, "render_share": render_time[0] / wall}
+    return out
 
 
 def bench_loop(agent_steps: int, batch: int, image_size: int = 100, crop: int = 84, action_repeat: int = 8,
-               conv_dtype: torch.dtype = torch.float32) -> dict:
+               conv_dtype: torch.dtype = torch.float32, shadow_size: int | None = None) -> dict:
     """Shares of a training agent step: acting, the update (and its contrastive term), rendering
     and the rest of the environment step (physics, frame stacking)."""
-    env, render_time = timed_env(image_size, action_repeat)
+    env, render_time = timed_env(image_size, action_repeat, shadow_size)
     agent, buf = make_agent(True, True, True, crop, conv_dtype), filled_buffer(image_size)
     rng = np.random.default_rng(2)
     obs, _ = env.reset()
@@ -250,6 +261,8 @@ def main() -> None:
     p.add_argument("--action-repeat", type=int, default=8)
     p.add_argument("--small", type=int, nargs=2, metavar=("IMAGE_SIZE", "CROP"), default=None,
                    help="precision: also time bf16 on these smaller renders (e.g. 48 42)")
+    p.add_argument("--shadow-size", type=int, default=None,
+                   help="env: also time renders with this shadow map size (data.shadow_size)")
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--loop-steps", type=int, default=12)
     p.add_argument("--threads", type=int, default=2)
@@ -273,10 +286,12 @@ def main() -> None:
         print(f"replay buffer at 100k: ctk {m['ctk_bytes'] / 1e9:.2f} GB, reference obs+next_obs stacks "
               f"{m['reference_bytes'] / 1e9:.1f} GB, ratio {m['ratio']:.2f}x")
     if "env" in only:
-        e = bench_env(250, size, args.action_repeat)
-        print(f"env (cartpole, repeat {args.action_repeat}, {size}x{size} render): {e['env_steps_per_s']:.0f} "
-              f"env steps/s, {e['agent_steps_per_s']:.1f} agent steps/s, render {e['render_ms']:.1f} ms/frame "
-              f"({100 * e['render_share']:.0f}% of env time)  [{load()}]")
+        sizes = (None,) if args.shadow_size is None else (None, args.shadow_size)
+        for shadow, e in bench_env(250, size, args.action_repeat, sizes).items():
+            print(f"env (cartpole, repeat {args.action_repeat}, {size}x{size} render, shadow map "
+                  f"{shadow or 'default'}): {e['env_steps_per_s']:.0f} env steps/s, {e['agent_steps_per_s']:.1f} "
+                  f"agent steps/s, render {e['render_ms']:.1f} ms/frame ({100 * e['render_share']:.0f}% of env "
+                  f"time)  [{load()}]")
     if "updates" in only:
         for alloc in args.allocators:
             if alloc == "jemalloc" and not Path(JEMALLOC).exists():
@@ -299,8 +314,8 @@ def main() -> None:
                   f"({r['act_fp32'] / r['act_bf16']:.2f}x)  [{load()}]")
     if "loop" in only:
         for name, dtype in (("fp32", torch.float32), ("bf16", torch.bfloat16)):
-            lp = bench_loop(args.loop_steps, args.batch[-1], size, crop, args.action_repeat, dtype)
-            print(f"training loop at batch {lp['batch']}, {name}: {lp['ms_per_agent_step']:.0f} ms/agent step; "
+            lp = bench_loop(args.loop_steps, args.batch[-1], size, crop, args.action_repeat, dtype, args.shadow_size)
+            print(f"training loop at batch {lp['batch']}, {name}, shadow map {args.shadow_size or 'default'}: {lp['ms_per_agent_step']:.0f} ms/agent step; "
                   f"acting {100 * lp['act_share']:.1f}%, updates {100 * lp['update_share']:.1f}% (contrastive "
                   f"term {100 * lp['contrastive_share']:.1f}%), rendering {100 * lp['render_share']:.1f}%, "
                   f"physics and stacking {100 * lp['physics_share']:.1f}%  [{load()}]")

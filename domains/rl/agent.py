@@ -41,7 +41,7 @@ from domains.rl.augment import center_crop
 from domains.rl.config import AgentConfig, EncoderConfig
 from domains.rl.curl import BilinearCURL
 from toolkit.objective import Objective
-from domains.rl.networks import Actor, Critic, PixelEncoder
+from domains.rl.networks import Actor, Critic, PixelEncoder, full_precision
 
 __all__ = ["CurlSacAgent", "soft_update"]
 
@@ -106,9 +106,11 @@ class CurlSacAgent(nn.Module):
     # -- acting ----------------------------------------------------------------------------
     @torch.no_grad()
     def act(self, obs: np.ndarray, *, sample: bool) -> np.ndarray:
-        """Action for one stacked observation ``[3k, H, W]`` (centre-cropped here)."""
+        """Action for one stacked observation ``[3k, H, W]`` (centre-cropped here), computed in
+        fp32 whatever the precision (see :func:`~domains.rl.networks.full_precision`)."""
         x = torch.from_numpy(np.ascontiguousarray(center_crop(obs, self.crop_size)))[None]
-        mu, pi, _, _ = self.actor(self.critic.encoder.conv(x.to(self.log_alpha.device)), sample=sample)
+        with full_precision(self.critic.encoder, self.actor):
+            mu, pi, _, _ = self.actor(self.critic.encoder.conv(x.to(self.log_alpha.device)), sample=sample)
         return (pi if sample else mu)[0].cpu().numpy()
 
     # -- one update ------------------------------------------------------------------------

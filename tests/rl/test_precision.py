@@ -121,8 +121,8 @@ def test_one_bf16_update_is_finite_and_close_to_the_fp32_update():
         assert all(v.dtype == torch.float32 for s in opt.state.values() for v in s.values() if v.dim() > 0)
 
 
-def test_bf16_critic_outputs_and_policy_are_fp32_and_acting_works():
-    _, bf16 = make_pair(hidden=16)
+def test_bf16_critic_outputs_and_policy_are_fp32_and_acting_is_fp32():
+    fp32, bf16 = make_pair(hidden=16)
     batch = make_batch(4)
     with torch.no_grad():
         q1, q2 = bf16.critic(batch["obs"], batch["action"])
@@ -131,3 +131,10 @@ def test_bf16_critic_outputs_and_policy_are_fp32_and_acting_works():
     assert not torch.equal(q1, q1.bfloat16().float())  # the output layer is not rounded to bf16
     action = bf16.act(batch["obs"][0].numpy(), sample=False)
     assert action.dtype.name == "float32" and action.shape == (2,)
+    # acting computes in fp32 (the same weights give the fp32 twin's action to the bit) and
+    # leaves the networks in bf16
+    assert (action == fp32.act(batch["obs"][0].numpy(), sample=False)).all()
+    assert bf16.critic.encoder.conv_dtype == bf16.actor.trunk.compute_dtype == torch.bfloat16
+    with torch.no_grad():
+        assert not torch.equal(bf16.actor(bf16.critic.encoder.conv(batch["obs"][:1]), sample=False)[0],
+                               fp32.actor(fp32.critic.encoder.conv(batch["obs"][:1]), sample=False)[0])
