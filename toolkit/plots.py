@@ -183,12 +183,16 @@ def band_figure(series: Mapping[str, Sequence[tuple[float, Any]]], xlabel: str, 
 
 
 def time_to_accuracy_figure(series: Mapping[str, Sequence[tuple[float, float]]],
-                            title: str | None = None, max_lines: int = 6) -> Figure:
+                            title: str | None = None, max_lines: int = 6,
+                            baselines: Mapping[str, float] | None = None, ylabel: str = "metric") -> Figure:
     """Each metric against the training wall time at which it was measured (one line per
-    metric, the first ``max_lines``), so two recipes compare by how fast they learn."""
+    metric, the first ``max_lines``), so two recipes compare by how fast they learn;
+    ``baselines`` (label -> value, e.g. a random policy's return) are dashed horizontal lines."""
     fig, ax = _figure()
     for name in list(series)[:max_lines]:
         points = sorted(series[name])
         ax.plot([p[0] for p in points], [p[1] for p in points], marker="o", label=str(name))
-    _finish_axes(ax, "training wall time (s)", "metric", title or "Time to accuracy", legend=True)
+    for label, value in (baselines or {}).items():
+        ax.axhline(value, ls="--", color="grey", label=str(label))
+    _finish_axes(ax, "training wall time (s)", ylabel, title or "Time to accuracy", legend=True)
     return fig

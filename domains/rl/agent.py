@@ -41,7 +41,7 @@ from domains.rl.augment import center_crop
 from domains.rl.config import AgentConfig, EncoderConfig
 from domains.rl.curl import BilinearCURL
 from toolkit.objective import Objective
-from domains.rl.networks import Actor, Critic, PixelEncoder
+from domains.rl.networks import Actor, Critic, PixelEncoder, full_precision
 
 __all__ = ["CurlSacAgent", "soft_update"]
 
@@ -59,22 +59,28 @@ class CurlSacAgent(nn.Module):
     reproduce the reference code's separate encoder passes, per-parameter Adam loops and NCHW
     layout (benchmarks); ``fused=True`` shares the encoder pass, fuses each ReLU into its
     convolution on CPU (:func:`~domains.rl.networks.conv_relu`) and uses PyTorch's fused Adam
-    (the same update rule in one kernel per optimizer step)."""
+    (the same update rule in one kernel per optimizer step). ``compute_dtype=torch.bfloat16``
+    (``precision: bf16``) runs the encoders' convolutions and the hidden layers of the actor
+    and Q MLPs in bf16; the projections and their LayerNorms, the MLPs' output layers (Q
+    values, policy mean and log-std), the targets, the losses, W and Adam stay fp32 (see
+    :mod:`domains.rl.networks`)."""
 
     def __init__(self, obs_shape: tuple[int, int, int], action_dim: int, *,
                  encoder: EncoderConfig, agent: AgentConfig, objective: Objective | None,
                  lr: float = 1e-3, betas: tuple[float, float] = (0.9, 0.999),
-                 fused: bool = True, channels_last: bool = True) -> None:
+                 fused: bool = True, channels_last: bool = True,
+                 compute_dtype: torch.dtype = torch.float32) -> None:
         super().__init__()
         channels, size, _ = obs_shape
         self.cfg, self.fused, self.objective = agent, fused, objective
         self.crop_size, self.action_dim = size, action_dim
         self.critic = Critic(PixelEncoder(channels, size, encoder.feature_dim, encoder.num_layers,
-                                          encoder.num_filters, channels_last, fuse_relu=fused),
-                             action_dim, agent.hidden_dim)
+                                          encoder.num_filters, channels_last, fuse_relu=fused,
+                                          conv_dtype=compute_dtype),
+                             action_dim, agent.hidden_dim, compute_dtype)
         self.critic_target = copy.deepcopy(self.critic).requires_grad_(False)
         self.actor = Actor(self.critic.encoder.conv_dim, encoder.feature_dim, action_dim,
-                           agent.hidden_dim, agent.actor_log_std_range)
+                           agent.hidden_dim, agent.actor_log_std_range, compute_dtype)
         self.critic.encoder.adopt_projection(self.actor.project)
         self.curl = BilinearCURL(encoder.feature_dim)
         self.log_alpha = nn.Parameter(torch.tensor(math.log(agent.init_temperature)))
@@ -100,9 +106,11 @@ class CurlSacAgent(nn.Module):
     # -- acting ----------------------------------------------------------------------------
     @torch.no_grad()
     def act(self, obs: np.ndarray, *, sample: bool) -> np.ndarray:
-        """Action for one stacked observation ``[3k, H, W]`` (centre-cropped here)."""
+        """Action for one stacked observation ``[3k, H, W]`` (centre-cropped here), computed in
+        fp32 whatever the precision (see :func:`~domains.rl.networks.full_precision`)."""
         x = torch.from_numpy(np.ascontiguousarray(center_crop(obs, self.crop_size)))[None]
-        mu, pi, _, _ = self.actor(self.critic.encoder.conv(x.to(self.log_alpha.device)), sample=sample)
+        with full_precision(self.critic.encoder, self.actor):
+            mu, pi, _, _ = self.actor(self.critic.encoder.conv(x.to(self.log_alpha.device)), sample=sample)
         return (pi if sample else mu)[0].cpu().numpy()
 
     # -- one update ------------------------------------------------------------------------

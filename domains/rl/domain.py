@@ -42,6 +42,10 @@ def rl_problems(raw: Mapping[str, Any]) -> list[tuple[str, str]]:
     sched = rc.get_path(raw, "schedule.name", "cosine") if raw.get("schedule") is not None else "constant"
     if sched != "constant":
         problems.append(("schedule.name", f"must be 'constant' for rl, got {sched!r}"))
+    precision = rc.get_path(raw, "precision", "fp32")
+    if precision not in ("fp32", "bf16"):
+        problems.append(("precision", f"must be 'fp32' or 'bf16' for rl (fp16 would need loss scaling), "
+                                      f"got {precision!r}"))
     source = rc.get_path(raw, "objective.negatives.source", "in_batch")
     if raw.get("objective") is not None and source != "in_batch":
         problems.append(("objective.negatives.source", f"must be 'in_batch' for rl (CURL's negatives are "
@@ -60,7 +64,7 @@ def settings_from_recipe(recipe: rc.Recipe) -> Settings:
                     lr=recipe.optimizer.lr, betas=tuple(recipe.optimizer.betas), seed=recipe.seed,
                     log_every=budget.log_every,
                     checkpoint_every=(10_000 if budget.checkpoint_every is None else budget.checkpoint_every) or None,
-                    name=recipe.run_name)
+                    name=recipe.run_name, precision=recipe.precision)
 
 
 class RLDomain(Domain):

@@ -79,7 +79,8 @@ class DMCPixelEnv(gym.Env):
     metadata = {"render_modes": ["rgb_array"]}
 
     def __init__(self, task: str, *, action_repeat: int = 1, image_size: int = 100,
-                 camera_id: int = 0, seed: int = 0, renderer: str = "auto") -> None:
+                 camera_id: int = 0, seed: int = 0, renderer: str = "auto",
+                 shadow_size: int | None = None) -> None:
         if action_repeat < 1:
             raise ValueError(f"action_repeat must be an integer >= 1, got {action_repeat!r}")
         domain, _, task_name = task.partition("-")
@@ -96,6 +97,10 @@ class DMCPixelEnv(gym.Env):
         from shimmy.dm_control_compatibility import DmControlCompatibilityV0  # imports dm_control
 
         self._env = suite.load(domain, task_name, task_kwargs={"random": seed})
+        if shadow_size is not None:  # read when the rendering context is made, at the first render
+            if shadow_size < 0:
+                raise ValueError(f"shadow_size must be an integer >= 0 or None, got {shadow_size!r}")
+            self._env.physics.model.vis.quality.shadowsize = int(shadow_size)
         self._gym = DmControlCompatibilityV0(
             self._env, render_mode="rgb_array",
             render_kwargs={"height": self.image_size, "width": self.image_size, "camera_id": self.camera_id})
@@ -174,8 +179,10 @@ class FrameStack(gym.Wrapper):
 
 
 def make_env(task: str, *, action_repeat: int, frame_stack: int = 3, image_size: int = 100,
-             camera_id: int = 0, seed: int = 0, renderer: str = "auto") -> FrameStack:
-    """CURL's environment: rendered ``image_size`` pixels, action repeat, ``frame_stack`` frames."""
+             camera_id: int = 0, seed: int = 0, renderer: str = "auto",
+             shadow_size: int | None = None) -> FrameStack:
+    """CURL's environment: rendered ``image_size`` pixels, action repeat, ``frame_stack`` frames
+    (``shadow_size``: see :class:`~domains.rl.config.DataConfig`)."""
     env = DMCPixelEnv(task, action_repeat=action_repeat, image_size=image_size,
-                      camera_id=camera_id, seed=seed, renderer=renderer)
+                      camera_id=camera_id, seed=seed, renderer=renderer, shadow_size=shadow_size)
     return FrameStack(env, frame_stack)

@@ -65,8 +65,9 @@ def save_episode_frames(frames: list[np.ndarray], folder: str | Path, name: str,
     return [gif, strip]
 
 
-def return_curve(history: list[tuple[int, float, float]], random_mean: float | None, title: str):
-    """Evaluation return (mean +- std) against environment steps, the random policy dashed."""
+def return_curve(history: list[tuple], random_mean: float | None, title: str):
+    """Evaluation return (mean +- std) against environment steps, the random policy dashed;
+    ``history`` holds ``(env_steps, mean, std, ...)`` per evaluation."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -74,7 +75,7 @@ def return_curve(history: list[tuple[int, float, float]], random_mean: float | N
 
     fig, ax = plt.subplots(figsize=(5, 3.2))
     if history:
-        steps, mean, std = (np.array(v, dtype=float) for v in zip(*history))
+        steps, mean, std = (np.array(v, dtype=float) for v in list(zip(*history))[:3])
         ax.plot(steps, mean, marker="o", label="policy (mean action)")
         ax.fill_between(steps, mean - std, mean + std, alpha=0.25)
     if random_mean is not None:

@@ -12,7 +12,15 @@ after that, each agent step samples an action from the policy (centre crop), mak
 and fixed episode seeds (:mod:`domains.rl.evaluation`).
 
 The workspace is the RL domain's :class:`~toolkit.training.trainer.Trainer` (``fit``,
-``evaluate``, ``state_dict`` / ``load_state_dict``). Checkpoints (``budget.checkpoint_every``)
+``evaluate``, ``state_dict`` / ``load_state_dict``).
+
+Time to accuracy: ``Counters.train_seconds`` is the wall time spent training in ``fit``,
+evaluations excluded, kept in the checkpoint so a resumed run continues the clock. Each
+evaluation is kept as ``(env_steps, mean, std, train_seconds)``; ``train/wall_seconds`` is
+logged with the training metrics and with each evaluation, and the final ``evaluate`` logs a
+``time_to_accuracy`` figure (return against training wall time, the random policy dashed).
+
+Checkpoints (``budget.checkpoint_every``)
 go through :mod:`toolkit.checkpoint` and are written at the first episode end after each
 multiple, so the environment needs no mid-episode state: agent, optimizers, step counters and
 every random state (python, numpy, torch CPU and CUDA, the sampler's generator, the training
@@ -37,6 +45,7 @@ from domains.rl.agent import CurlSacAgent
 from domains.rl.config import AgentConfig, DataConfig, EncoderConfig, EvaluationConfig
 from toolkit import checkpoint as ckpt
 from toolkit.objective import Objective
+from toolkit.training.pretrainer import autocast_dtype
 from toolkit.training.trainer import RunOptions, StopAfterStep, Trainer
 from domains.rl.envs import make_env
 from domains.rl.evaluation import (episode_seeds, random_policy, return_curve, run_episodes,
@@ -62,6 +71,7 @@ class Settings:
     log_every: int = 1000
     checkpoint_every: int | None = None
     name: str = "rl"
+    precision: str = "fp32"  # fp32, or bf16: convolutions and hidden MLP layers (see CurlSacAgent)
 
 
 @dataclass
@@ -73,7 +83,8 @@ class Counters:
     next_log: int = 0
     next_checkpoint: int | None = None
     random_return: tuple[float, float] | None = None
-    history: list[tuple[int, float, float]] = field(default_factory=list)
+    history: list[tuple[int, float, float, float]] = field(default_factory=list)  # steps, mean, std, seconds
+    train_seconds: float = 0.0  # wall time in fit() outside evaluations, across resumes
 
 
 class Workspace(Trainer):
@@ -96,14 +107,15 @@ class Workspace(Trainer):
         np.random.seed(settings.seed)
         torch.manual_seed(settings.seed)
         env_args = dict(action_repeat=d.repeat, frame_stack=d.frame_stack, image_size=d.image_size,
-                        camera_id=d.camera_id, renderer=d.renderer)
+                        camera_id=d.camera_id, renderer=d.renderer, shadow_size=d.shadow_size)
         self.env = make_env(d.task, seed=settings.seed, **env_args)
         self.eval_env = make_env(d.task, seed=settings.seed + 1, **env_args)
         self.action_dim = self.env.action_space.shape[0]
         obs_shape = (3 * d.frame_stack, d.crop_size, d.crop_size)
         self.agent = CurlSacAgent(obs_shape, self.action_dim, encoder=settings.encoder,
                                   agent=settings.agent, objective=objective, lr=settings.lr,
-                                  betas=settings.betas).to(self.device)
+                                  betas=settings.betas,
+                                  compute_dtype=autocast_dtype(settings.precision) or torch.float32).to(self.device)
         self.rng = np.random.default_rng(settings.seed)
         self.buffer = FrameReplayBuffer(self._buffer_frames(), (3, d.image_size, d.image_size),
                                         self.action_dim, d.frame_stack)
@@ -136,13 +148,16 @@ class Workspace(Trainer):
             self.tracker.log_metrics({"buffer_bytes": self.buffer.nbytes,
                                       "buffer_frames": self.buffer.capacity}, step=0)
         s, c, agent = self.s, self.c, self.agent
-        obs, episode_return, started = None, 0.0, time.perf_counter()
-        steps_at_start = c.env_steps
+        obs, episode_return = None, 0.0
+        steps_at_start, seconds_at_start = c.env_steps, c.train_seconds
+        clock = (time.perf_counter(), c.train_seconds)  # train_seconds = clock[1] + now - clock[0]
         with StopAfterStep() as stop:
             while c.env_steps < s.total_env_steps:
                 if c.env_steps >= c.next_eval:
-                    self.evaluate_policy()
+                    c.train_seconds = clock[1] + time.perf_counter() - clock[0]
+                    self.evaluate_policy(s.evaluation.periodic_episodes)
                     c.next_eval += s.evaluation.every_env_steps
+                    clock = (time.perf_counter(), c.train_seconds)  # the evaluation is not training time
                 if obs is None:
                     obs, info = self.env.reset()
                     self.buffer.start_episode(info["frame"])
@@ -157,9 +172,10 @@ class Workspace(Trainer):
                 self.buffer.add(action, reward, terminated, info["frame"])
                 c.env_steps += info["env_steps"]
                 c.agent_steps += 1
+                c.train_seconds = clock[1] + time.perf_counter() - clock[0]
                 episode_return += reward
                 if c.env_steps >= c.next_log:
-                    rate = (c.env_steps - steps_at_start) / max(time.perf_counter() - started, 1e-9)
+                    rate = (c.env_steps - steps_at_start) / max(c.train_seconds - seconds_at_start, 1e-9)
                     self._log_train(rate)
                     c.next_log += s.log_every
                 if terminated or truncated:
@@ -190,14 +206,16 @@ class Workspace(Trainer):
     def _log_train(self, env_steps_per_s: float) -> None:
         out = {f"train/{k}": v / self._num_records for k, v in self._records.items()} if self._num_records else {}
         out.update({"agent_steps": self.c.agent_steps, "train/env_steps_per_s": env_steps_per_s,
-                    "train/updates": self.agent.num_updates})
+                    "train/updates": self.agent.num_updates, "train/wall_seconds": self.c.train_seconds})
         self.tracker.log_metrics(out, step=self.c.env_steps)
         self._records, self._num_records = {}, 0
 
     # -- evaluation ------------------------------------------------------------------------
     def evaluate(self) -> dict[str, float]:
-        """The final metrics: evaluates the policy unless that was just done at this step, logs
-        the return curve and returns ``return_mean``, ``return_std``, the random baseline..."""
+        """The final metrics: evaluates the policy on ``evaluation.episodes`` episodes (periodic
+        evaluations stop below the budget, so this one is always made), logs the return
+        curve and the time-to-accuracy figure and returns ``return_mean``, ``return_std``, the
+        random baseline..."""
         c = self.c
         if not c.history or c.history[-1][0] != c.env_steps:
             self.evaluate_policy()
@@ -206,13 +224,20 @@ class Workspace(Trainer):
                  "buffer_bytes": float(self.buffer.nbytes)}
         if c.random_return is not None:
             final.update(random_return_mean=c.random_return[0], random_return_std=c.random_return[1])
-        self.tracker.log_figure(return_curve(c.history, c.random_return and c.random_return[0],
-                                             self.s.name), "return_curve")
+        random_mean = c.random_return and c.random_return[0]
+        self.tracker.log_figure(return_curve(c.history, random_mean, self.s.name), "return_curve")
+        from toolkit.plots import time_to_accuracy_figure  # matplotlib: only when a run ends
+
+        points = {"policy (mean action)": [(h[3], h[1]) for h in c.history if not np.isnan(h[3])]}
+        baseline = {"random policy": random_mean} if random_mean is not None else None
+        self.tracker.log_figure(time_to_accuracy_figure(points, self.s.name, baselines=baseline,
+                                                        ylabel="episode return"), "time_to_accuracy")
         return final
 
-    def evaluate_policy(self) -> tuple[float, float]:
-        """Mean and std of the deterministic policy's return over the evaluation episodes;
-        the random baseline on the same seeds the first time."""
+    def evaluate_policy(self, episodes: int | None = None) -> tuple[float, float]:
+        """Mean and std of the deterministic policy's return over the first ``episodes``
+        evaluation episodes (None: ``evaluation.episodes``); the random baseline on all
+        ``evaluation.episodes`` seeds the first time."""
         ev, c = self.s.evaluation, self.c
         seeds = episode_seeds(self.s.seed, ev.episodes)
         if ev.random_baseline and c.random_return is None:
@@ -222,12 +247,13 @@ class Workspace(Trainer):
                                       "random_return_std": c.random_return[1]}, step=c.env_steps)
         self.agent.eval()
         rets, lengths, frames = run_episodes(self.eval_env, lambda o: self.agent.act(o, sample=False),
-                                             seeds, keep_frames=ev.save_frames)
+                                             seeds[:episodes], keep_frames=ev.save_frames)
         self.agent.train()
         mean, std = float(np.mean(rets)), float(np.std(rets))
-        c.history.append((c.env_steps, mean, std))
+        c.history.append((c.env_steps, mean, std, c.train_seconds))
         self.tracker.log_metrics({"return_mean": mean, "return_std": std, "agent_steps": c.agent_steps,
-                                  "eval/episode_env_steps": float(np.mean(lengths))}, step=c.env_steps)
+                                  "eval/episodes": len(rets), "eval/episode_env_steps": float(np.mean(lengths)),
+                                  "train/wall_seconds": c.train_seconds}, step=c.env_steps)
         if frames:
             with tempfile.TemporaryDirectory() as tmp:
                 for path in save_episode_frames(frames, tmp, f"eval_{c.env_steps:08d}"):
@@ -250,7 +276,8 @@ class Workspace(Trainer):
             folder = self._resume_folder or self.options.checkpoint_dir
             self.buffer.load(Path(folder) / state["buffer"])
         counters = dict(state["counters"])
-        counters["history"] = [tuple(h) for h in counters["history"]]
+        # checkpoints written before the clock existed have (steps, mean, std): seconds unknown
+        counters["history"] = [tuple(h) + (float("nan"),) * (4 - len(h)) for h in counters["history"]]
         if counters["random_return"] is not None:
             counters["random_return"] = tuple(counters["random_return"])
         self.c = Counters(**counters)

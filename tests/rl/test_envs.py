@@ -148,3 +148,23 @@ def test_seeded_episode_is_raw_dm_control_rendered():
         assert reward == expected
         assert np.array_equal(obs, raw.physics.render(16, 16, camera_id=0).transpose(2, 0, 1))
     env.close()
+
+
+def test_a_smaller_shadow_map_is_in_force_and_renders_nearly_the_same_frames():
+    """data.shadow_size reaches the rendering context; at 64x64 a 512 map gives the default
+    (2048) frame but for a few shadow-edge pixels, and 0 drops the shadows."""
+    frames = {}
+    for size in (None, 512, 0):
+        env = make_env("cartpole-swingup", action_repeat=8, image_size=64, seed=0, shadow_size=size)
+        _, info = env.reset(seed=1)
+        seq = [info["frame"]]
+        for _ in range(5):
+            seq.append(env.step(np.array([0.8], dtype=np.float32))[4]["frame"])
+        frames[size] = np.stack(seq).astype(int)
+        context = env.unwrapped.physics.contexts.mujoco.ptr
+        assert context.shadowSize == (2048 if size is None else size)
+        env.close()
+    assert np.abs(frames[512] - frames[None]).mean() < 0.05
+    assert np.abs(frames[0] - frames[None]).mean() > 0.2
+    with pytest.raises(ValueError, match="shadow_size"):
+        DMCPixelEnv("cartpole-swingup", shadow_size=-1)

@@ -47,6 +47,7 @@ def test_table_rows_validate(path):
     ("optimizer.name=sgd", "optimizer.name"),
     ("schedule.name=cosine", "schedule.name"),
     ("objective.negatives.source=queue", "objective.negatives.source"),
+    ("precision=fp16", "precision"),
 ])
 def test_rl_specific_recipe_errors(override, message):
     # reported when the recipe is loaded (ctk show rejects it), before anything is built
@@ -91,7 +92,7 @@ def test_short_real_run_completes_and_logs(tracker, tmp_path, monkeypatch):
     assert {"train/critic_loss", "train/contrastive_loss", "train/curl_distance_polarization",
             "train/env_steps_per_s"} <= logged
     assert tracker.series("train/updates")[-1] == (300, 8.0)  # agent steps 4..11 update
-    assert tracker.figures == ["return_curve"]
+    assert tracker.figures == ["return_curve", "time_to_accuracy"]
     assert any(a.endswith(".gif") for a in tracker.artifacts)
     saved = ckpt.load(ckpt.latest(tmp_path / "run"))
     assert saved["trainer"]["counters"]["env_steps"] == 300

@@ -1,0 +1,140 @@
+"""Periodic evaluations on fewer episodes, and the training clock behind time to accuracy:
+evaluations are not training time, and a resumed run continues the clock."""
+from __future__ import annotations
+
+import math
+import time
+
+import pytest
+
+from domains.rl import workspace as ws_mod
+from domains.rl.evaluation import episode_seeds
+from domains.rl.workspace import Workspace
+from toolkit import checkpoint as ckpt
+from toolkit.training.trainer import RunOptions
+
+from .conftest import RecordingTracker, tiny_settings
+
+
+class Killed(Exception):
+    pass
+
+
+class FigureTracker(RecordingTracker):
+    """Keeps the time-to-accuracy figure's lines (label -> (x, y)) before closing it."""
+
+    def log_figure(self, figure, name):
+        if name == "time_to_accuracy":
+            self.tta = {line.get_label(): (list(line.get_xdata()), list(line.get_ydata()))
+                        for line in figure.axes[0].get_lines()}
+        super().log_figure(figure, name)
+
+
+def slow_evaluations(monkeypatch, seconds: float) -> list[list[int]]:
+    """Every evaluation call takes ``seconds`` more; returns the seed lists it was called with."""
+    calls: list[list[int]] = []
+    real = ws_mod.run_episodes
+
+    def run_episodes(env, policy, seeds, **kw):
+        calls.append(list(seeds))
+        time.sleep(seconds)
+        return real(env, policy, seeds, **kw)
+
+    monkeypatch.setattr(ws_mod, "run_episodes", run_episodes)
+    return calls
+
+
+def settings(**evaluation):
+    # action repeat 25: 40 agent steps per 1000-step episode
+    return tiny_settings(data={"action_repeat": 25}, evaluation={"every_env_steps": 500, **evaluation},
+                         total_env_steps=2000, checkpoint_every=1000)
+
+
+def test_periodic_evaluations_play_the_first_periodic_episodes_and_the_final_one_all(
+        cheap_render, monkeypatch):
+    calls = slow_evaluations(monkeypatch, 0.0)
+    tracker = RecordingTracker()
+    ws = Workspace(settings(episodes=3, periodic_episodes=1), tracker, None)
+    ws.fit()
+    ws.evaluate()
+    seeds = episode_seeds(0, 3)
+    # the random baseline on every final seed first, then the policy: 1 episode at 0, 500,
+    # 1000, 1500 and all 3 at the end
+    assert calls == [seeds, *[seeds[:1]] * 4, seeds]
+    assert [s for s, _ in tracker.series("eval/episodes")] == [0, 500, 1000, 1500, 2000]
+    assert [v for _, v in tracker.series("eval/episodes")] == [1, 1, 1, 1, 3]
+    # None: every evaluation plays `episodes`
+    calls.clear()
+    none = Workspace(settings(episodes=2), RecordingTracker(), None)
+    none.s.total_env_steps = 500
+    none.fit()
+    none.evaluate()
+    assert calls == [episode_seeds(0, 2)] * 3  # random baseline, at 0, at the end
+
+
+def test_evaluations_are_not_training_time_and_points_grow_with_it(cheap_render, monkeypatch):
+    slow_evaluations(monkeypatch, 0.3)
+    tracker = FigureTracker()
+    ws = Workspace(settings(episodes=1), tracker, None)
+    start = time.perf_counter()
+    ws.fit()
+    wall = time.perf_counter() - start
+    ws.evaluate()
+    seconds = [h[3] for h in ws.c.history]
+    assert [h[0] for h in ws.c.history] == [0, 500, 1000, 1500, 2000]
+    assert seconds[0] < 0.05 and all(a < b for a, b in zip(seconds, seconds[1:]))
+    # fit() slept 0.3 s in each of 5 evaluation calls (random baseline, 0, 500, 1000, 1500)
+    assert ws.c.train_seconds == seconds[-1] <= wall - 5 * 0.3
+    assert ws.c.train_seconds > 0
+    logged = tracker.series("train/wall_seconds")
+    assert all(a[1] <= b[1] for a, b in zip(logged, logged[1:]))  # logged at steps in order
+    assert {s: v for s, v in logged if s in (0, 500, 1000, 1500, 2000)} == dict(zip([0, 500, 1000, 1500, 2000],
+                                                                                    seconds))
+    # the figure: returns against those seconds, the random policy's return as a flat line
+    x, y = tracker.tta["policy (mean action)"]
+    assert x == seconds and y == [h[1] for h in ws.c.history]
+    assert tracker.tta["random policy"][1] == [ws.c.random_return[0]] * 2
+
+
+def test_a_resumed_run_continues_the_clock(cheap_render, tmp_path, monkeypatch):
+    slow_evaluations(monkeypatch, 0.0)
+
+    def kill(ws):
+        if ws.c.env_steps >= 1400:
+            raise Killed
+
+    killed = Workspace(settings(episodes=1), RecordingTracker(), None, RunOptions(checkpoint_dir=tmp_path),
+                       step_hook=kill)
+    with pytest.raises(Killed):
+        killed.fit()
+    saved = ckpt.load(ckpt.latest(tmp_path))["trainer"]["counters"]
+    assert saved["env_steps"] == 1000 and saved["train_seconds"] > 0  # written at the episode end,
+    assert [h[0] for h in saved["history"]] == [0, 500]  # before the evaluation due at 1000
+    resumed = Workspace(settings(episodes=1), RecordingTracker(), None, RunOptions(checkpoint_dir=tmp_path))
+    resumed.resume(ckpt.latest(tmp_path))
+    assert resumed.c.train_seconds == saved["train_seconds"]
+    time.sleep(0.2)  # time between the processes is not training time
+    resumed.fit()
+    resumed.evaluate()
+    seconds = [h[3] for h in resumed.c.history]
+    assert [h[0] for h in resumed.c.history] == [0, 500, 1000, 1500, 2000]
+    assert seconds[:2] == [h[3] for h in saved["history"]]
+    assert all(a < b for a, b in zip(seconds, seconds[1:]))
+    # the evaluation at 1000 is the resumed run's first act: the clock went on from the
+    # checkpoint's, not from 0 and not counting the pause before the resume
+    assert saved["train_seconds"] <= seconds[2] < saved["train_seconds"] + 0.1
+    assert seconds[-1] > seconds[2]
+
+
+def test_history_from_a_checkpoint_without_the_clock_still_loads(cheap_render, tmp_path):
+    ws = Workspace(settings(episodes=1), RecordingTracker(), None, RunOptions(checkpoint_dir=tmp_path))
+    ws.s.total_env_steps = 1000
+    ws.fit()
+    state = ws.state_dict()
+    state["counters"]["history"] = [h[:3] for h in state["counters"]["history"]]
+    del state["counters"]["train_seconds"]
+    fresh = Workspace(settings(episodes=1), FigureTracker(), None, RunOptions(checkpoint_dir=tmp_path))
+    fresh.load_state_dict(state)
+    assert all(len(h) == 4 and math.isnan(h[3]) for h in fresh.c.history) and fresh.c.train_seconds == 0.0
+    fresh.evaluate()  # the unknown points are left out of the figure
+    assert fresh.tracker.tta["policy (mean action)"][0] == [0.0]
