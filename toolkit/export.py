@@ -8,10 +8,12 @@ weights: :func:`domains.export.load_encoder` (the domain layer, which knows the 
 """
 from __future__ import annotations
 
+import copy
 import tempfile
 from pathlib import Path
 from typing import Any, Mapping
 
+import torch
 from torch import nn
 
 from toolkit import checkpoint as ckpt
@@ -24,8 +26,11 @@ ARTIFACT_PATH = "model/encoder.pt"
 
 def encoder_artifact(encoder: nn.Module, recipe: Mapping[str, Any],
                      extras: Mapping[str, Any] | None = None) -> dict[str, Any]:
-    """The plain-data description of a trained encoder (tensors copied to the CPU)."""
-    state = {k: v.detach().cpu().clone() for k, v in encoder.state_dict().items()}
+    """The plain-data description of a trained encoder (tensors copied to the CPU). A module's
+    extra state (``get_extra_state``, e.g. the text encoder's tokenizer) is kept as the plain
+    data it is; :func:`toolkit.checkpoint.save` refuses anything else."""
+    state = {k: v.detach().cpu().clone() if isinstance(v, torch.Tensor) else copy.deepcopy(v)
+             for k, v in encoder.state_dict().items()}
     return {"format": ENCODER_FORMAT, "domain": recipe.get("domain"), "recipe": dict(recipe),
             "state_dict": state, "extras": dict(extras or {})}
 
