@@ -230,6 +230,8 @@ class Recipe:
             return self.common.tracking.run_name
         data = self.resolved.get("data") or {}
         dataset = data.get("dataset") or data.get("task") or data.get("experiment") or data.get("corpus") or "data"
+        if isinstance(dataset, (list, tuple)):  # several corpora: brown+sotu+...
+            dataset = "+".join(str(d) for d in dataset)
         obj = self.common.objective
         loss = obj.loss.name if obj else "own-loss"
         if obj and obj.regularizers:

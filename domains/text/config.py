@@ -8,9 +8,10 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from domains.base import Section
+from domains.text.corpora import PACKAGED, SOURCES, check_corpus_names
 
 __all__ = ["TokenizerConfig", "DataConfig", "EncoderConfig", "EvaluationConfig"]
 
@@ -28,9 +29,13 @@ class TokenizerConfig(Section):
 
 
 class DataConfig(Section):
-    corpus: Literal["austen", "mobydick", "sotu", "brown", "folder", "bookcorpus"] = "austen"
+    corpus: str | list[str] = Field(
+        "austen", description="austen, mobydick, sotu, brown, folder or bookcorpus; or a list of the "
+                              "packaged ones (austen, mobydick, sotu, brown), whose books are "
+                              "concatenated in that order (val_books counts from the end of it)")
     path: str | None = Field(None, description="folder of plain-text books (corpus: folder), "
-                                               "or a folder to read instead of the data provider's")
+                                               "or a folder to read instead of the data provider's "
+                                               "(one corpus only)")
     data_root: str | None = Field(None, description="toolkit.data root; default $CTK_DATA or ./data")
     max_books: int | None = Field(None, ge=1)
     val_books: int | list[str] = Field(1, description="hold out the last N books, or these books")
@@ -42,18 +47,37 @@ class DataConfig(Section):
     self_candidate: Literal["exclude", "zero_logit"] = Field(
         "exclude", description="drop s from its own candidates (paper) or give it logit 0 (authors' code)")
 
+    @field_validator("corpus", mode="before")
+    @classmethod
+    def _known_corpus(cls, value: object) -> str | list[str]:
+        if isinstance(value, str):
+            if value not in SOURCES:
+                raise ValueError(f"corpus must be one of {', '.join(SOURCES)}, or a list of "
+                                 f"{', '.join(PACKAGED)}")  # the recipe error adds the value
+            return value
+        if isinstance(value, (list, tuple)):
+            return check_corpus_names(value, "corpus")
+        raise ValueError("corpus must be a name or a list of names")
+
     @model_validator(mode="after")
     def _folder_needs_path(self) -> "DataConfig":
         if self.corpus == "folder" and not self.path:
             raise ValueError("corpus: folder needs path: a folder of plain-text books")
+        if isinstance(self.corpus, list) and self.path:
+            raise ValueError(f"path {self.path!r} cannot go with a list of corpora "
+                             f"({self.corpus!r}); set data_root instead")
         return self
 
 
 class EncoderConfig(Section):
-    kind: Literal["gru", "transformer"] = "gru"
-    embedding_dim: int = Field(128, ge=1, description="word embedding size (paper: 620 trained)")
+    kind: Literal["gru", "transformer", "bow"] = Field(
+        "gru", description="gru (the paper's), transformer (BERT, mean-pooled) or bow (the mean of "
+                           "the word embeddings: cheap, for short CPU budgets)")
+    embedding_dim: int = Field(128, ge=1, description="word embedding size (paper: 620 trained); "
+                                                      "bow: also the sentence vector size")
     hidden_size: int = Field(512, ge=1, description="sentence vector size of f and of g "
-                                                    "(paper uni-QT: 2400; bi-QT: 1200 = 2 x 600)")
+                                                    "(paper uni-QT: 2400; bi-QT: 1200 = 2 x 600); "
+                                                    "not used by bow")
     bidirectional: bool = False
     num_layers: int = Field(1, ge=1)
     init_scale: float = Field(0.1, gt=0, description="word embeddings ~ U(-s, s) (authors' code: 0.1)")
@@ -83,6 +107,11 @@ class EvaluationConfig(Section):
     baselines: list[Literal["random", "bow"]] = Field(
         default_factory=list, description="also evaluate a random encoder of the same size and/or "
                                           "bag-of-words (metrics random_<task>, bow_<task>)")
+    monitor_task: TaskName | None = Field(
+        None, description="also report this task's accuracy at every budget.monitor_every step "
+                          "(online_senteval_<task>): one seeded 80/20 split, C = monitor_c, no "
+                          "folds, no selection (about 1-2 s with a bag-of-words encoder)")
+    monitor_c: float = Field(0.1, gt=0, description="the fixed L2 strength C of the monitor probe")
     diagnostics: bool = True
     diagnostic_sentences: int = Field(2000, ge=3)
     d_plus: float = Field(0.1, ge=0, le=1)

@@ -11,6 +11,12 @@ Sources (``load_corpus``):
 * ``folder``: any folder of plain-text books (``*.txt``, blank lines between paragraphs);
 * ``bookcorpus``: BookCorpus through the Hugging Face ``datasets`` library where the hub is
   reachable (``bookcorpusopen``, one record per book, split here like the others).
+
+A list of packaged names (:data:`PACKAGED`: ``["brown", "sotu", "mobydick", "austen"]``)
+concatenates their books in the order given; every book stays a book (quick-thought never pairs
+sentences of two books) and ``max_books`` applies to each corpus. Book names must be unique
+across the list, so ``split_by_book`` can hold out books by name or the last N of the combined
+list.
 """
 from __future__ import annotations
 
@@ -23,9 +29,10 @@ from typing import Iterable, Sequence
 from domains.text.splitting import is_heading, split_paragraphs, split_sentences
 
 __all__ = ["Book", "book_from_text", "read_text_folder", "load_corpus", "split_by_book",
-           "SOURCES"]
+           "SOURCES", "PACKAGED"]
 
 SOURCES = ("austen", "mobydick", "sotu", "brown", "folder", "bookcorpus")
+PACKAGED = ("austen", "mobydick", "sotu", "brown")  # offline corpora a list may combine
 
 
 @dataclass(frozen=True)
@@ -150,11 +157,51 @@ def _bookcorpus(max_books: int | None, drop_headings: bool = True) -> list[Book]
     return books
 
 
-def load_corpus(source: str, path: str | Path | None = None, root: str | Path | None = None,
-                max_books: int | None = None, drop_headings: bool = True) -> list[Book]:
-    """Load a corpus by name (see the module docstring); ``root`` is the data root of
-    ``toolkit.data`` (``$CTK_DATA`` or ``./data`` when None); ``path`` is the folder for
-    ``source='folder'``."""
+def check_corpus_names(names: Sequence[str], key: str = "corpus") -> list[str]:
+    """``names`` as a list when it is a non-empty list of distinct packaged corpora; otherwise a
+    ``ValueError`` naming ``key``, the value and the names a list may hold."""
+    if isinstance(names, str) or not isinstance(names, Sequence):
+        raise ValueError(f"{key} must be a list of corpus names, got {names!r}")
+    names = list(names)
+    if not names:
+        raise ValueError(f"{key} is an empty list; expected one or more of {', '.join(PACKAGED)}")
+    for i, name in enumerate(names):
+        if name not in PACKAGED:
+            raise ValueError(f"{key}[{i}] is {name!r}; a list combines packaged corpora: "
+                             f"{', '.join(PACKAGED)}")
+    repeated = sorted({n for n in names if names.count(n) > 1})
+    if repeated:
+        raise ValueError(f"{key} names {', '.join(repeated)} more than once, got {names!r}")
+    return names
+
+
+def _load_combined(names: Sequence[str], path: str | Path | None, root: str | Path | None,
+                   max_books: int | None, drop_headings: bool) -> list[Book]:
+    names = check_corpus_names(names, "source")
+    if path is not None:
+        raise ValueError(f"path {str(path)!r} cannot go with a list of corpora ({names!r}): each "
+                         "is read from the data root; set root (data.data_root) instead")
+    books: list[Book] = []
+    for name in names:
+        books += load_corpus(name, None, root, max_books, drop_headings)
+    seen: dict[str, int] = {}
+    for b in books:
+        seen[b.name] = seen.get(b.name, 0) + 1
+    clashes = sorted(n for n, k in seen.items() if k > 1)
+    if clashes:
+        raise ValueError(f"the corpora {names!r} share book names {clashes[:5]}; val_books could "
+                         "not tell them apart")
+    return books
+
+
+def load_corpus(source: str | Sequence[str], path: str | Path | None = None,
+                root: str | Path | None = None, max_books: int | None = None,
+                drop_headings: bool = True) -> list[Book]:
+    """Load a corpus by name, or the books of several packaged corpora, concatenated in the
+    order given (see the module docstring); ``root`` is the data root of ``toolkit.data``
+    (``$CTK_DATA`` or ``./data`` when None); ``path`` is the folder for ``source='folder'``."""
+    if not isinstance(source, str):
+        return _load_combined(source, path, root, max_books, drop_headings)
     if source not in SOURCES:
         raise ValueError(f"source must be one of {', '.join(SOURCES)}, got {source!r}")
     if max_books is not None and max_books < 1:

@@ -21,10 +21,12 @@ from domains.base import DataBundle, Domain, Encoder, Evaluation
 from domains.text.config import DataConfig, EncoderConfig, EvaluationConfig
 from domains.text.corpora import load_corpus, split_by_book
 from domains.text.diagnostics import neighbour_top1, sentence_geometry
-from domains.text.encoders import GRUSentenceEncoder, QuickThoughtEncoder, TransformerSentenceEncoder
+from domains.text.encoders import (BagOfWordsSentenceEncoder, GRUSentenceEncoder, QuickThoughtEncoder,
+                                   TransformerSentenceEncoder)
 from domains.text.quickthought import quick_thought_batch
 from domains.text.sampling import ContiguousBatches, SentenceTable
-from domains.text.senteval import BagOfWords, EncoderEmbedder, evaluate_tasks, load_task, settings_for, subsample
+from domains.text.senteval import (BagOfWords, EncoderEmbedder, evaluate_tasks, load_task, quick_accuracy,
+                                   settings_for, subsample)
 from domains.text.tokenizer import SentenceTokenizer, train_tokenizer
 from toolkit.losses.base import ContrastiveBatch
 
@@ -35,6 +37,9 @@ def build_quick_thought_encoder(cfg: EncoderConfig, tokenizer: SentenceTokenizer
                                 max_length: int = 30) -> QuickThoughtEncoder:
     """f and g with separate parameters (the authors' code keeps separate word embeddings)."""
     def one() -> nn.Module:
+        if cfg.kind == "bow":
+            return BagOfWordsSentenceEncoder(tokenizer.vocab_size, cfg.embedding_dim, tokenizer.pad_id,
+                                             cfg.init_scale)
         if cfg.kind == "gru":
             return GRUSentenceEncoder(tokenizer.vocab_size, cfg.embedding_dim, cfg.hidden_size,
                                       cfg.bidirectional, cfg.num_layers, tokenizer.pad_id,
@@ -107,7 +112,8 @@ class TextDomain(Domain):
             tokenizer = _trained_tokenizer(key, train_books, tok_cfg, cfg.max_length)
         train = SentenceTable.build(train_books, tokenizer)
         val = SentenceTable.build(val_books, tokenizer) if val_books else None
-        _log(f"{cfg.corpus}: {len(train_books)} training books ({len(train)} sentences), "
+        label = cfg.corpus if isinstance(cfg.corpus, str) else " + ".join(cfg.corpus)
+        _log(f"{label}: {len(train_books)} training books ({len(train)} sentences), "
              f"{len(val_books)} held out ({len(val) if val else 0}); vocabulary {tokenizer.vocab_size}")
         self._prepared = {"key": key, "tokenizer": tokenizer, "train": train, "val": val}
         return self._prepared
@@ -151,23 +157,34 @@ class TextDomain(Domain):
     _window, _score, _self_candidate = 1, "dot", "exclude"
 
     # -- evaluation ------------------------------------------------------------------------
+    def _load_task(self, name: str, ev: EvaluationConfig, seed: int) -> Any:
+        """One task, loaded once per set of loader settings (the monitor and the evaluation
+        share it)."""
+        key = json.dumps([name, ev.senteval_path, ev.data_root, seed, ev.min_abs_rating,
+                          ev.msrp_pairs, ev.max_examples])
+        if key not in self._tasks:
+            task = load_task(name, ev.senteval_path, ev.data_root, seed, ev.min_abs_rating,
+                             ev.msrp_pairs)
+            self._tasks[key] = subsample(task, ev.max_examples, seed)
+        return self._tasks[key]
+
     def _load_tasks(self, ev: EvaluationConfig, seed: int) -> list[Any]:
-        out = []
-        for name in ev.tasks:
-            key = json.dumps([name, ev.senteval_path, ev.data_root, seed, ev.min_abs_rating,
-                              ev.msrp_pairs, ev.max_examples])
-            if key not in self._tasks:
-                task = load_task(name, ev.senteval_path, ev.data_root, seed, ev.min_abs_rating,
-                                 ev.msrp_pairs)
-                self._tasks[key] = subsample(task, ev.max_examples, seed)
-            out.append(self._tasks[key])
-        return out
+        return [self._load_task(name, ev, seed) for name in ev.tasks]
 
     def monitor(self, encoder: QuickThoughtEncoder, data: DataBundle) -> dict[str, float]:
+        """``neighbour_top1`` on the held-out books and, with ``evaluation.monitor_task``, that
+        task's :func:`~domains.text.senteval.quick_accuracy` (``senteval_<task>``)."""
+        out: dict[str, float] = {}
         val = (data.eval or {}).get("val")
-        if val is None or len(val) < 3:
-            return {}
-        return {"neighbour_top1": neighbour_top1(encoder, val, window=self._window, score=self._score)}
+        if val is not None and len(val) >= 3:
+            out["neighbour_top1"] = neighbour_top1(encoder, val, window=self._window, score=self._score)
+        ev: EvaluationConfig = self.recipe.evaluation
+        if ev.monitor_task is not None:
+            seed = self.recipe.seed if ev.seed is None else ev.seed
+            task = self._load_task(ev.monitor_task, ev, seed)
+            out[f"senteval_{task.name}"] = quick_accuracy(EncoderEmbedder(encoder, ev.batch_size), task,
+                                                          ev.monitor_c, seed)
+        return out
 
     def evaluate(self, encoder: QuickThoughtEncoder, data: DataBundle, recipe: Any) -> Evaluation:
         ev: EvaluationConfig = recipe.evaluation

@@ -11,6 +11,11 @@ the sentence embedding used downstream is the concatenation ``[f(s), g(s)]`` (Se
 * :class:`TransformerSentenceEncoder`: a ``transformers`` BERT model, a small configuration
   built locally (offline) or a pretrained name where the hub is reachable; the sentence vector
   is the mean of the last hidden states over real tokens.
+* :class:`BagOfWordsSentenceEncoder`: the mean of learned word embeddings over the real tokens
+  (no recurrence, no order); ``embedding_dim`` is its output size. Each of f and g has its own
+  table, initialised like the GRU's (uniform in [-init_scale, init_scale], padding row 0). About
+  100x cheaper per sentence than the GRU on a CPU, so a few minutes see millions of tokens;
+  the CPU recipe ``recipes/text/cpu/qt_bow_books.yaml`` trains it.
 """
 from __future__ import annotations
 
@@ -24,7 +29,25 @@ from torch import Tensor, nn
 from domains.base import Encoder
 from domains.text.tokenizer import SentenceTokenizer
 
-__all__ = ["GRUSentenceEncoder", "TransformerSentenceEncoder", "QuickThoughtEncoder"]
+__all__ = ["GRUSentenceEncoder", "TransformerSentenceEncoder", "BagOfWordsSentenceEncoder",
+           "QuickThoughtEncoder"]
+
+
+def _word_embeddings(vocab_size: int, embedding_dim: int, pad_id: int, init_scale: float,
+                     bag: bool = False) -> nn.Embedding | nn.EmbeddingBag:
+    """Word embeddings ~ U(-init_scale, init_scale) (the authors' ``uniform_init_scale``), the
+    padding row zero (``padding_idx`` keeps it out of the gradient). ``bag``: an
+    ``nn.EmbeddingBag`` that averages each row's embeddings, leaving ``pad_id`` out."""
+    if not isinstance(init_scale, (int, float)) or init_scale <= 0:
+        raise ValueError(f"init_scale must be a number > 0, got {init_scale!r}")
+    if not isinstance(pad_id, int) or not 0 <= pad_id < vocab_size:
+        raise ValueError(f"pad_id must be an integer in [0, {vocab_size - 1}], got {pad_id!r}")
+    embedding = (nn.EmbeddingBag(vocab_size, embedding_dim, mode="mean", padding_idx=pad_id) if bag
+                 else nn.Embedding(vocab_size, embedding_dim, padding_idx=pad_id))
+    nn.init.uniform_(embedding.weight, -init_scale, init_scale)
+    with torch.no_grad():
+        embedding.weight[pad_id].zero_()
+    return embedding
 
 
 class GRUSentenceEncoder(nn.Module):
@@ -43,10 +66,7 @@ class GRUSentenceEncoder(nn.Module):
                              f"gets hidden_size // 2 units), got {hidden_size}")
         self.pad_id = pad_id
         self.out_dim = hidden_size
-        self.embedding = nn.Embedding(vocab_size, embedding_dim, padding_idx=pad_id)
-        nn.init.uniform_(self.embedding.weight, -init_scale, init_scale)
-        with torch.no_grad():
-            self.embedding.weight[pad_id].zero_()
+        self.embedding = _word_embeddings(vocab_size, embedding_dim, pad_id, init_scale)
         per_direction = hidden_size // 2 if bidirectional else hidden_size
         self.rnn = nn.GRU(embedding_dim, per_direction, num_layers=num_layers, batch_first=True,
                           bidirectional=bidirectional)
@@ -60,6 +80,29 @@ class GRUSentenceEncoder(nn.Module):
         if self.rnn.bidirectional:
             return torch.cat([h[-2], h[-1]], dim=1)
         return h[-1]
+
+
+class BagOfWordsSentenceEncoder(nn.Module):
+    """The mean of the word embeddings of the real (non-padding) tokens: ``[N, L] -> [N, dim]``.
+
+    An ``nn.EmbeddingBag`` computes it without materialising ``[N, L, dim]`` (about 2-5x faster
+    than embedding, masking and averaging on a CPU); its ``padding_idx`` leaves the padding
+    tokens out of the mean, whatever the padding row holds."""
+
+    def __init__(self, vocab_size: int, embedding_dim: int = 300, pad_id: int = 0,
+                 init_scale: float = 0.1) -> None:
+        super().__init__()
+        for name, value in (("vocab_size", vocab_size), ("embedding_dim", embedding_dim)):
+            if not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
+        self.pad_id = pad_id
+        self.out_dim = embedding_dim
+        self.embedding = _word_embeddings(vocab_size, embedding_dim, pad_id, init_scale, bag=True)
+
+    def forward(self, ids: Tensor) -> Tensor:
+        """``ids`` ``[N, L]`` padded with ``pad_id`` (anywhere) -> ``[N, embedding_dim]``; an
+        all-padding row gives the zero vector."""
+        return self.embedding(ids)
 
 
 class TransformerSentenceEncoder(nn.Module):

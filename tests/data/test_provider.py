@@ -32,8 +32,8 @@ def _sha256(data: bytes) -> str:
 # ---------------------------------------------------------------- real data (default data root)
 
 def test_default_set_is_the_documented_one():
-    assert default_names() == ("fashion-mnist", "foolbox-samples", "austen", "rotten-tomatoes",
-                       "vader-groundtruth", "trec", "bibles")
+    assert default_names() == ("fashion-mnist", "foolbox-samples", "austen", "mobydick", "sotu",
+                       "brown", "rotten-tomatoes", "vader-groundtruth", "trec", "bibles")
     names = set(catalog())
     assert names == {"fashion-mnist", "mnist", "foolbox-samples", "austen", "mobydick", "sotu",
                      "brown", "rotten-tomatoes", "vader-groundtruth", "trec", "bibles"}

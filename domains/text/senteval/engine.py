@@ -16,6 +16,10 @@ Modes: ``literature`` is 10-fold CV with C chosen by an inner 10-fold CV over a 
 (the published protocol); ``prototyping`` is 5-fold CV with C chosen on one held-out tenth of
 each training part over a short grid (about 15x cheaper, for CPU-scale runs). Every field can
 be overridden.
+
+:func:`quick_accuracy` is the cheap one-task check for monitoring during training: one seeded,
+stratified split (a ``test_fraction`` of the examples held out, or the task's own test split
+when it has one), one probe with a fixed C, no selection, no folds.
 """
 from __future__ import annotations
 
@@ -25,12 +29,13 @@ from typing import Any, Protocol, Sequence
 
 import numpy as np
 import scipy.sparse as sp
+from sklearn.model_selection import StratifiedShuffleSplit
 
 from domains.text.senteval.classifier import ProbeResult, kfold_accuracy, pair_features, split_accuracy
 from domains.text.senteval.tasks import Task
 
 __all__ = ["Embedder", "ProbeSettings", "MODES", "settings_for", "embed_sentences", "run_task",
-           "evaluate_tasks"]
+           "evaluate_tasks", "quick_accuracy"]
 
 
 class Embedder(Protocol):
@@ -119,3 +124,25 @@ def evaluate_tasks(embedder: Embedder, tasks: Sequence[Task], settings: ProbeSet
             log(f"{prefix}{task.name}: {result.accuracy:.2f}% ({len(task)} examples, "
                 f"C={result.chosen_c}, {seconds:.1f} s)")
     return metrics
+
+
+def quick_accuracy(embedder: Embedder, task: Task, c: float = 0.1, seed: int = 0,
+                   test_fraction: float = 0.2, settings: ProbeSettings | None = None) -> float:
+    """Accuracy (percent) of one L2 logistic regression with the fixed ``c``, trained on a
+    stratified ``1 - test_fraction`` of ``task`` (seeded by ``seed``) and scored on the rest,
+    or trained on the whole task and scored on its test split when it has one. Features are
+    standardised with the training part's statistics (dense) like the full protocol's."""
+    if not isinstance(c, (int, float)) or c <= 0:
+        raise ValueError(f"c must be a number > 0, got {c!r}")
+    if not 0.0 < test_fraction < 1.0:
+        raise ValueError(f"test_fraction must lie in (0, 1), got {test_fraction!r}")
+    s = settings or MODES["prototyping"]
+    embedder.prepare(task)
+    X = _features(embedder, task, True, s)
+    kw = dict(seed=seed, c_grid=(float(c),), selection="none", max_iter=s.max_iter)
+    if task.has_test:
+        return split_accuracy(X, task.labels, _features(embedder, task, False, s), task.test_labels,
+                              **kw).accuracy
+    split = StratifiedShuffleSplit(n_splits=1, test_size=test_fraction, random_state=seed)
+    tr, te = next(split.split(np.zeros(len(task)), task.labels))
+    return split_accuracy(X[tr], task.labels[tr], X[te], task.labels[te], **kw).accuracy
