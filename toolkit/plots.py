@@ -185,14 +185,30 @@ def band_figure(series: Mapping[str, Sequence[tuple[float, Any]]], xlabel: str, 
 def time_to_accuracy_figure(series: Mapping[str, Sequence[tuple[float, float]]],
                             title: str | None = None, max_lines: int = 6,
                             baselines: Mapping[str, float] | None = None, ylabel: str = "metric") -> Figure:
-    """Each metric against the training wall time at which it was measured (one line per
-    metric, the first ``max_lines``), so two recipes compare by how fast they learn;
-    ``baselines`` (label -> value, e.g. a random policy's return) are dashed horizontal lines."""
-    fig, ax = _figure()
-    for name in list(series)[:max_lines]:
+    """Each metric against the training wall time at which it was measured (the first
+    ``max_lines`` metrics), so two recipes compare by how fast they learn; ``baselines`` (label
+    -> value, e.g. a random policy's return) are dashed horizontal lines. One metric is one
+    line; several get a panel each with its own y axis (a kNN accuracy near 80% and a
+    neighbour top-1 near 2% would flatten each other on one axis), side by side."""
+    names = list(series)[:max_lines]
+    if len(names) <= 1:
+        fig, ax = _figure()
+        axes = [ax]
+    else:
+        cols = min(3, len(names))
+        rows = -(-len(names) // cols)
+        fig = Figure(figsize=(4.2 * cols, 3.4 * rows), layout="constrained")
+        FigureCanvasAgg(fig)
+        axes = [fig.add_subplot(rows, cols, i + 1) for i in range(len(names))]
+    for ax, name in zip(axes, names):
         points = sorted(series[name])
         ax.plot([p[0] for p in points], [p[1] for p in points], marker="o", label=str(name))
-    for label, value in (baselines or {}).items():
-        ax.axhline(value, ls="--", color="grey", label=str(label))
-    _finish_axes(ax, "training wall time (s)", ylabel, title or "Time to accuracy", legend=True)
+        for label, value in (baselines or {}).items():
+            ax.axhline(value, ls="--", color="grey", label=str(label))
+        if len(names) > 1:
+            _finish_axes(ax, "training wall time (s)", str(name), None, legend=bool(baselines))
+    if len(names) <= 1:
+        _finish_axes(axes[0], "training wall time (s)", ylabel, title or "Time to accuracy", legend=True)
+    else:
+        fig.suptitle(title or "Time to accuracy")
     return fig

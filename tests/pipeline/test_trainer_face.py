@@ -152,3 +152,39 @@ def test_time_to_accuracy_is_logged_against_training_wall_time(points_domain, po
     assert acc[-1][2] == metrics["centroid_acc"]
     wall = [m.value for m in client.get_metric_history(run_id, "train/wall_seconds")]
     assert len(wall) == 6 and wall == sorted(wall)
+
+
+def test_the_online_monitor_starts_at_the_untrained_encoder(points_domain, points_recipe, monkeypatch):
+    """With budget.monitor_every, the monitor also runs before the first step (training time
+    0), so the time-to-accuracy curve starts where the untrained encoder stands."""
+    from tests.pipeline.points_domain import PointsDomain
+
+    seen: list[int] = []
+
+    def monitor(self, encoder, data):
+        seen.append(len(seen))
+        return {"calls": float(len(seen))}
+
+    monkeypatch.setattr(PointsDomain, "monitor", monitor, raising=False)
+    r = load_recipe(points_recipe, ["budget.monitor_every=8"], points_domain)
+    run_id, _ = execute(r, points_domain, progress=False)
+    state = ckpt.load(ckpt.latest(ckpt.checkpoint_dir(run_id)))["trainer"]["loop"]
+    online = [(s, step, v) for s, step, name, v in state["progress"] if name == "online_calls"]
+    assert [step for _, step, _ in online] == [0, 8, 16, 24]
+    assert online[0][0] == 0.0 and [v for _, _, v in online] == [1.0, 2.0, 3.0, 4.0]
+    history = client_for().get_metric_history(run_id, "online_calls")
+    assert sorted(m.step for m in history) == [0, 8, 16, 24]
+
+
+def test_time_to_accuracy_gives_each_metric_its_own_axis():
+    from toolkit.plots import time_to_accuracy_figure
+
+    one = time_to_accuracy_figure({"return": [(0.0, 10.0), (5.0, 300.0)]}, baselines={"random": 100.0})
+    assert len(one.axes) == 1
+    ys = [list(line.get_ydata()) for line in one.axes[0].lines]
+    assert [10.0, 300.0] in ys and [100.0, 100.0] in ys
+    two = time_to_accuracy_figure({"mr": [(3.0, 70.0), (0.0, 67.0)], "top1": [(0.0, 2.0), (3.0, 2.5)]})
+    assert len(two.axes) == 2
+    assert [list(a.lines[0].get_xdata()) for a in two.axes] == [[0.0, 3.0], [0.0, 3.0]]  # sorted by time
+    assert [list(a.lines[0].get_ydata()) for a in two.axes] == [[67.0, 70.0], [2.0, 2.5]]
+    assert [a.get_ylabel() for a in two.axes] == ["mr", "top1"]

@@ -212,6 +212,8 @@ class Pretrainer(Trainer):
         bar = tqdm(total=self.total, initial=state.step, disable=not self.options.progress, unit="step",
                    dynamic_ncols=True, desc=self.recipe.run_name)
         self.encoder.train()
+        if state.step == 0 and self.recipe.budget.monitor_every:
+            self._monitor()  # the untrained encoder: where the time-to-accuracy curve starts
         self._tick = (time.perf_counter(), state.step)
         self._clock = (time.perf_counter(), state.train_seconds)
         sampler = getattr(self.data, "sampler", None) or self.data.train
@@ -285,15 +287,8 @@ class Pretrainer(Trainer):
         state.train_seconds = before + time.perf_counter() - start
         if self._log_due():
             self._log_train(bar)
-        if (budget.monitor_every and state.step % budget.monitor_every == 0 and hasattr(self.domain, "monitor")
-                and self.is_main):
-            self.encoder.eval()
-            with torch.no_grad():
-                online = self.domain.monitor(self.encoder, self.data)
-            online = {f"online_{k}": float(v) for k, v in online.items()}
-            self.tracker.log_metrics(online, state.step)
-            self._progress(online)
-            self.encoder.train()
+        if budget.monitor_every and state.step % budget.monitor_every == 0:
+            self._monitor()
         if budget.eval_every and state.step % budget.eval_every == 0 and state.step < self.total:
             state.metrics = self._evaluate()
             self._progress(state.metrics)
@@ -301,6 +296,18 @@ class Pretrainer(Trainer):
             self.save_checkpoint()
         for hook in self.options.hooks:
             hook(state.step)
+
+    def _monitor(self) -> None:
+        """The domain's online metrics (``online_<name>``) at this step, on the main process."""
+        if not (hasattr(self.domain, "monitor") and self.is_main):
+            return
+        self.encoder.eval()
+        with torch.no_grad():
+            online = self.domain.monitor(self.encoder, self.data)
+        online = {f"online_{k}": float(v) for k, v in online.items()}
+        self.tracker.log_metrics(online, self.state.step)
+        self._progress(online)
+        self.encoder.train()
 
     def _log_due(self) -> bool:
         return self.state.step % self.recipe.budget.log_every == 0 or self.state.step == self.total
