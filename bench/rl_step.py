@@ -3,6 +3,7 @@
     python bench/rl_step.py                      # everything, ~5-10 minutes on 2 idle cores
     python bench/rl_step.py --only updates --batch 128 --repeats 3
     python bench/rl_step.py --only precision loop --batch 64 --image-size 64 --crop 56  # the CPU recipe
+    python bench/rl_step.py --only recipe --batch 64 --image-size 64 --crop 56 --repeats 5 --loop-steps 40
 
 Prints:
 * environment steps per second with rendering (cartpole-swingup, action repeat 8, 100x100
@@ -18,10 +19,17 @@ Prints:
   bf16 on smaller renders and crops;
 * the share of a training loop's time in acting, updates (the contrastive term among them),
   rendering and physics;
+* ``recipe``: the CPU recipe's agent step (act, update, environment step with its render) as
+  it was before the time-to-accuracy work (fp32, the default shadow map) and after (bf16,
+  ``shadow_size: 512``), in alternating rounds, and the ratio of agent steps per second;
 * the replay buffer's memory at 100k capacity against the reference's obs + next_obs stacks.
 
 Timings need the machine to themselves (another busy process makes updates 2.5-3.5x slower
-and distorts the ratios): the script prints the load average beside each figure.
+and distorts the ratios): the script prints the load average beside each figure. On a shared
+machine time ``--threads 1`` and read the CPU-time ratios (``cpu``): with 2 threads each of
+the update's many parallel regions waits for a thread the other processes hold up, an
+overhead that does not shrink with the arithmetic and pulls every ratio towards 1 (bf16 read
+1.14-1.5x at 2 threads under load, 1.87x in CPU time at 1 thread).
 """
 from __future__ import annotations
 
@@ -130,6 +138,7 @@ def bench_precision(batch: int, repeats: int, image_size: int, crop: int,
     contexts = {name: nullcontext for name in agents}
     contexts["autocast_all"] = lambda: torch.autocast("cpu", dtype=torch.bfloat16)
     times: dict[str, list[float]] = {k: [] for k in agents}
+    cpu: dict[str, list[float]] = {k: [] for k in agents}
     acts: dict[str, list[float]] = {k: [] for k in agents}
     for name, agent in agents.items():
         with contexts[name]():
@@ -139,15 +148,18 @@ def bench_precision(batch: int, repeats: int, image_size: int, crop: int,
         for name, agent in agents.items():
             with contexts[name]():
                 for _ in range(2):  # one update with and one without the actor step
-                    t = time.perf_counter()
-                    agent.update(buffers[name].sample(rng, batch, crops[name]))
+                    b = buffers[name].sample(rng, batch, crops[name])
+                    t, c = time.perf_counter(), time.process_time()
+                    agent.update(b)
                     times[name].append(time.perf_counter() - t)
+                    cpu[name].append(time.process_time() - c)
             obs = buffers[name].stacks(np.array([10]))[0]
             t = time.perf_counter()
             for _ in range(10):
                 agent.act(obs, sample=True)
             acts[name].append((time.perf_counter() - t) / 10)
     out = {name: statistics.median(v) for name, v in times.items()}
+    out.update({f"cpu_{name}": statistics.median(v) for name, v in cpu.items()})
     out.update({f"act_{name}": statistics.median(v) for name, v in acts.items()})
     return out
 
@@ -254,7 +266,8 @@ def child(args: argparse.Namespace, allocator: str) -> dict:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--only", nargs="+", choices=["env", "updates", "precision", "loop", "memory"], default=None)
+    p.add_argument("--only", nargs="+", choices=["env", "updates", "precision", "loop", "memory", "recipe"],
+                   default=None)
     p.add_argument("--batch", type=int, nargs="+", default=[512, 128])
     p.add_argument("--image-size", type=int, default=100, help="rendered size (CPU recipe: 64)")
     p.add_argument("--crop", type=int, default=84, help="crop size the encoder sees (CPU recipe: 56)")
@@ -277,7 +290,7 @@ def main() -> None:
         print(json.dumps({str(b): bench_updates(b, args.repeats, args.image_size, args.crop) | {"load": load()}
                           for b in args.batch}))
         return
-    only = set(args.only or ["env", "updates", "precision", "loop", "memory"])
+    only = set(args.only or ["env", "updates", "precision", "loop", "memory", "recipe"])
     size, crop = args.image_size, args.crop
     print(f"# rl_step: torch {torch.__version__}, {args.threads} threads, {os.cpu_count()} cpus, "
           f"{size}x{size} renders cropped to {crop}, action repeat {args.action_repeat}, {load()}")
@@ -308,8 +321,9 @@ def main() -> None:
         for b in args.batch:
             r = bench_precision(b, args.repeats, size, crop, args.small)
             names = [k for k in ("bf16_convs", "bf16", "autocast_all", "bf16_small") if k in r]
-            ratios = ", ".join(f"{k} {r[k]:.3f} s ({r['fp32'] / r[k]:.2f}x)" for k in names)
-            print(f"precision batch {b}: update fp32 {r['fp32']:.3f} s, {ratios}; act fp32 "
+            ratios = ", ".join(f"{k} {r[k]:.3f} s ({r['fp32'] / r[k]:.2f}x; cpu {r['cpu_fp32'] / r['cpu_' + k]:.2f}x)"
+                               for k in names)
+            print(f"precision batch {b}: update fp32 {r['fp32']:.3f} s (cpu {r['cpu_fp32']:.3f} s), {ratios}; act fp32 "
                   f"{1000 * r['act_fp32']:.1f} ms, bf16 {1000 * r['act_bf16']:.1f} ms "
                   f"({r['act_fp32'] / r['act_bf16']:.2f}x)  [{load()}]")
     if "loop" in only:
@@ -319,6 +333,21 @@ def main() -> None:
                   f"acting {100 * lp['act_share']:.1f}%, updates {100 * lp['update_share']:.1f}% (contrastive "
                   f"term {100 * lp['contrastive_share']:.1f}%), rendering {100 * lp['render_share']:.1f}%, "
                   f"physics and stacking {100 * lp['physics_share']:.1f}%  [{load()}]")
+    if "recipe" in only:
+        # the CPU recipe's agent step before the time-to-accuracy work (fp32, DMControl's 2048
+        # shadow map) and after (bf16 networks, 512 shadow map), in alternating rounds
+        settings = {"before (fp32, shadow 2048)": (torch.float32, None),
+                    "after (bf16, shadow 512)": (torch.bfloat16, 512)}
+        ms: dict[str, list[float]] = {k: [] for k in settings}
+        for _ in range(args.repeats):
+            for name, (dtype, shadow) in settings.items():
+                lp = bench_loop(args.loop_steps, args.batch[-1], size, crop, args.action_repeat, dtype, shadow)
+                ms[name].append(lp["ms_per_agent_step"])
+        med = {k: statistics.median(v) for k, v in ms.items()}
+        (b_name, b), (a_name, a) = med.items()
+        print(f"recipe agent step at batch {args.batch[-1]}: {b_name} {b:.0f} ms, {a_name} {a:.0f} ms; "
+              f"agent steps/s after over before {b / a:.2f}x (medians of {args.repeats} rounds of "
+              f"{args.loop_steps} steps)  [{load()}]")
 
 
 if __name__ == "__main__":
