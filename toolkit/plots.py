@@ -191,7 +191,8 @@ def time_to_accuracy_figure(series: Mapping[str, Sequence[tuple[float, float]]],
     line; several get a panel each with its own y axis (a kNN accuracy near 80% and a
     neighbour top-1 near 2% would flatten each other on one axis), side by side."""
     names = list(series)[:max_lines]
-    if len(names) <= 1:
+    single = len(names) <= 1
+    if single:
         fig, ax = _figure()
         axes = [ax]
     else:
@@ -205,9 +206,9 @@ def time_to_accuracy_figure(series: Mapping[str, Sequence[tuple[float, float]]],
         ax.plot([p[0] for p in points], [p[1] for p in points], marker="o", label=str(name))
         for label, value in (baselines or {}).items():
             ax.axhline(value, ls="--", color="grey", label=str(label))
-        if len(names) > 1:
+        if not single:
             _finish_axes(ax, "training wall time (s)", str(name), None, legend=bool(baselines))
-    if len(names) <= 1:
+    if single:
         _finish_axes(axes[0], "training wall time (s)", ylabel, title or "Time to accuracy", legend=True)
     else:
         fig.suptitle(title or "Time to accuracy")

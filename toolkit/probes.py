@@ -14,7 +14,8 @@ classifier.
   the InstDisc kNN monitor): cosine similarities ``s_i`` of a test feature to its ``k`` nearest
   training features, class score ``sum_i exp(s_i / t) [y_i = c]`` (k = 200, t = 0.1 there).
   ``weighted=False`` is the plain majority vote of the ``k`` neighbours (ties go to the class
-  with the larger summed similarity).
+  with the larger summed similarity). :func:`knn_score_sets` gives several such classifiers
+  from one similarity pass (the weighted kNN and the 5-NN of an evaluation).
 
 Why scikit-learn for the linear probe (``bench/probes.py``, one CPU thread, random ReLU
 features of Fashion-MNIST, 10 classes, the objective above with ``c = 1 / (1e-4 N)``):
@@ -46,7 +47,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-__all__ = ["LinearProbe", "fit_linear_probe", "linear_probe", "select_c", "knn_scores",
+__all__ = ["LinearProbe", "fit_linear_probe", "linear_probe", "select_c", "knn_scores", "knn_score_sets",
            "topk_accuracy", "workers", "C_GRID", "SOLVERS"]
 
 C_GRID = (0.001, 0.01, 0.1, 1.0, 10.0, 100.0)
@@ -249,8 +250,20 @@ def knn_scores(train_x: Tensor, train_y: Tensor, test_x: Tensor, num_classes: in
                chunk: int = 1024, device: torch.device | str | None = None) -> Tensor:
     """Class scores ``[N_test, num_classes]`` of the (weighted) kNN classifier on cosine
     similarity, computed on ``device`` (default: where ``train_x`` is)."""
-    if k < 1:
-        raise ValueError(f"k must be >= 1, got {k!r}")
+    return knn_score_sets(train_x, train_y, test_x, num_classes, [(k, weighted)],
+                          temperature=temperature, chunk=chunk, device=device)[0]
+
+
+@torch.no_grad()
+def knn_score_sets(train_x: Tensor, train_y: Tensor, test_x: Tensor, num_classes: int,
+                   classifiers: Sequence[tuple[int, bool]], *, temperature: float = 0.1,
+                   chunk: int = 1024, device: torch.device | str | None = None) -> list[Tensor]:
+    """The scores of several kNN classifiers, one ``[N_test, num_classes]`` tensor per
+    ``(k, weighted)`` in ``classifiers``, from one similarity pass: each test row's neighbours
+    are ranked once (up to the largest ``k``) and each classifier votes with its first ``k``."""
+    for k, _ in classifiers:
+        if k < 1:
+            raise ValueError(f"k must be >= 1, got {k!r}")
     if temperature <= 0:
         raise ValueError(f"temperature must be > 0, got {temperature!r}")
     if train_x.dim() != 2 or test_x.dim() != 2 or train_x.shape[1] != test_x.shape[1]:
@@ -260,16 +273,18 @@ def knn_scores(train_x: Tensor, train_y: Tensor, test_x: Tensor, num_classes: in
         raise ValueError(f"train_y must have one entry per training row, got shape {tuple(train_y.shape)}")
     bank = F.normalize(train_x.float().to(device if device is not None else train_x.device), dim=1)
     labels = train_y.long().to(bank.device)
-    k = min(k, bank.shape[0])
-    out = []
+    ks = [min(k, bank.shape[0]) for k, _ in classifiers]
+    out: list[list[Tensor]] = [[] for _ in classifiers]
     for start in range(0, test_x.shape[0], chunk):
         q = F.normalize(test_x[start:start + chunk].float().to(bank.device), dim=1)
-        sims, idx = (q @ bank.t()).topk(k, dim=1)
-        if weighted:
-            w = (sims / temperature).exp()
-        else:  # majority vote; a tiny similarity term breaks ties
-            w = 1.0 + 1e-6 * sims
-        votes = torch.zeros(q.shape[0], num_classes, device=bank.device)
-        votes.scatter_add_(1, labels[idx], w)
-        out.append(votes)
-    return torch.cat(out)
+        sims, idx = (q @ bank.t()).topk(max(ks), dim=1)  # sorted: the first k are the k nearest
+        for scores, k, (_, weighted) in zip(out, ks, classifiers):
+            s, i = sims[:, :k], idx[:, :k]
+            if weighted:
+                w = (s / temperature).exp()
+            else:  # majority vote; a tiny similarity term breaks ties
+                w = 1.0 + 1e-6 * s
+            votes = torch.zeros(q.shape[0], num_classes, device=bank.device)
+            votes.scatter_add_(1, labels[i], w)
+            scores.append(votes)
+    return [torch.cat(scores) for scores in out]

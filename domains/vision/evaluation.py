@@ -27,7 +27,7 @@ import torch
 from domains.base import Evaluation
 from domains.vision.config import EvaluationConfig, MonitorConfig
 from domains.vision.probes import extract, minibatch_linear_probe
-from toolkit.probes import knn_scores, linear_probe, topk_accuracy
+from toolkit.probes import knn_score_sets, knn_scores, linear_probe, topk_accuracy
 
 __all__ = ["evaluate", "monitor", "probe_features"]
 
@@ -69,13 +69,12 @@ def probe_features(train_x: torch.Tensor, train_y: torch.Tensor, test_x: torch.T
         if "c" in res:  # the L2 strength used (chosen on the held-out split with select_c)
             out[f"linear_c{suffix}"] = res["c"]
     if knn and cfg.knn.enabled:
-        scores = knn_scores(train_x, train_y, test_x, num_classes, k=cfg.knn.k,
-                            temperature=cfg.knn.temperature, device=device).cpu()
-        out[f"knn_top1{suffix}"] = topk_accuracy(scores, test_y, 1)
+        classifiers = [(cfg.knn.k, True)] + ([(5, False)] if cfg.knn.five_nn else [])
+        scores = knn_score_sets(train_x, train_y, test_x, num_classes, classifiers,
+                                temperature=cfg.knn.temperature, device=device)
+        out[f"knn_top1{suffix}"] = topk_accuracy(scores[0].cpu(), test_y, 1)
         if cfg.knn.five_nn:
-            scores5 = knn_scores(train_x, train_y, test_x, num_classes, k=5, weighted=False,
-                                 device=device).cpu()
-            out[f"knn5_top1{suffix}"] = topk_accuracy(scores5, test_y, 1)
+            out[f"knn5_top1{suffix}"] = topk_accuracy(scores[1].cpu(), test_y, 1)
     return out
 
 

@@ -12,7 +12,7 @@ import torch
 from sklearn.linear_model import LogisticRegression
 from sklearn.model_selection import StratifiedShuffleSplit
 
-from toolkit.probes import fit_linear_probe, knn_scores, linear_probe, topk_accuracy, workers
+from toolkit.probes import fit_linear_probe, knn_score_sets, knn_scores, linear_probe, topk_accuracy, workers
 
 
 def _problem(n=400, d=12, classes=4, spread=2.0, seed=0):
@@ -151,6 +151,15 @@ def test_majority_knn_matches_a_loop_vote():
     torch.testing.assert_close(scores, ref, rtol=0, atol=1e-5)  # the tie-break term is 1e-6 * sims
     labs = torch.randint(0, 3, (20,), generator=g)
     assert topk_accuracy(scores, labs) == pytest.approx(100.0 * float((ref.argmax(1) == labs).float().mean()))
+
+
+def test_several_knn_classifiers_from_one_pass_match_their_loop_references():
+    g = torch.Generator().manual_seed(5)
+    bank, labels = torch.randn(80, 6, generator=g), torch.randint(0, 4, (80,), generator=g)
+    queries = torch.randn(13, 6, generator=g)
+    weighted, vote = knn_score_sets(bank, labels, queries, 4, [(20, True), (5, False)], temperature=0.2, chunk=4)
+    torch.testing.assert_close(weighted, _loop_knn(bank, labels, queries, 4, 20, 0.2, True), rtol=1e-4, atol=0)
+    torch.testing.assert_close(vote, _loop_knn(bank, labels, queries, 4, 5, 1.0, False), rtol=0, atol=1e-5)
 
 
 def test_knn_arguments_are_checked():
