@@ -17,7 +17,7 @@ from toolkit import __version__
 from toolkit import checkpoint as ckpt
 from toolkit import objective as objective_mod
 from toolkit import recipe as rc
-from toolkit.tracking import Tracker, git_commit
+from toolkit.tracking import Tracker, client_for, git_commit
 from toolkit.training.trainer import RunOptions, read_checkpoint, select_device
 
 DomainLookup = Callable[[str], Any]
@@ -60,7 +60,7 @@ def execute(recipe: rc.Recipe, lookup: DomainLookup, *, resume: str | None = Non
     ``on_metrics(metrics, step)`` sees every batch of metrics the run logs (``ctk tune``
     reports the periodic evaluation to Ray Tune through it).
     """
-    from toolkit.tracking import client_for, tracking_uri
+    from toolkit.tracking import tracking_uri
     from toolkit.tracking_health import check_store
     check_store(tracking_uri(recipe.tracking.uri))
     domain = lookup(recipe.domain)(recipe)
@@ -68,7 +68,7 @@ def execute(recipe: rc.Recipe, lookup: DomainLookup, *, resume: str | None = Non
     saved = None
     run_id = None
     if resume:  # read and checked before the store or the run are touched
-        run_id, resume_path, saved = _resume_target(resume, recipe.resolved, extend)
+        run_id, resume_path, saved = _resume_target(resume, recipe.resolved, extend, recipe.tracking.uri)
         run_id = saved.get("run_id") or run_id
         if run_id and (distributed is None or distributed.is_main):
             status = _run_status(client_for(recipe.tracking.uri), run_id)
@@ -96,10 +96,12 @@ def execute(recipe: rc.Recipe, lookup: DomainLookup, *, resume: str | None = Non
         if resume is None:
             tracker.log_params(rc.flatten(recipe.resolved))
             tracker.log_text(yaml.safe_dump(recipe.resolved, sort_keys=False), "recipe.yaml")
-        if recipe.paper is not None:
-            tracker.set_tags({"ctk.paper": recipe.paper.source})
         options = RunOptions(device=dev, distributed=distributed, progress=progress,
                              checkpoint_dir=ckpt.checkpoint_dir(run_id or "local"), hooks=list(hooks or []))
+        # where this run's checkpoints go, recorded before the first one is written, so that
+        # `ctk runs` and `--resume RUN_ID` find them from any working directory
+        tracker.set_tags({"ctk.checkpoint_dir": str(options.checkpoint_dir.resolve()),
+                          **({"ctk.paper": recipe.paper.source} if recipe.paper is not None else {})})
         trainer = domain.trainer(recipe, tracker, options)
         if resume_path is not None:
             trainer.resume(resume_path, saved)
@@ -111,6 +113,15 @@ def execute(recipe: rc.Recipe, lookup: DomainLookup, *, resume: str | None = Non
     return run_id, metrics
 
 
+def _recorded_checkpoint_dir(uri: str | None, run_id: str) -> Path | None:
+    """The checkpoint folder run ``run_id`` recorded in the store, if the store knows the run."""
+    try:
+        recorded = client_for(uri).get_run(run_id).data.tags.get("ctk.checkpoint_dir")
+    except Exception:  # noqa: BLE001 - no store or no such run: the local folder is the answer
+        return None
+    return Path(recorded) if recorded else None
+
+
 def _run_status(client: Any, run_id: str) -> str | None:
     try:
         return client.get_run(run_id).info.status
@@ -118,18 +129,23 @@ def _run_status(client: Any, run_id: str) -> str | None:
         return None
 
 
-def _resume_target(resume: str, resolved: dict[str, Any], extend: bool) -> tuple[str, Path, dict[str, Any]]:
+def _resume_target(resume: str, resolved: dict[str, Any], extend: bool,
+                   uri: str | None = None) -> tuple[str, Path, dict[str, Any]]:
     """(run id, checkpoint path, its checked content) of ``--resume RUN_ID | FILE``. For a run
-    id, the newest checkpoint that reads; a damaged newer one is reported and skipped."""
+    id, the newest checkpoint that reads, in ``./checkpoints/RUN_ID`` (or under
+    ``$CTK_CHECKPOINTS``), else in the folder the run recorded in the store
+    (``ctk.checkpoint_dir``); a damaged newer one is reported and skipped."""
     p = Path(resume)
     if p.is_file():
         return p.parent.name, p, read_checkpoint(p, resolved, extend)
     folder = ckpt.checkpoint_dir(resume)
+    if not folder.is_dir():
+        folder = _recorded_checkpoint_dir(uri, resume) or folder
     found = sorted((c for c in folder.glob("*.pt") if c.is_file()), key=lambda c: c.stat().st_mtime_ns,
                    reverse=True) if folder.is_dir() else []
     if not found:
-        raise FileNotFoundError(f"--resume {resume}: no checkpoint in {folder} (give a run id from "
-                                "this working directory, or a checkpoint file)")
+        raise FileNotFoundError(f"--resume {resume}: no checkpoint in {folder} (and the store "
+                                "records no other folder for it: give a checkpoint file)")
     for i, path in enumerate(found):
         try:
             return resume, path, read_checkpoint(path, resolved, extend)

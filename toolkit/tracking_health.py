@@ -8,7 +8,8 @@ SQLite's lock and on get-or-create races, heartbeats, and dead runs marked as su
   dropped connection) with exponential back-off.
 * A running run carries ``ctk.heartbeat`` (unix seconds, refreshed at most every
   ``HEARTBEAT_S`` while it logs), ``ctk.host`` and ``ctk.pid``, and after each checkpoint
-  ``ctk.checkpoint`` / ``ctk.checkpoint_step``. :func:`mark_dead_runs` turns a RUNNING run whose
+  ``ctk.checkpoint`` / ``ctk.checkpoint_step`` (the folder, ``ctk.checkpoint_dir``, is set at
+  the start). :func:`mark_dead_runs` turns a RUNNING run whose
   process is gone (same host, pid not alive) or whose heartbeat is older than ``stale_after``
   into KILLED, with ``ctk.killed_reason`` saying why; ctk calls it whenever it opens an
   experiment, and ``ctk runs`` lists runs with their resume command.
@@ -146,9 +147,10 @@ def runs_table(experiment: str | None = None, uri: str | None = None, limit: int
     for run in runs:
         tags = run.data.tags
         beat = tags.get("ctk.heartbeat")
-        age = f"{(now - float(beat)) / 60:.0f} min ago" if beat else "-"
+        age = f"{max(0.0, now - float(beat)) / 60:.0f} min ago" if beat else "-"
         step = tags.get("ctk.checkpoint_step", "-")
-        on_disk = ckpt.latest(ckpt.checkpoint_dir(run.info.run_id))  # newer than the tag after a kill
+        folder = tags.get("ctk.checkpoint_dir") or ckpt.checkpoint_dir(run.info.run_id)
+        on_disk = ckpt.latest(folder)  # newer than the tag after a kill
         if on_disk is not None and on_disk.stem.startswith("step-"):
             step = str(int(on_disk.stem.split("-", 1)[1]))
         status = run.info.status + (f" ({tags['ctk.killed_reason']})" if "ctk.killed_reason" in tags else "")

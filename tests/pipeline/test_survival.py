@@ -161,6 +161,39 @@ def test_a_damaged_newest_checkpoint_falls_back_to_the_previous_one(points_domai
     assert metrics == ref_metrics
 
 
+def test_a_killed_run_is_listed_and_resumed_from_another_working_directory(points_domain, points_recipe,
+                                                                           workdir, monkeypatch):
+    """The checkpoint folder is recorded on the run before the first checkpoint: a kill right
+    after a checkpoint file appears (before its ``ctk.checkpoint`` tag) still lists the step and
+    the resume command, and ``--resume RUN_ID`` finds the folder from elsewhere."""
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{workdir / 'mlflow.db'}")
+    r = load_recipe(points_recipe, [], points_domain)
+    ref_id, ref_metrics = execute(r, points_domain, progress=False)
+    real_note = Tracker.note_checkpoint
+    monkeypatch.setattr(Tracker, "note_checkpoint", lambda self, path, step: None)  # killed before the tag
+
+    def stop(step):
+        if step == 18:
+            raise KeyboardInterrupt("simulated")
+    with pytest.raises(KeyboardInterrupt):
+        execute(r, points_domain, progress=False, hooks=[stop])
+    monkeypatch.setattr(Tracker, "note_checkpoint", real_note)
+    client = client_for()
+    killed = client.search_runs([client.get_experiment_by_name("pipeline-test").experiment_id],
+                                order_by=["attributes.start_time DESC"])[0].info.run_id
+    assert "ctk.checkpoint" not in client.get_run(killed).data.tags
+    elsewhere = workdir / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    listing = CliRunner().invoke(cli.main, ["runs", "pipeline-test"])
+    assert listing.exit_code == 0, listing.output
+    row = next(line for line in listing.output.splitlines() if line.startswith(killed))
+    assert "step 16" in row and f"--resume {killed}" in row and "-0 min" not in row
+    run_id, metrics = execute(r, points_domain, progress=False, resume=killed)
+    assert run_id == killed and metrics == ref_metrics
+    assert ckpt.latest(ckpt.checkpoint_dir(killed)) is not None  # new checkpoints: this directory's folder
+
+
 def test_a_store_outage_during_a_run_loses_no_metric(points_domain, points_recipe, monkeypatch, capsys):
     from mlflow.tracking import MlflowClient
     real = MlflowClient.log_batch
