@@ -135,12 +135,14 @@ def run(recipe: str, sets: tuple[str, ...], experiment: str | None, seed: int | 
         from toolkit.distributed import Context
         dist = Context.from_env(device or r.device)
     start = time.perf_counter()
+    clean = False
     try:
         run_id, metrics = _execute(r, resume=resume, device=device, progress=not quiet, distributed=dist,
                                    extend=extend)
+        clean = True
     finally:
         if dist is not None:
-            dist.close()
+            dist.close(clean)
     if dist is None or dist.is_main:
         click.echo(f"run {run_id} ({r.run_name}) finished in {time.perf_counter() - start:.1f} s")
         for k, v in sorted(metrics.items()):

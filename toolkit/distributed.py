@@ -195,6 +195,12 @@ class Context:
     def barrier(self) -> None:
         dist.barrier()
 
-    def close(self) -> None:
-        if dist.is_initialized():
+    def close(self, clean: bool = True) -> None:
+        """End the process group. After a run that ended normally (``clean``): a barrier, then
+        the group is destroyed, so that no rank tears its connections down while another still
+        uses them (a rank that destroys a gloo group early can hang there, and the other nodes'
+        torchrun then waits for it at exit). After an error nothing collective is called (the
+        other ranks may never arrive): the process exit and torchrun end the group."""
+        if clean and dist.is_initialized():
+            dist.barrier()
             dist.destroy_process_group()

@@ -9,10 +9,13 @@ the relaunched processes as a plug-in: a dist-info folder on PYTHONPATH declares
 """
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -38,7 +41,8 @@ def plugin_env(tmp_path, monkeypatch):
     monkeypatch.delenv("CTK_CHECKPOINTS", raising=False)
     recipe = POINTS_RECIPE.replace("data: {n: 64, dim: 4}", "data: {n: 64, dim: 4, noise: 0}")
     (tmp_path / "points.yaml").write_text(recipe)
-    return {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{site}", "OMP_NUM_THREADS": "1"}
+    return {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{site}", "OMP_NUM_THREADS": "1",
+            "PYTHONFAULTHANDLER": "1"}  # a hung node prints its stacks when the test aborts it
 
 
 def _cli(env, *args, cwd):
@@ -50,6 +54,44 @@ def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def _tree(pid: int) -> list[int]:
+    """``pid`` and every process below it (read from /proc)."""
+    parents: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        parents.setdefault(int(fields[1]), []).append(int(stat.parent.name))
+    out, todo = [], [pid]
+    while todo:
+        out.append(todo.pop())
+        todo += parents.get(out[-1], [])
+    return out
+
+
+def _communicate_all(procs: list[subprocess.Popen], timeout: float) -> list[str]:
+    """Every process's output. Past ``timeout`` (for all together) every process of every node
+    (the ``ctk`` process, torchrun's agent and the ranks) gets SIGABRT, so that Python's fault
+    handler prints where each one was, then SIGKILL; the test fails with all the outputs."""
+    deadline = time.monotonic() + timeout
+    outs: list[str | None] = [None] * len(procs)
+    try:
+        for i, p in enumerate(procs):
+            outs[i] = p.communicate(timeout=max(deadline - time.monotonic(), 1))[0]
+    except subprocess.TimeoutExpired:
+        pids = [q for p in procs for q in _tree(p.pid)]
+        for sig in (signal.SIGABRT, signal.SIGKILL):
+            for q in pids:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(q, sig)
+            time.sleep(2)
+        tails = [f"--- node {i} ---\n{(o if o is not None else p.communicate()[0])[-6000:]}"
+                 for i, (p, o) in enumerate(zip(procs, outs))]
+        pytest.fail(f"the nodes did not end within {timeout} s\n" + "\n".join(tails))
+    return [o or "" for o in outs]
 
 
 def _final_state(run_id):
@@ -69,7 +111,7 @@ def test_two_nodes_on_loopback_match_one_process(plugin_env, tmp_path, sets):
     flags = [a for s in sets for a in ("--set", s)]
     nodes = [_cli(plugin_env, "points.yaml", *flags, "--experiment", "two-nodes", "--nnodes", "2", "--node-rank",
                   str(r), "--master-addr", "127.0.0.1", "--master-port", port, cwd=tmp_path) for r in (0, 1)]
-    outs = [p.communicate(timeout=240)[0] for p in nodes]
+    outs = _communicate_all(nodes, timeout=240)
     assert [p.returncode for p in nodes] == [0, 0], "\n\n".join(o[-3000:] for o in outs)
     single = _cli(plugin_env, "points.yaml", *flags, "--experiment", "one-process", cwd=tmp_path)
     out, _ = single.communicate(timeout=240)
