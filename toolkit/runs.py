@@ -71,8 +71,8 @@ def execute(recipe: rc.Recipe, lookup: DomainLookup, *, resume: str | None = Non
         run_id, resume_path, saved = _resume_target(resume, recipe.resolved, extend, recipe.tracking.uri)
         run_id = saved.get("run_id") or run_id
         if run_id and (distributed is None or distributed.is_main):
-            status = _run_status(client_for(recipe.tracking.uri), run_id)
-            if status == "FINISHED" and not extend:
+            stored = _stored_run(recipe.tracking.uri, run_id)
+            if stored is not None and stored.info.status == "FINISHED" and not extend:
                 raise RunFinished(f"run {run_id} FINISHED; it is never modified (a longer budget "
                                   "continues it with --extend)")
     else:
@@ -100,8 +100,10 @@ def execute(recipe: rc.Recipe, lookup: DomainLookup, *, resume: str | None = Non
                              checkpoint_dir=ckpt.checkpoint_dir(run_id or "local"), hooks=list(hooks or []))
         # where this run's checkpoints go, recorded before the first one is written, so that
         # `ctk runs` and `--resume RUN_ID` find them from any working directory
-        tracker.set_tags({"ctk.checkpoint_dir": str(options.checkpoint_dir.resolve()),
-                          **({"ctk.paper": recipe.paper.source} if recipe.paper is not None else {})})
+        run_tags = {"ctk.checkpoint_dir": str(options.checkpoint_dir.resolve())}
+        if recipe.paper is not None:
+            run_tags["ctk.paper"] = recipe.paper.source
+        tracker.set_tags(run_tags)
         trainer = domain.trainer(recipe, tracker, options)
         if resume_path is not None:
             trainer.resume(resume_path, saved)
@@ -113,19 +115,12 @@ def execute(recipe: rc.Recipe, lookup: DomainLookup, *, resume: str | None = Non
     return run_id, metrics
 
 
-def _recorded_checkpoint_dir(uri: str | None, run_id: str) -> Path | None:
-    """The checkpoint folder run ``run_id`` recorded in the store, if the store knows the run."""
+def _stored_run(uri: str | None, run_id: str) -> Any:
+    """Run ``run_id`` as the store has it, or None (no store, or a run it does not know: a new
+    run continues it)."""
     try:
-        recorded = client_for(uri).get_run(run_id).data.tags.get("ctk.checkpoint_dir")
-    except Exception:  # noqa: BLE001 - no store or no such run: the local folder is the answer
-        return None
-    return Path(recorded) if recorded else None
-
-
-def _run_status(client: Any, run_id: str) -> str | None:
-    try:
-        return client.get_run(run_id).info.status
-    except Exception:  # noqa: BLE001 - a run the store does not know: a new run continues it
+        return client_for(uri).get_run(run_id)
+    except Exception:  # noqa: BLE001 - see above
         return None
 
 
@@ -140,7 +135,9 @@ def _resume_target(resume: str, resolved: dict[str, Any], extend: bool,
         return p.parent.name, p, read_checkpoint(p, resolved, extend)
     folder = ckpt.checkpoint_dir(resume)
     if not folder.is_dir():
-        folder = _recorded_checkpoint_dir(uri, resume) or folder
+        stored = _stored_run(uri, resume)
+        recorded = stored.data.tags.get("ctk.checkpoint_dir") if stored is not None else None
+        folder = Path(recorded) if recorded else folder
     found = sorted((c for c in folder.glob("*.pt") if c.is_file()), key=lambda c: c.stat().st_mtime_ns,
                    reverse=True) if folder.is_dir() else []
     if not found:

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Sequence
@@ -184,10 +185,7 @@ def _load_combined(names: Sequence[str], path: str | Path | None, root: str | Pa
     books: list[Book] = []
     for name in names:
         books += load_corpus(name, None, root, max_books, drop_headings)
-    seen: dict[str, int] = {}
-    for b in books:
-        seen[b.name] = seen.get(b.name, 0) + 1
-    clashes = sorted(n for n, k in seen.items() if k > 1)
+    clashes = sorted(n for n, k in Counter(b.name for b in books).items() if k > 1)
     if clashes:
         raise ValueError(f"the corpora {names!r} share book names {clashes[:5]}; val_books could "
                          "not tell them apart")

@@ -142,17 +142,22 @@ def test_resume_refusals_leave_the_stored_run_unchanged(points_domain, points_re
     assert ckpt.load(ckpt.latest(ckpt.checkpoint_dir(run_id)))["trainer"]["loop"]["step"] == 40
 
 
+def _killed_after(step: int, r, lookup) -> str:
+    """Run ``r`` in this process until a simulated Ctrl-C after ``step``; the killed run's id."""
+    def stop(at):
+        if at == step:
+            raise KeyboardInterrupt("simulated")
+    with pytest.raises(KeyboardInterrupt):
+        execute(r, lookup, progress=False, hooks=[stop])
+    client = client_for()
+    return client.search_runs([client.get_experiment_by_name(r.tracking.experiment).experiment_id],
+                              order_by=["attributes.start_time DESC"])[0].info.run_id
+
+
 def test_a_damaged_newest_checkpoint_falls_back_to_the_previous_one(points_domain, points_recipe, capsys):
     r = load_recipe(points_recipe, [], points_domain)
     ref_id, ref_metrics = execute(r, points_domain, progress=False)
-
-    def stop(step):
-        if step == 18:
-            raise KeyboardInterrupt("simulated")
-    with pytest.raises(KeyboardInterrupt):
-        execute(r, points_domain, progress=False, hooks=[stop])
-    killed = client_for().search_runs([client_for().get_experiment_by_name("pipeline-test").experiment_id],
-                                      order_by=["attributes.start_time DESC"])[0].info.run_id
+    killed = _killed_after(18, r, points_domain)
     newest = ckpt.latest(ckpt.checkpoint_dir(killed))
     assert newest.name == "step-000000016.pt"
     newest.write_bytes(newest.read_bytes()[:200])  # truncated, e.g. by a full disk
@@ -169,19 +174,10 @@ def test_a_killed_run_is_listed_and_resumed_from_another_working_directory(point
     monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{workdir / 'mlflow.db'}")
     r = load_recipe(points_recipe, [], points_domain)
     ref_id, ref_metrics = execute(r, points_domain, progress=False)
-    real_note = Tracker.note_checkpoint
-    monkeypatch.setattr(Tracker, "note_checkpoint", lambda self, path, step: None)  # killed before the tag
-
-    def stop(step):
-        if step == 18:
-            raise KeyboardInterrupt("simulated")
-    with pytest.raises(KeyboardInterrupt):
-        execute(r, points_domain, progress=False, hooks=[stop])
-    monkeypatch.setattr(Tracker, "note_checkpoint", real_note)
-    client = client_for()
-    killed = client.search_runs([client.get_experiment_by_name("pipeline-test").experiment_id],
-                                order_by=["attributes.start_time DESC"])[0].info.run_id
-    assert "ctk.checkpoint" not in client.get_run(killed).data.tags
+    with monkeypatch.context() as m:
+        m.setattr(Tracker, "note_checkpoint", lambda self, path, step: None)  # killed before the tag
+        killed = _killed_after(18, r, points_domain)
+    assert "ctk.checkpoint" not in client_for().get_run(killed).data.tags
     elsewhere = workdir / "elsewhere"
     elsewhere.mkdir()
     monkeypatch.chdir(elsewhere)
