@@ -89,6 +89,8 @@ class Domain:
     recipe_dirs: ClassVar[tuple[str, ...]] = ()  # folders of recipes/tables a plugin ships
     # None: runs under --nproc / --nnodes > 1; otherwise why not (the CLI refuses before launching)
     single_process_only: ClassVar[str | None] = None
+    # the resolved precisions this domain's trainer runs (``precision: auto`` picks among them)
+    precisions: ClassVar[tuple[str, ...]] = ("fp32", "bf16", "fp16")
 
     @classmethod
     def sections(cls) -> dict[str, type[Section]]:

@@ -2,7 +2,8 @@
 # ctk fresh-machine set-up. Usage: scripts/setup.sh [--no-data]
 #
 #   1. Python venv at .venv (python3 -m venv; $PYTHON picks another interpreter, >= 3.10)
-#   2. pip install torch==2.14.1 torchvision==0.29.1, then pip install -e '.[all,test]'
+#   2. pip install torch (2.14.1 + torchvision 0.29.1 on x86_64, 2.9.1 + 0.24.1 on aarch64, by
+#      uname -m; $TORCH_PINS overrides), then pip install -e '.[all,test]'
 #      (dm-control 1.0.50 and mujoco 3.17.0 are pinned together in pyproject.toml).
 #      Skipped when .venv/.ctk-setup-stamp records the current pyproject.toml.
 #   3. Mesa for headless MuJoCo rendering (MUJOCO_GL=egl or osmesa) when running as root;
@@ -13,7 +14,7 @@
 # (set -euo pipefail) and says which step failed.
 set -euo pipefail
 
-usage() { sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//'; }
 FETCH_DATA=1
 for arg in "$@"; do
     case "$arg" in
@@ -29,7 +30,14 @@ PYTHON="${PYTHON:-python3}"
 VENV="$REPO/.venv"
 PY="$VENV/bin/python"
 STAMP="$VENV/.ctk-setup-stamp"
-TORCH_PINS=(torch==2.14.1 torchvision==0.29.1)
+# torch by architecture: x86_64 gets the pinned CUDA build (runs on CPU too); aarch64 machines
+# of this kind hold the CPU build 2.9.1 (override either with TORCH_PINS="torch==X torchvision==Y").
+case "$(uname -m)" in
+    x86_64|amd64) DEFAULT_PINS="torch==2.14.1 torchvision==0.29.1" ;;
+    aarch64|arm64) DEFAULT_PINS="torch==2.9.1 torchvision==0.24.1" ;;
+    *) DEFAULT_PINS="torch torchvision" ;;
+esac
+read -r -a TORCH_PINS <<< "${TORCH_PINS:-$DEFAULT_PINS}"
 MESA=(libegl1 libegl-mesa0 libgl1-mesa-dri libopengl0 libosmesa6)
 SKIPPED=()
 STEP="start"
@@ -64,7 +72,8 @@ else
         || die "pip install ${TORCH_PINS[*]} failed (is the package index reachable?)"
     "$PY" -m pip install -e '.[all,test]' || die "pip install -e '.[all,test]' failed"
     "$PY" -c 'import torch, torchvision, mujoco, dm_control, mlflow
-print(f"torch {torch.__version__}, torchvision {torchvision.__version__}, mujoco {mujoco.__version__}")' \
+print(f"torch {torch.__version__}, torchvision {torchvision.__version__}, mujoco {mujoco.__version__}")
+from toolkit.training.precision import machine_line; print(machine_line())' \
         || die "the installed packages do not import"
     echo "$WANT" > "$STAMP"
 fi

@@ -169,7 +169,7 @@ class Common(Section):
     domain: str
     seed: int = Field(0, ge=0)
     device: Literal["auto", "cpu", "cuda"] = "auto"
-    precision: Literal["fp32", "bf16", "fp16"] = "fp32"
+    precision: Literal["auto", "fp32", "bf16", "fp16"] = "auto"  # auto: toolkit.training.precision
     distributed: DistributedSection = Field(default_factory=DistributedSection)
     objective: ObjectiveSection | None = None
     optimizer: Optimizer = Field(default_factory=Optimizer)

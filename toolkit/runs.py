@@ -18,6 +18,7 @@ from toolkit import checkpoint as ckpt
 from toolkit import objective as objective_mod
 from toolkit import recipe as rc
 from toolkit.tracking import Tracker, client_for, git_commit
+from toolkit.training import precision as precision_mod
 from toolkit.training.trainer import RunOptions, read_checkpoint, select_device
 
 DomainLookup = Callable[[str], Any]
@@ -38,8 +39,22 @@ def load_recipe(path: str | Path, overrides: list[str] | None, lookup: DomainLoo
         domain_cls = lookup(name)
     except Exception as exc:  # noqa: BLE001 - unknown or broken domain: report at 'domain'
         raise rc.RecipeError([("domain", str(exc))], source) from None
+    def domain_check(raw: dict[str, Any], sections: Any) -> list[tuple[str, str]]:
+        return list(domain_cls.check(raw, sections)) + precision_problems(raw)
     return rc.validate(raw, domain_cls.sections(), objective_mod.check, source, overrides,
-                       domain_check=domain_cls.check)
+                       domain_check=domain_check)
+
+
+def precision_problems(raw: dict[str, Any]) -> list[tuple[str, str]]:
+    """An explicit ``precision`` the machine this recipe would run on cannot run well (bf16 on
+    a CPU without native bf16), as a recipe problem at ``precision``."""
+    requested, device = raw.get("precision", "auto"), raw.get("device", "auto")
+    if not isinstance(requested, str) or device not in ("auto", "cpu", "cuda"):
+        return []  # the schema reports those
+    import torch
+    dev = "cuda" if device != "cpu" and torch.cuda.is_available() else "cpu"
+    why = precision_mod.problem(requested, dev)
+    return [("precision", f"{requested!r}: {why}")] if why else []
 
 
 class RunFinished(ValueError):
@@ -63,8 +78,11 @@ def execute(recipe: rc.Recipe, lookup: DomainLookup, *, resume: str | None = Non
     from toolkit.tracking import tracking_uri
     from toolkit.tracking_health import check_store
     check_store(tracking_uri(recipe.tracking.uri))
-    domain = lookup(recipe.domain)(recipe)
+    domain_cls = lookup(recipe.domain)
+    domain = domain_cls(recipe)
     dev = select_device(device or recipe.device)
+    is_main = distributed is None or distributed.is_main
+    resolve_precision(recipe, dev, domain_cls.precisions, announce=is_main)
     saved = None
     run_id = None
     if resume:  # read and checked before the store or the run are touched
@@ -84,7 +102,6 @@ def execute(recipe: rc.Recipe, lookup: DomainLookup, *, resume: str | None = Non
             "ctk.recipe": recipe.source, "ctk.version": __version__,
             "mlflow.source.git.commit": git_commit(), "ctk.seed": str(recipe.seed),
             **recipe.tracking.tags, **(extra_tags or {})}
-    is_main = distributed is None or distributed.is_main
     with Tracker(recipe.tracking.experiment, recipe.run_name, recipe.tracking.uri, tags,
                  run_id=run_id, enabled=is_main) as tracker:
         if on_metrics is not None:
@@ -94,7 +111,7 @@ def execute(recipe: rc.Recipe, lookup: DomainLookup, *, resume: str | None = Non
         else:
             run_id = tracker.run_id
         if resume is None:
-            tracker.log_params(rc.flatten(recipe.resolved))
+            tracker.log_params({**rc.flatten(recipe.resolved), "precision_requested": recipe.raw.get("precision", "auto")})
             tracker.log_text(yaml.safe_dump(recipe.resolved, sort_keys=False), "recipe.yaml")
         options = RunOptions(device=dev, distributed=distributed, progress=progress,
                              checkpoint_dir=ckpt.checkpoint_dir(run_id or "local"), hooks=list(hooks or []))
@@ -113,6 +130,27 @@ def execute(recipe: rc.Recipe, lookup: DomainLookup, *, resume: str | None = Non
         if recipe.tracking.log_model and trainer.encoder is not None and is_main:
             tracker.log_model(trainer.encoder, recipe.resolved, domain.encoder_extras(trainer.encoder))
     return run_id, metrics
+
+
+def resolve_precision(recipe: rc.Recipe, device: Any, allowed: tuple[str, ...],
+                      announce: bool = True) -> precision_mod.Choice:
+    """Fix the recipe's precision for this run on ``device`` (``auto`` -> fp32 / bf16 / fp16,
+    see :mod:`toolkit.training.precision`): the recipe, its resolved mapping and so the logged
+    ``precision`` param hold the value used; ``announce`` prints the choice and its reason. An
+    explicit value the hardware cannot run well is a RecipeError at ``precision``."""
+    requested = recipe.precision
+    try:
+        choice = precision_mod.resolve(requested, device, allowed)
+    except ValueError as exc:
+        raise rc.RecipeError([("precision", f"{requested!r}: {exc}")], recipe.source) from None
+    if choice.value not in allowed:
+        raise rc.RecipeError([("precision", f"{requested!r}: domain {recipe.domain!r} runs "
+                                            f"{', '.join(allowed)} only")], recipe.source)
+    recipe.common = recipe.common.model_copy(update={"precision": choice.value})
+    recipe.resolved = {**recipe.resolved, "precision": choice.value}
+    if announce:
+        print(f"[ctk] {choice.line()}", file=sys.stderr, flush=True)
+    return choice
 
 
 def _stored_run(uri: str | None, run_id: str) -> Any:

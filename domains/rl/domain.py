@@ -42,9 +42,9 @@ def rl_problems(raw: Mapping[str, Any]) -> list[tuple[str, str]]:
     sched = rc.get_path(raw, "schedule.name", "cosine") if raw.get("schedule") is not None else "constant"
     if sched != "constant":
         problems.append(("schedule.name", f"must be 'constant' for rl, got {sched!r}"))
-    precision = rc.get_path(raw, "precision", "fp32")
-    if precision not in ("fp32", "bf16"):
-        problems.append(("precision", f"must be 'fp32' or 'bf16' for rl (fp16 would need loss scaling), "
+    precision = rc.get_path(raw, "precision", "auto")
+    if precision not in ("auto", "fp32", "bf16"):
+        problems.append(("precision", f"must be 'auto', 'fp32' or 'bf16' for rl (fp16 would need loss scaling), "
                                       f"got {precision!r}"))
     source = rc.get_path(raw, "objective.negatives.source", "in_batch")
     if raw.get("objective") is not None and source != "in_batch":
@@ -73,6 +73,7 @@ class RLDomain(Domain):
     name = "rl"
     description = "CURL agents (SAC from pixels) on the DeepMind Control suite; any core loss as the contrastive term"
     DataConfig = DataConfig
+    precisions = ("fp32", "bf16")
     EncoderConfig = EncoderConfig
     EvaluationConfig = EvaluationConfig
     ExtraSections = {"agent": AgentConfig}

@@ -146,6 +146,10 @@ def _has_mkldnn_conv_relu() -> bool:
 
 
 _FUSED_CONV_RELU = torch.backends.mkldnn.is_available() and _has_mkldnn_conv_relu()
+# oneDNN's bf16 convolution needs AVX512BW/VL/DQ or AVX-NE-CONVERT (x86), BF16 (aarch64): on
+# other CPUs it raises, so bf16 takes aten's convolution there (emulated, slow; precision: auto
+# runs such a CPU in fp32 and an explicit bf16 is refused at load unless CTK_CPU_BF16=native).
+_ONEDNN_BF16 = _FUSED_CONV_RELU and bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
 
 
 class _ConvReLU(torch.autograd.Function):
@@ -177,9 +181,11 @@ def conv_relu(x: Tensor, weight: Tensor, bias: Tensor | None, stride: int, fused
     bfloat16 tensor: oneDNN's convolution with a ReLU post-op (the kernel PyTorch's compiler emits for
     this pattern on CPU; measured 15% faster than conv + in-place ReLU for this encoder's
     no-gradient pass at batch 128), with :class:`_ConvReLU`'s backward where gradients are
-    needed. Elsewhere (GPU, other dtypes, builds without oneDNN) conv2d + in-place ReLU.
+    needed. Elsewhere (GPU, other dtypes, bf16 on a CPU without oneDNN's bf16 kernels, builds
+    without oneDNN) conv2d + in-place ReLU.
     ``x``, ``weight`` and ``bias`` share one dtype (the caller casts)."""
-    if fused and _FUSED_CONV_RELU and x.device.type == "cpu" and x.dtype in (torch.float32, torch.bfloat16):
+    if (fused and _FUSED_CONV_RELU and x.device.type == "cpu"
+            and (x.dtype is torch.float32 or (x.dtype is torch.bfloat16 and _ONEDNN_BF16))):
         if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (x, weight, bias)):
             return _ConvReLU.apply(x, weight, bias, stride)
         return _mkldnn_conv_relu(x, weight, bias, stride)

@@ -45,7 +45,7 @@ from domains.rl.agent import CurlSacAgent
 from domains.rl.config import AgentConfig, DataConfig, EncoderConfig, EvaluationConfig
 from toolkit import checkpoint as ckpt
 from toolkit.objective import Objective
-from toolkit.training.pretrainer import autocast_dtype
+from toolkit.training.precision import autocast_dtype
 from toolkit.training.trainer import RunOptions, StopAfterStep, Trainer
 from domains.rl.envs import make_env
 from domains.rl.evaluation import (episode_seeds, random_policy, return_curve, run_episodes,

@@ -1,5 +1,9 @@
 """Mixed precision on CPU (autocast honours bf16 there): ``ctk run --precision bf16`` finishes
-the quickstart recipe on a tiny budget, and a checkpoint written under bf16 resumes under fp32."""
+the quickstart recipe on a tiny budget, and a checkpoint written under bf16 resumes under fp32.
+
+These runs ask for bf16 on purpose, so they declare the CPU bf16-capable (``CTK_CPU_BF16=native``):
+on a CPU without native bf16 they then exercise the emulated path (slower, same code) instead of
+being refused at load."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -22,7 +26,8 @@ TINY = ["data.train_subset=256", "budget.steps=6", "budget.batch_size=64", "budg
 
 
 @pytest.fixture
-def workdir(data_workdir):
+def workdir(data_workdir, monkeypatch):
+    monkeypatch.setenv("CTK_CPU_BF16", "native")
     return data_workdir
 
 

@@ -7,8 +7,9 @@ same result; stops with a clear message and the last good state on a non-finite 
 finishes the current step, checkpoints it and then stops (every rank at the same step under
 torchrun), so no work is lost and the resumed run logs no step twice.
 
-Precision (``precision: fp32 | bf16 | fp16``): the encoder and the objective run under
-``torch.autocast`` on the run's device type (CPU honours bf16); fp16 adds a ``GradScaler``.
+Precision (a resolved ``precision: fp32 | bf16 | fp16``; ``auto`` is resolved per machine by
+:mod:`toolkit.training.precision` before the trainer is built): the encoder and the objective
+run under ``torch.autocast`` on the run's device type (CPU honours bf16); fp16 adds a ``GradScaler``.
 
 Host syncs: a step queues work on the device and reads nothing back. Records accumulate as
 device tensors and are read once per log step (one ``tolist``); the first non-finite loss is
@@ -33,17 +34,10 @@ from tqdm import tqdm
 from toolkit import checkpoint as ckpt
 from toolkit import objective as objective_mod
 from toolkit.training.optim import build_optimizer, build_scheduler
+from toolkit.training.precision import autocast_dtype
 from toolkit.training.trainer import NonFiniteLoss, RunOptions, StopAfterStep, Trainer, select_device
 
-__all__ = ["Pretrainer", "LoopState", "autocast_dtype"]
-
-_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
-
-
-def autocast_dtype(precision: str) -> torch.dtype | None:
-    """The autocast dtype of a recipe's ``precision`` (None for fp32)."""
-    return _DTYPES.get(precision)
-
+__all__ = ["Pretrainer", "LoopState"]
 
 # Rank r > 0 draws its views from seed + 1 + _RANK_STRIDE * r (rank 0 keeps a one-process run's).
 _RANK_STRIDE = 7919
