@@ -1,0 +1,31 @@
+"""The precision-sensitive tests again, on this machine made to look like an AVX2-only CPU.
+
+``ATEN_CPU_CAPABILITY=avx2`` makes torch dispatch its AVX2 kernels and ``ONEDNN_MAX_CPU_ISA=AVX2``
+caps oneDNN below its bf16 instructions, so bf16 is emulated as on an AMD EPYC without AVX-512.
+What they do not reproduce: torch's CPUID probes (``torch.ops.mkldnn._is_mkldnn_bf16_supported``)
+still see the real CPU, so the oneDNN error such a CPU raises for a bf16 convolution may not
+appear; ``CTK_CPU_BF16`` and the forced fallback in ``test_precision_choice`` cover that branch.
+"""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+SENSITIVE = ["tests/pipeline/test_precision_choice.py", "tests/rl/test_precision.py",
+             "tests/vision/test_precision.py", "tests/core/test_autocast.py"]
+
+
+def test_precision_sensitive_tests_pass_under_avx2_emulation():
+    env = {k: v for k, v in os.environ.items() if k not in ("CTK_CPU_BF16", "PYTEST_ADDOPTS")}
+    env.update(ATEN_CPU_CAPABILITY="avx2", ONEDNN_MAX_CPU_ISA="AVX2")
+    probe = subprocess.run([sys.executable, "-c", "import torch; print(torch.backends.cpu.get_cpu_capability())"],
+                           env=env, capture_output=True, text=True, timeout=120)
+    assert probe.stdout.strip() == "AVX2", probe.stdout + probe.stderr  # the emulation is in force
+    out = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *SENSITIVE],
+                         cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
+    tail = "\n".join(out.stdout.splitlines()[-25:])
+    assert out.returncode == 0, tail + out.stderr[-3000:]
+    assert " passed" in tail and "failed" not in tail, tail
