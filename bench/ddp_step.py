@@ -28,6 +28,7 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
+from toolkit.training.precision import machine_line  # noqa: E402
 
 from vision_step import _NullTracker, _Stop, load_recipe  # noqa: E402
 
@@ -81,6 +82,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--set", action="append", default=[], help="recipe override key=value")
     parser.add_argument("--worker", help=argparse.SUPPRESS)  # output folder, set when re-launched
     args = parser.parse_args(argv)
+    print(machine_line(), flush=True)  # CPU model, capability, native bf16 or not
     if args.worker:
         args.out = args.worker
         worker(args)

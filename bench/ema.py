@@ -19,6 +19,7 @@ from torch.optim.swa_utils import AveragedModel, get_ema_multi_avg_fn
 
 from domains.vision.encoders import build_backbone
 from toolkit.samplers.sources import MomentumEncoder
+from toolkit.training.precision import machine_line  # noqa: E402
 
 
 def _perturb(net: torch.nn.Module, step: int) -> None:
@@ -47,6 +48,7 @@ def main() -> None:
     ap.add_argument("--updates", type=int, default=100)
     ap.add_argument("--momentum", type=float, default=0.99)
     args = ap.parse_args()
+    print(machine_line(), flush=True)  # CPU model, capability, native bf16 or not
     m, n = args.momentum, args.updates
     torch.manual_seed(0)
     query, _ = build_backbone("resnet18", 3, 32, stem="cifar")

@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import Callable
 
 import torch
+from toolkit.training.precision import machine_line  # noqa: E402
 from torch.nn import functional as TF
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -253,6 +254,7 @@ def main() -> None:
     ap.add_argument("--keep-heap", action="store_true",
                     help="rerun under glibc malloc that keeps freed memory (no mmap, no trim)")
     args = ap.parse_args()
+    print(machine_line(), flush=True)  # CPU model, capability, native bf16 or not
     if args.keep_heap and _KEEP_HEAP[0] not in os.environ:
         env = dict(os.environ, **{k: str(2**30) for k in _KEEP_HEAP})
         os.execve(sys.executable, [sys.executable, *sys.argv], env)

@@ -37,6 +37,7 @@ from toolkit import recipe as rc  # noqa: E402
 from toolkit.training.pretrainer import Pretrainer  # noqa: E402
 from toolkit.training.syncs import SyncCounter  # noqa: E402
 from toolkit.training.trainer import RunOptions  # noqa: E402
+from toolkit.training.precision import machine_line  # noqa: E402
 
 
 class _Stop(Exception):
@@ -91,6 +92,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="the augmentation's GPU path (no host reads) on any device")
     parser.add_argument("--set", action="append", default=[], help="recipe override key=value")
     args = parser.parse_args(argv)
+    print(machine_line(), flush=True)  # CPU model, capability, native bf16 or not
     torch.set_num_threads(args.threads)
     base = ["data.train_subset=4096", "budget.monitor_every=null", "budget.checkpoint_every=0",
             f"device={args.device}", *args.set]

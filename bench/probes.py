@@ -17,6 +17,7 @@ import time
 import warnings
 
 import torch
+from toolkit.training.precision import machine_line  # noqa: E402
 import torch.nn.functional as F
 
 
@@ -78,6 +79,7 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--sizes", nargs="+", default=["10000x256", "60000x512"])
     args = ap.parse_args()
+    print(machine_line(), flush=True)  # CPU model, capability, native bf16 or not
     print(f"torch threads {torch.get_num_threads()}")
     for size in args.sizes:
         n, d = map(int, size.split("x"))

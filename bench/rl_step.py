@@ -54,6 +54,7 @@ from domains.rl.agent import CurlSacAgent  # noqa: E402
 from domains.rl.config import AgentConfig, EncoderConfig  # noqa: E402
 from domains.rl.networks import MLP  # noqa: E402
 from domains.rl.replay import FrameReplayBuffer  # noqa: E402
+from toolkit.training.precision import machine_line  # noqa: E402
 
 JEMALLOC = "/usr/lib/x86_64-linux-gnu/libjemalloc.so.2"
 
@@ -290,6 +291,7 @@ def main() -> None:
         print(json.dumps({str(b): bench_updates(b, args.repeats, args.image_size, args.crop) | {"load": load()}
                           for b in args.batch}))
         return
+    print(machine_line(), flush=True)  # CPU model, capability, native bf16 or not
     only = set(args.only or ["env", "updates", "precision", "loop", "memory", "recipe"])
     size, crop = args.image_size, args.crop
     print(f"# rl_step: torch {torch.__version__}, {args.threads} threads, {os.cpu_count()} cpus, "

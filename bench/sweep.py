@@ -22,6 +22,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 RECIPE = str(ROOT / "recipes" / "toy" / "lmcl_three_bars_cl.yaml")
+sys.path.insert(0, str(ROOT))
+from toolkit.training.precision import machine_line  # noqa: E402
 
 
 def sweep_seconds(points: int, steps: int, jobs: int) -> float:
@@ -53,6 +55,7 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=300)
     parser.add_argument("--jobs", type=int, default=2)
     args = parser.parse_args()
+    print(machine_line(), flush=True)  # CPU model, capability, native bf16 or not
     up, down = ray_startup_seconds()
     serial = sweep_seconds(args.points, args.steps, 1)
     parallel = sweep_seconds(args.points, args.steps, args.jobs)

@@ -45,6 +45,7 @@ from domains.text.senteval.tasks import load_task  # noqa: E402
 from domains.text.tokenizer import train_tokenizer  # noqa: E402
 from toolkit.losses import functional as LF  # noqa: E402
 from toolkit.recipe import load_yaml  # noqa: E402
+from toolkit.training.precision import machine_line  # noqa: E402
 
 GRU_RECIPE = ROOT / "recipes/text/cpu/qt_austen.yaml"
 
@@ -150,6 +151,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--embed-sentences", type=int, default=4000)
     p.add_argument("--device", default="cpu")
     args = p.parse_args(argv)
+    print(machine_line(), flush=True)  # CPU model, capability, native bf16 or not
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
     device = torch.device(args.device)

@@ -39,6 +39,7 @@ sys.path.insert(0, str(ROOT))
 from domains.vision import VisionDomain  # noqa: E402
 from toolkit import objective as objective_mod  # noqa: E402
 from toolkit import recipe as rc  # noqa: E402
+from toolkit.training.precision import machine_line  # noqa: E402
 
 
 # the quickstart's step before the time-to-accuracy work (three conv blocks, float32)
@@ -134,6 +135,7 @@ def main(argv: list[str] | None = None) -> int:
                              "--before none: skip (default: the quickstart before the "
                              "time-to-accuracy work: " + " ".join(BEFORE) + ")")
     args = parser.parse_args(argv)
+    print(machine_line(), flush=True)  # CPU model, capability, native bf16 or not
     torch.set_num_threads(args.threads)
     common = ["tracking.log_model=false", "budget.monitor_every=null", "budget.eval_every=null",
               "budget.checkpoint_every=null", f"budget.steps={args.warmup + args.steps + 5}"]

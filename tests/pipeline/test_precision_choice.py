@@ -21,7 +21,6 @@ import cli
 from domains import registry
 from domains.rl import networks
 from toolkit.runs import load_recipe
-from toolkit.recipe import RecipeError
 from toolkit.tracking import client_for
 from toolkit.training import precision
 
