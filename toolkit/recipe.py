@@ -129,11 +129,15 @@ class Budget(Section):
         "also checkpoint when this much wall time passed since the last one (0: never)"))
     keep_checkpoints: int = Field(2, ge=1, description="the newest checkpoints kept per run")
     log_every: int = Field(10, ge=1)
+    minutes: float | None = Field(None, gt=0, le=100_000, description=(
+        "train for about this much wall time (steps and monitors; not the final evaluation): the "
+        "step count is fixed from the speed of a few timed steps before training, never more "
+        "than epochs / steps, logged as budget_steps_fixed (replay with --set budget.steps=N)"))
 
     @model_validator(mode="after")
     def _one_length(self) -> "Budget":
         if self.epochs is None and self.steps is None:
-            raise ValueError("give epochs or steps (how long to train)")
+            raise ValueError("give epochs or steps (how long to train; with minutes, the most to train)")
         return self
 
 

@@ -3,7 +3,7 @@ warm-up, then constant, cosine or step decay) from a recipe's ``optimizer`` / ``
 from __future__ import annotations
 
 import math
-from typing import Iterable
+from typing import Callable, Iterable
 
 import torch
 from torch import nn
@@ -79,5 +79,9 @@ def lr_factor(step: int, cfg: rc.Schedule, total_steps: int, steps_per_epoch: in
     return floor + (1 - floor) * 0.5 * (1 + math.cos(math.pi * progress))
 
 
-def build_scheduler(optimizer: Optimizer, cfg: rc.Schedule, total_steps: int, steps_per_epoch: int) -> LambdaLR:
-    return LambdaLR(optimizer, lambda s: lr_factor(s, cfg, total_steps, steps_per_epoch))
+def build_scheduler(optimizer: Optimizer, cfg: rc.Schedule, total_steps: int | Callable[[], int],
+                    steps_per_epoch: int) -> LambdaLR:
+    """The learning-rate schedule; ``total_steps`` may be a callable, read at every step (a
+    wall-time budget fixes the run's length after the schedule is built)."""
+    total = total_steps if callable(total_steps) else (lambda: total_steps)
+    return LambdaLR(optimizer, lambda s: lr_factor(s, cfg, total(), steps_per_epoch))
