@@ -64,7 +64,7 @@ def settings_from_recipe(recipe: rc.Recipe) -> Settings:
                     lr=recipe.optimizer.lr, betas=tuple(recipe.optimizer.betas), seed=recipe.seed,
                     log_every=budget.log_every,
                     checkpoint_every=(10_000 if budget.checkpoint_every is None else budget.checkpoint_every) or None,
-                    name=recipe.run_name, precision=recipe.precision)
+                    name=recipe.run_name, precision=recipe.precision, minutes=budget.minutes)
 
 
 class RLDomain(Domain):

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import random
 import shutil
+import sys
 import tempfile
 import time
 from dataclasses import asdict, dataclass, field
@@ -72,6 +73,7 @@ class Settings:
     checkpoint_every: int | None = None
     name: str = "rl"
     precision: str = "fp32"  # fp32, or bf16: convolutions and hidden MLP layers (see CurlSacAgent)
+    minutes: float | None = None  # budget.minutes: stop training after this much training wall time
 
 
 @dataclass
@@ -152,7 +154,7 @@ class Workspace(Trainer):
         steps_at_start, seconds_at_start = c.env_steps, c.train_seconds
         clock = (time.perf_counter(), c.train_seconds)  # train_seconds = clock[1] + now - clock[0]
         with StopAfterStep() as stop:
-            while c.env_steps < s.total_env_steps:
+            while c.env_steps < s.total_env_steps and not self._out_of_time():
                 if c.env_steps >= c.next_eval:
                     c.train_seconds = clock[1] + time.perf_counter() - clock[0]
                     self.evaluate_policy(s.evaluation.periodic_episodes)
@@ -193,6 +195,17 @@ class Workspace(Trainer):
                     # state is not saved): no update is lost, but the run is no longer step for
                     # step the uninterrupted one
                     self.stop_now(f"environment step {c.env_steps} of {s.total_env_steps}")
+
+        if self._out_of_time() and c.env_steps < s.total_env_steps:
+            print(f"[ctk] budget.minutes {s.minutes:g}: training stopped at environment step {c.env_steps} of "
+                  f"{s.total_env_steps} after {c.train_seconds / 60:.1f} min (evaluations not counted); replay "
+                  f"with --set budget.steps={c.env_steps} --set budget.minutes=null", file=sys.stderr, flush=True)
+            self.tracker.log_params({"budget_steps_reached": c.env_steps})
+
+    def _out_of_time(self) -> bool:
+        """``budget.minutes`` of training wall time spent (evaluations excluded). The schedule is
+        constant in RL, so a run stopped here is the run with ``budget.steps`` = the steps reached."""
+        return self.s.minutes is not None and self.c.train_seconds >= 60.0 * self.s.minutes
 
     def _sample(self) -> dict[str, torch.Tensor]:
         batch = self.buffer.sample(self.rng, self.s.batch_size, self.s.data.crop_size)

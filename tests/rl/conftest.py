@@ -23,6 +23,9 @@ class RecordingTracker:
     def log_metrics(self, metrics, step):
         self.metrics.append((int(step), {k: float(v) for k, v in metrics.items()}))
 
+    def log_params(self, params):
+        self.params = {**getattr(self, "params", {}), **{k: str(v) for k, v in params.items()}}
+
     def log_figure(self, figure, name):
         import matplotlib.pyplot as plt
         self.figures.append(name)

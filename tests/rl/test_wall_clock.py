@@ -138,3 +138,33 @@ def test_history_from_a_checkpoint_without_the_clock_still_loads(cheap_render, t
     assert all(len(h) == 4 and math.isnan(h[3]) for h in fresh.c.history) and fresh.c.train_seconds == 0.0
     fresh.evaluate()  # the unknown points are left out of the figure
     assert fresh.tracker.tta["policy (mean action)"][0] == [0.0]
+
+
+class TickingTime:
+    """The workspace's clock advancing 10 ms at every reading: a deterministic 'wall time'."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def perf_counter(self) -> float:
+        self.now += 0.01
+        return self.now
+
+
+def test_budget_minutes_stop_training_and_the_run_equals_its_replay(cheap_render, monkeypatch):
+    monkeypatch.setattr(ws_mod, "time", TickingTime())
+    timed = RecordingTracker()
+    ws = Workspace(tiny_settings(total_env_steps=4000, minutes=0.01), timed, None)  # 0.6 s of ticks
+    ws.fit()
+    reached = ws.c.env_steps
+    assert 160 < reached < 4000 and ws.c.train_seconds >= 0.6
+    assert timed.params == {"budget_steps_reached": str(reached)}
+    timed_metrics = ws.evaluate()
+
+    monkeypatch.setattr(ws_mod, "time", TickingTime())
+    replay = Workspace(tiny_settings(total_env_steps=reached), RecordingTracker(), None)
+    replay.fit()
+    assert replay.c.env_steps == reached and replay.agent.num_updates == ws.agent.num_updates
+    # the same learning; only the replay buffer, sized from the step budget, is smaller
+    learned = lambda m: {k: v for k, v in m.items() if not k.startswith("buffer_")}  # noqa: E731
+    assert learned(replay.evaluate()) == learned(timed_metrics) and "return_mean" in timed_metrics
