@@ -84,7 +84,7 @@ def _latest_run(client):
     return client.search_runs([exp], order_by=["attributes.start_time DESC"])[0]
 
 
-def test_ctrl_c_checkpoints_the_current_step_and_resume_matches(points_domain, points_recipe):
+def test_ctrl_c_checkpoints_the_current_step_and_resume_matches(points_domain, points_recipe, default_signals):
     r = load_recipe(points_recipe, [], points_domain)
     ref_id, ref_metrics = execute(r, points_domain, progress=False)
     with pytest.raises(KeyboardInterrupt, match="after step 13 of 24") as info:
@@ -103,7 +103,7 @@ def test_ctrl_c_checkpoints_the_current_step_and_resume_matches(points_domain, p
     assert sorted(steps) == [4, 8, 12, 16, 20, 24]
 
 
-def test_second_ctrl_c_stops_at_once(points_domain, points_recipe):
+def test_second_ctrl_c_stops_at_once(points_domain, points_recipe, default_signals):
     r = load_recipe(points_recipe, [], points_domain)
     with pytest.raises(KeyboardInterrupt, match="second Ctrl-C"):
         execute(r, points_domain, progress=False, hooks=[_ctrl_c_at(13, times=2)])
