@@ -35,7 +35,13 @@ class Ctk:
 
     def __call__(self, *args: str, timeout: float = 120) -> subprocess.CompletedProcess:
         proc = self.popen(*args)
-        out, err = proc.communicate(timeout=timeout)
+        try:
+            out, err = proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            _, err = proc.communicate()
+            raise AssertionError(f"ctk {args[0]} still running after {timeout} s; killed it. "
+                                 f"Its stderr:\n{(err or '')[-3000:]}") from None
         return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
 
     def store(self):

@@ -88,7 +88,7 @@ def test_sigint_then_rerun_gives_one_finished_run_per_point(ctk):
     killed = [r for r in runs_of(client, "stop") if r.info.status == "KILLED" and "ctk.point" in r.data.tags]
     assert killed, "the interrupted points end KILLED"
 
-    res = ctk(*args, timeout=180)
+    res = ctk(*args, timeout=300)  # the whole test took 250 s with both cores kept busy by another process
     assert res.returncode == 0, res.stderr[-3000:]
     assert re.search(r"[1-9] resumed", res.stderr)
     _, children = _split(runs_of(ctk.store(), "stop"))
