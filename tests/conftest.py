@@ -1,6 +1,13 @@
 """Suite-wide settings: one compute thread per process (CI machines have 2 cores and the
-suite spawns subprocesses; oversubscribed OpenMP threads were measured 3x slower), no hub."""
+suite spawns subprocesses; oversubscribed OpenMP threads were measured 3x slower), no hub.
+
+Tests that send signals set the dispositions they rely on: a suite started as a background job
+of a non-interactive shell inherits SIGINT ignored, and so would every process it starts
+(``exec`` keeps an ignored signal ignored; Python then installs no KeyboardInterrupt handler).
+In-process tests take the ``default_signals`` fixture; subprocesses that a test signals are
+started with ``preexec_fn=default_signals_in_child``."""
 import os
+import signal
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 os.environ.setdefault("MKL_NUM_THREADS", "1")
@@ -13,6 +20,32 @@ torch.set_num_threads(1)
 
 
 import pytest  # noqa: E402
+
+_SIGNALLED = (signal.SIGINT, signal.SIGTERM)
+
+
+def default_signals_in_child() -> None:
+    """``preexec_fn`` for a subprocess that a test signals: SIGINT and SIGTERM at their defaults
+    and unblocked, whatever the test process inherited. The child's Python then installs its
+    KeyboardInterrupt handler for SIGINT, as it does when started from a terminal."""
+    for sig in _SIGNALLED:
+        signal.signal(sig, signal.SIG_DFL)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, _SIGNALLED)
+
+
+@pytest.fixture
+def default_signals():
+    """Python's own handlers in this process for the test (SIGINT raises KeyboardInterrupt,
+    SIGTERM terminates), whatever the suite inherited; the previous ones come back afterwards."""
+    previous = {sig: signal.getsignal(sig) for sig in _SIGNALLED}
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            if handler is not None:  # None: set outside Python, cannot be put back
+                signal.signal(sig, handler)
 
 
 @pytest.fixture

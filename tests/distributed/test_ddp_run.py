@@ -13,6 +13,7 @@ from pathlib import Path
 import yaml
 
 from domains.vision.packaged import locate
+from tests.conftest import default_signals_in_child
 from toolkit.tracking import client_for
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -36,7 +37,7 @@ def _cli(*args: str, cwd: Path) -> subprocess.Popen:
            "CTK_DATA": str(Path(locate("fashion-mnist")).parent)}
     return subprocess.Popen([sys.executable, str(ROOT / "cli.py"), *args], cwd=cwd, env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            start_new_session=True)
+                            start_new_session=True, preexec_fn=default_signals_in_child)
 
 
 def _runs(cwd: Path):
@@ -56,7 +57,9 @@ def test_two_process_run_interrupts_resumes_and_logs_once(tmp_path, monkeypatch)
         assert proc.poll() is None, f"the run ended before its first checkpoint:\n{proc.stdout.read()}"
         assert time.monotonic() < deadline, "no checkpoint within 240 s"
         time.sleep(0.05)
-    os.killpg(proc.pid, signal.SIGINT)  # Ctrl-C reaches the launcher and both ranks
+    # Ctrl-C to the launcher's group (the launcher alone: torchrun runs in a session of its own);
+    # the launcher forwards it to torchrun's group, and the agent to both ranks
+    os.killpg(proc.pid, signal.SIGINT)
     out, _ = proc.communicate(timeout=120)
     assert proc.returncode != 0, out
     assert "KILLED" in out and "--resume" in out, out

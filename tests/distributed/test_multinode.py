@@ -72,10 +72,25 @@ def _tree(pid: int) -> list[int]:
     return out
 
 
+def _alive(pid: int) -> bool:
+    """Whether ``pid`` still runs (a zombie has ended)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return False
+
+
+def _signal_all(pids: list[int], sig: int) -> None:
+    for q in pids:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(q, sig)
+
+
 def _communicate_all(procs: list[subprocess.Popen], timeout: float) -> list[str]:
     """Every process's output. Past ``timeout`` (for all together) every process of every node
     (the ``ctk`` process, torchrun's agent and the ranks) gets SIGABRT, so that Python's fault
-    handler prints where each one was, then SIGKILL; the test fails with all the outputs."""
+    handler prints where each one was, then SIGKILL if it has not ended within 30 s; the test
+    fails with all the outputs."""
     deadline = time.monotonic() + timeout
     outs: list[str | None] = [None] * len(procs)
     try:
@@ -83,11 +98,11 @@ def _communicate_all(procs: list[subprocess.Popen], timeout: float) -> list[str]
             outs[i] = p.communicate(timeout=max(deadline - time.monotonic(), 1))[0]
     except subprocess.TimeoutExpired:
         pids = [q for p in procs for q in _tree(p.pid)]
-        for sig in (signal.SIGABRT, signal.SIGKILL):
-            for q in pids:
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(q, sig)
-            time.sleep(2)
+        _signal_all(pids, signal.SIGABRT)
+        stacks_by = time.monotonic() + 30  # each prints its stacks and ends; wait for that, not a fixed time
+        while any(_alive(q) for q in pids) and time.monotonic() < stacks_by:
+            time.sleep(0.1)
+        _signal_all([q for q in pids if _alive(q)], signal.SIGKILL)
         tails = [f"--- node {i} ---\n{(o if o is not None else p.communicate()[0])[-6000:]}"
                  for i, (p, o) in enumerate(zip(procs, outs))]
         pytest.fail(f"the nodes did not end within {timeout} s\n" + "\n".join(tails))

@@ -10,7 +10,7 @@ import torch
 from toolkit.runs import execute, load_recipe
 from toolkit.tracking import client_for
 from toolkit import checkpoint as ckpt
-from toolkit.training.trainer import NonFiniteLoss
+from toolkit.training.trainer import NonFiniteLoss, StopAfterStep
 
 
 class Stop(Exception):
@@ -84,7 +84,7 @@ def _latest_run(client):
     return client.search_runs([exp], order_by=["attributes.start_time DESC"])[0]
 
 
-def test_ctrl_c_checkpoints_the_current_step_and_resume_matches(points_domain, points_recipe):
+def test_ctrl_c_checkpoints_the_current_step_and_resume_matches(points_domain, points_recipe, default_signals):
     r = load_recipe(points_recipe, [], points_domain)
     ref_id, ref_metrics = execute(r, points_domain, progress=False)
     with pytest.raises(KeyboardInterrupt, match="after step 13 of 24") as info:
@@ -103,13 +103,23 @@ def test_ctrl_c_checkpoints_the_current_step_and_resume_matches(points_domain, p
     assert sorted(steps) == [4, 8, 12, 16, 20, 24]
 
 
-def test_second_ctrl_c_stops_at_once(points_domain, points_recipe):
+def test_second_ctrl_c_stops_at_once(points_domain, points_recipe, default_signals):
     r = load_recipe(points_recipe, [], points_domain)
     with pytest.raises(KeyboardInterrupt, match="second Ctrl-C"):
         execute(r, points_domain, progress=False, hooks=[_ctrl_c_at(13, times=2)])
     killed = _latest_run(client_for())
     assert killed.info.status == "KILLED"
     assert _state(killed.info.run_id)["loop"]["step"] == 8
+
+
+def test_stop_after_step_takes_sigint_even_where_it_was_inherited_ignored(default_signals):
+    # a background job inherits SIGINT ignored; the supervisors that stop a trainer (Ray's cancel,
+    # torchrun's agent) still send SIGINT, so the trainer's handler goes in, and SIG_IGN comes back
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    with StopAfterStep() as stop:
+        os.kill(os.getpid(), signal.SIGINT)
+        assert stop.requested
+    assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
 
 
 def test_nonfinite_loss_stops_with_message_and_checkpoint(points_domain, points_recipe, workdir):

@@ -14,6 +14,7 @@ import torch
 from click.testing import CliRunner
 
 import cli
+from tests.conftest import default_signals_in_child
 from toolkit import checkpoint as ckpt
 from toolkit.runs import execute, load_recipe
 from toolkit.tracking import Tracker, client_for
@@ -35,7 +36,8 @@ def _cli(cwd: Path, *args: str) -> subprocess.Popen:
            "MLFLOW_TRACKING_URI": f"sqlite:///{cwd / 'mlflow.db'}"}
     env.pop("CTK_CHECKPOINTS", None)
     return subprocess.Popen([sys.executable, str(ROOT / "cli.py"), *args], cwd=cwd, env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            preexec_fn=default_signals_in_child)  # the SIGTERM test's run
 
 
 def _toy(cwd: Path, *extra: str, recipe: Path = TOY, sets: list[str] = TOY_SETS) -> subprocess.Popen:

@@ -81,7 +81,7 @@ def test_killed_run_resumes_as_if_uninterrupted(cheap_render, tmp_path):
     assert len(list((tmp_path / "b").glob("buffer-*"))) == 1
 
 
-def test_sigterm_mid_episode_checkpoints_and_the_run_finishes_on_resume(cheap_render, tmp_path):
+def test_sigterm_mid_episode_checkpoints_and_the_run_finishes_on_resume(cheap_render, tmp_path, default_signals):
     import os
     import signal
 

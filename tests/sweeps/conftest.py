@@ -1,5 +1,7 @@
 """Sweeps run the real command line in a subprocess (Ray needs a driver process of its own;
-Ctrl-C is a real SIGINT) in a fresh folder with its own store and checkpoints."""
+Ctrl-C is a real SIGINT) in a fresh folder with its own store and checkpoints. The subprocess
+starts with SIGINT and SIGTERM at their defaults whatever the suite inherited (a background job
+inherits SIGINT ignored, and the sweep would then ignore the test's Ctrl-C)."""
 import os
 import signal
 import socket
@@ -9,6 +11,8 @@ import time
 from pathlib import Path
 
 import pytest
+
+from tests.conftest import default_signals_in_child
 
 ROOT = Path(__file__).resolve().parents[2]
 TOY = str(ROOT / "recipes" / "toy" / "lmcl_three_bars_cl.yaml")
@@ -26,11 +30,18 @@ class Ctk:
 
     def popen(self, *args: str, **kwargs) -> subprocess.Popen:
         return subprocess.Popen([sys.executable, str(ROOT / "cli.py"), *args], cwd=self.folder, env=self.env,
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **kwargs)
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                preexec_fn=default_signals_in_child, **kwargs)
 
     def __call__(self, *args: str, timeout: float = 120) -> subprocess.CompletedProcess:
         proc = self.popen(*args)
-        out, err = proc.communicate(timeout=timeout)
+        try:
+            out, err = proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            _, err = proc.communicate()
+            raise AssertionError(f"ctk {args[0]} still running after {timeout} s; killed it. "
+                                 f"Its stderr:\n{(err or '')[-3000:]}") from None
         return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
 
     def store(self):
@@ -50,20 +61,26 @@ def runs_of(client, experiment: str):
     return client.search_runs([exp.experiment_id], max_results=1000) if exp else []
 
 
-def stop(proc: subprocess.Popen, sig=signal.SIGINT, timeout: float = 30) -> None:
+def stop(proc: subprocess.Popen, sig=signal.SIGINT, timeout: float = 30) -> tuple[str, str]:
+    """Send ``sig`` and wait up to ``timeout`` s for the process to end; its (stdout, stderr).
+    A process still running then is killed and the test fails, showing its stderr."""
     proc.send_signal(sig)
     try:
-        proc.communicate(timeout=timeout)
+        return proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
         proc.kill()
-        proc.communicate()
+        _, err = proc.communicate()
+        raise AssertionError(f"still running {timeout} s after {signal.Signals(sig).name}; "
+                             f"killed it. Its stderr:\n{(err or '')[-3000:]}") from None
 
 
 def wait_for(check, timeout: float = 60, every: float = 0.3):
+    """Poll ``check`` until it returns something true (returned); past ``timeout`` s the test
+    fails naming the check."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         got = check()
         if got:
             return got
         time.sleep(every)
-    raise AssertionError(f"timed out after {timeout} s waiting for {check}")
+    raise AssertionError(f"timed out after {timeout} s waiting for {getattr(check, '__name__', check)}")

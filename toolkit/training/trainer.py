@@ -183,6 +183,12 @@ class StopAfterStep:
     The trainer checkpoints that step and raises KeyboardInterrupt, so ``--resume`` continues
     exactly where the run stopped. With ``allow_force`` (one process) a second Ctrl-C stops at
     once; under torchrun the launcher's own timeout ends a rank that does not stop.
+
+    The handlers are installed even where SIGINT was inherited ignored (a background job of a
+    non-interactive shell), on purpose: supervisors ask a trainer to stop with SIGINT (Ray's
+    cancel, which interrupts only a process that has a Python handler; torchrun's agent), and a
+    stop after a checkpointed step loses nothing. The previous dispositions, SIG_IGN included,
+    are put back on exit.
     """
 
     def __init__(self, allow_force: bool = True) -> None:
