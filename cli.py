@@ -161,6 +161,11 @@ def show(recipe: str, sets: tuple[str, ...]) -> None:
     """
     r = _load(recipe, sets)
     click.echo(f"# {recipe} -> run name {r.run_name}")
+    if r.precision == "auto":  # what a run here would pick (the recipe itself keeps 'auto')
+        from toolkit.training import precision as precision_mod
+        from toolkit.training.trainer import select_device
+        choice = precision_mod.resolve("auto", select_device(r.device), domain_registry.get(r.domain).precisions)
+        click.echo(f"# on this machine: {choice.line()}")
     click.echo(yaml.safe_dump(r.resolved, sort_keys=False).rstrip())
 
 

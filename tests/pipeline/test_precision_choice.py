@@ -168,3 +168,12 @@ def test_bf16_convolutions_without_onednn_bf16_take_aten_and_match(monkeypatch):
     for y, gw in outs:
         assert torch.allclose(y, ref, rtol=2 ** -7, atol=1e-2)
     assert torch.allclose(outs[0][1], outs[1][1], rtol=2 ** -6, atol=0.5)
+
+
+@pytest.mark.parametrize("detected, want", [("none", "fp32"), ("native", "bf16")])
+def test_show_keeps_auto_and_says_what_a_run_here_would_pick(monkeypatch, detected, want):
+    monkeypatch.setenv(precision.OVERRIDE_ENV, detected)
+    result = CliRunner().invoke(cli.main, ["show", str(RL_CPU)])
+    assert result.exit_code == 0, result.output
+    assert "\nprecision: auto\n" in result.output
+    assert f"# on this machine: precision auto -> {want}: this CPU has" in result.output
