@@ -25,16 +25,17 @@ from toolkit.recipe_files import RecipeError, apply_overrides, get_path, load_ya
 
 
 class Section(BaseModel):
-    """Base of recipe sections: unknown keys are errors."""
+    """Base of recipe sections: unknown keys are errors, and so are NaN and infinities (no
+    recipe value means them; YAML's ``.nan`` / ``.inf`` are refused where a number goes)."""
 
-    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, allow_inf_nan=False)
 
 
 class Component(BaseModel):
     """``{name: registered_name, **arguments}``; the arguments are checked against the
     component's constructor when the objective is built (see ``toolkit.objective``)."""
 
-    model_config = ConfigDict(extra="allow")
+    model_config = ConfigDict(extra="allow", allow_inf_nan=False)
     name: str
 
     @property
@@ -315,6 +316,40 @@ def flatten(value: Any, prefix: str = "") -> dict[str, Any]:
     return out
 
 
+def _related(a: str, b: str) -> bool:
+    """Whether one YAML path is the other or lies under it."""
+    return a == b or a.startswith(b + ".") or b.startswith(a + ".")
+
+
+def _objective_alone(raw: Any, bad: list[str]) -> ObjectiveSection | None:
+    """The ``objective`` section validated on its own when the common sections have problems, so
+    that its component checks (loss, regularizer and selector arguments) are reported with the
+    schema's problems in one pass. The keys the schema rejected are left out (their defaults
+    stand in, and what the component checks say about those paths is dropped); None when the
+    loss itself cannot be read."""
+    if not isinstance(raw, dict):
+        return None
+    data = copy.deepcopy(raw)
+    for path in bad:
+        if not _related(path, "objective"):
+            continue
+        parts = path.split(".")[1:]
+        if not parts or parts[0] == "loss" and len(parts) <= 2:
+            return None  # no loss, or no loss name: nothing to check the arguments against
+        node: Any = data
+        for part in parts[:-1]:
+            node = node.get(part) if isinstance(node, dict) else (
+                node[int(part)] if isinstance(node, list) and part.isdigit() and int(part) < len(node) else None)
+        if isinstance(node, dict):
+            node.pop(parts[-1], None)
+        elif isinstance(node, list):
+            return None  # an item of a list is itself wrong: the indices would shift
+    try:
+        return ObjectiveSection.model_validate(data)
+    except ValidationError:
+        return None
+
+
 def validate(data: dict[str, Any], domain_sections: Mapping[str, type[BaseModel]],
              check_objective: Any = None, source: str = "recipe",
              overrides: list[str] | None = None, domain_check: Any = None) -> Recipe:
@@ -329,10 +364,14 @@ def validate(data: dict[str, Any], domain_sections: Mapping[str, type[BaseModel]
     problems: list[tuple[str, str]] = []
     common_part = {k: v for k, v in data.items() if k not in domain_sections}
     common: Common | None = None
+    objective: ObjectiveSection | None = None
     try:
         common = Common.model_validate(common_part)
+        objective = common.objective
     except ValidationError as exc:
-        problems += unknown_key_hint(pydantic_problems(exc), section_models())
+        found = unknown_key_hint(pydantic_problems(exc), section_models())
+        problems += found
+        objective = _objective_alone(common_part.get("objective"), [p for p, _ in found])
     sections: dict[str, BaseModel] = {}
     for key, model in domain_sections.items():
         raw = data.get(key)
@@ -346,11 +385,12 @@ def validate(data: dict[str, Any], domain_sections: Mapping[str, type[BaseModel]
         except ValidationError as exc:
             problems += unknown_key_hint(pydantic_problems(exc, key), {key: model})
     built: dict[str, Any] = {}
-    if common is not None and common.objective is not None and check_objective is not None:
-        objective, found = check_objective(common.objective, "objective")
-        problems += found
-        if objective is not None:
-            built["objective"] = objective
+    if objective is not None and check_objective is not None:
+        schema_paths = [p for p, _ in problems]
+        obj, found = check_objective(objective, "objective")
+        problems += [(p, m) for p, m in found if not any(_related(p, q) for q in schema_paths)]
+        if obj is not None and common is not None:
+            built["objective"] = obj
     if domain_check is not None:
         problems += [p for p in domain_check(data, sections) if p not in problems]
     if problems:
