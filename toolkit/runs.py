@@ -56,7 +56,8 @@ def execute(recipe: rc.Recipe, lookup: DomainLookup, *, resume: str | None = Non
 
     ``resume`` is a run id (its newest readable checkpoint under ``./checkpoints/<run id>/``)
     or a checkpoint path; the run continues in the same mlflow run. ``extend`` lets a resume
-    change the budget. The tracking store is checked first (one line, within seconds).
+    change the budget. The tracking store is checked first (one line, within seconds), then
+    the data (``Domain.check_data``): neither problem leaves a run in the store.
     ``on_metrics(metrics, step)`` sees every batch of metrics the run logs (``ctk tune``
     reports the periodic evaluation to Ray Tune through it).
     """
@@ -77,6 +78,9 @@ def execute(recipe: rc.Recipe, lookup: DomainLookup, *, resume: str | None = Non
                                   "continues it with --extend)")
     else:
         resume_path = None
+    missing = domain.check_data(recipe)  # before the store is written: no run for a run that cannot start
+    if missing:
+        raise rc.RecipeError(missing, recipe.source)
     obj = recipe.objective
     tags = {"ctk.domain": recipe.domain, "ctk.loss": obj.loss.name if obj else "domain-own",
             "ctk.selector": obj.selector.name if obj else "all",

@@ -1,0 +1,111 @@
+"""One validation, at load, complete (issue 30, item 2): what ``ctk run`` can check without data is
+checked by ``ctk show`` too, every problem of a recipe is listed in one pass with its path, and a
+run whose data cannot be read is refused before anything is written to the store."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+import cli
+
+RECIPES = Path(__file__).resolve().parents[2] / "recipes"
+CARTPOLE = str(RECIPES / "rl" / "cartpole_swingup.yaml")
+QUICKSTART = str(RECIPES / "vision" / "quickstart.yaml")
+TEXT = str(RECIPES / "text" / "cpu" / "qt_austen.yaml")
+
+
+def _problems(output: str) -> dict[str, str]:
+    """``{path: message}`` of the problem lines of a RecipeError as the CLI prints it."""
+    lines = [ln.strip() for ln in output.splitlines()[1:] if ln.startswith("  ") and ": " in ln]
+    return dict(ln.split(": ", 1) for ln in lines)
+
+
+def _invoke(*args: str):
+    result = CliRunner().invoke(cli.main, list(args))
+    assert "Traceback" not in result.output
+    return result
+
+
+def _nothing_written(folder: Path) -> None:
+    assert not (folder / "mlflow.db").exists()
+    assert not (folder / "mlartifacts").exists()
+    assert not (folder / "checkpoints").exists()
+
+
+@pytest.mark.parametrize("task,expect", [
+    ("cartpole-nope", "balance, balance_sparse, swingup"),   # the domain's own tasks
+    ("nodomain-swingup", "acrobot, ball_in_cup, cartpole"),  # the suite's domains
+])
+def test_show_and_run_refuse_an_unknown_dmcontrol_task(workdir, task, expect):
+    for command in ("show", "run"):
+        result = _invoke(command, CARTPOLE, "--set", f"data.task={task}")
+        assert result.exit_code == 2, result.output
+        problems = _problems(result.output)
+        assert list(problems) == ["data.task"], result.output
+        assert repr(task) in problems["data.task"] and expect in problems["data.task"]
+    _nothing_written(workdir)
+
+
+def test_a_task_of_the_suite_outside_curls_six_is_accepted():
+    assert _invoke("show", CARTPOLE, "--set", "data.task=point_mass-easy").exit_code == 0
+
+
+def test_schema_and_objective_problems_are_listed_together():
+    result = _invoke("show", QUICKSTART, "--set", "objective.loss.temperature=-1",
+                     "--set", "budget.batch_size=0", "--set", "optimizer.lr=-3")
+    assert result.exit_code == 2
+    problems = _problems(result.output)
+    assert set(problems) == {"objective.loss.temperature", "budget.batch_size", "optimizer.lr"}, result.output
+    assert "> 0" in problems["objective.loss.temperature"] and "-1" in problems["objective.loss.temperature"]
+    assert "3 problems" in result.output.splitlines()[0]
+
+
+def test_objective_schema_problems_do_not_hide_its_component_checks():
+    """views and negatives fail the schema; the loss's own arguments are still checked, and
+    the checks that depend on the rejected keys are not reported twice."""
+    result = _invoke("show", QUICKSTART, "--set", "objective.views=0", "--set", "objective.negatives.source=bank",
+                     "--set", "objective.loss.temperature=-1", "--set", "objective.loss.tau=1")
+    assert result.exit_code == 2
+    assert set(_problems(result.output)) == {"objective.views", "objective.negatives.source",
+                                             "objective.loss.temperature", "objective.loss.tau"}, result.output
+
+
+def test_every_bad_argument_of_a_loss_is_listed():
+    result = _invoke("show", str(RECIPES / "vision" / "cacr_cpu.yaml"), "--set", "objective.loss.t_pos=-1",
+                     "--set", "objective.loss.t_neg=-2")
+    assert result.exit_code == 2
+    problems = _problems(result.output)
+    assert set(problems) == {"objective.loss.t_pos", "objective.loss.t_neg"}, result.output
+    assert "-2" in problems["objective.loss.t_neg"]
+
+
+@pytest.mark.parametrize("key,value", [("budget.epochs", ".inf"), ("optimizer.betas", "[.nan, 0.9]"),
+                                       ("objective.regularizers", "[{name: distance_polarization, weight: .inf}]"),
+                                       ("evaluation.knn.temperature", "-.inf")])
+def test_nan_and_infinity_are_refused(key, value):
+    result = _invoke("show", QUICKSTART, "--set", f"{key}={value}")
+    assert result.exit_code == 2
+    assert any(path.startswith(key) for path in _problems(result.output)), result.output
+
+
+def test_run_refuses_a_dataset_that_is_not_there_before_the_store(workdir):
+    empty = workdir / "no-data"
+    empty.mkdir()
+    result = _invoke("run", QUICKSTART, "--set", "data.dataset=cifar10", "--set", f"data.root={empty}",
+                     "--set", "data.augment.preset=grey")
+    assert result.exit_code == 2, result.output
+    problems = _problems(result.output)
+    assert list(problems) == ["data.dataset"], result.output
+    assert "'cifar10'" in problems["data.dataset"] and "cifar-10-batches-py" in problems["data.dataset"]
+    _nothing_written(workdir)
+    assert _invoke("show", QUICKSTART, "--set", "data.dataset=cifar10").exit_code == 0  # the recipe is fine
+
+
+def test_run_refuses_text_files_that_are_not_there_before_the_store(workdir):
+    result = _invoke("run", TEXT, "--set", f"evaluation.senteval_path={workdir / 'nope'}",
+                     "--set", f"data.tokenizer.path={workdir / 'tok.json'}")
+    assert result.exit_code == 2, result.output
+    assert set(_problems(result.output)) == {"evaluation.senteval_path", "data.tokenizer.path"}, result.output
+    _nothing_written(workdir)
