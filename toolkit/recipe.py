@@ -19,7 +19,7 @@ import copy
 from dataclasses import dataclass, field
 from typing import Any, Literal, Mapping
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from toolkit.recipe_files import RecipeError, apply_overrides, get_path, load_yaml  # noqa: F401 - re-exported
 
@@ -144,6 +144,15 @@ class Tracking(Section):
     run_name: str | None = None
     log_model: bool = True
     tags: dict[str, str] = Field(default_factory=dict)
+
+    @field_validator("uri")
+    @classmethod
+    def _uri_form(cls, uri: str | None) -> str | None:
+        from toolkit.tracking_health import uri_form_problem
+        problem = uri_form_problem(uri) if uri is not None else None
+        if problem:
+            raise ValueError(problem)
+        return uri
 
 
 class Paper(Section):
@@ -316,6 +325,29 @@ def flatten(value: Any, prefix: str = "") -> dict[str, Any]:
     return out
 
 
+def near_misses(problems: list[tuple[str, str]], data: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """For each required key reported missing, the keys beside it that look like a misspelling
+    of it and are not reported yet (a component's mapping accepts any key as an argument, so
+    ``{nme: nt_xent}`` would otherwise only say that ``name`` is missing)."""
+    import difflib
+
+    reported = {p for p, _ in problems}
+    out: list[tuple[str, str]] = []
+    for path, message in problems:
+        if message != "required key is missing":
+            continue
+        parent, _, key = path.rpartition(".")
+        node = get_path(data, parent) if parent else data
+        if not isinstance(node, dict):
+            continue
+        for near in difflib.get_close_matches(key, [str(k) for k in node if str(k) != key], n=3, cutoff=0.6):
+            where = f"{parent}.{near}" if parent else near
+            if where not in reported:
+                reported.add(where)
+                out.append((where, f"unknown key; did you mean {key!r}?"))
+    return out
+
+
 def _related(a: str, b: str) -> bool:
     """Whether one YAML path is the other or lies under it."""
     return a == b or a.startswith(b + ".") or b.startswith(a + ".")
@@ -394,7 +426,7 @@ def validate(data: dict[str, Any], domain_sections: Mapping[str, type[BaseModel]
     if domain_check is not None:
         problems += [p for p in domain_check(data, sections) if p not in problems]
     if problems:
-        raise RecipeError(problems, source)
+        raise RecipeError(problems + near_misses(problems, data), source)
     assert common is not None
     resolved = to_plain(common)
     for key, model in sections.items():
