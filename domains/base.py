@@ -82,6 +82,9 @@ class Domain:
 
     name: ClassVar[str] = ""
     description: ClassVar[str] = ""
+    # defaults of the common sections that differ for this domain (rl: a constant schedule),
+    # filled in where the recipe does not write the key, so the resolved recipe says what runs
+    recipe_defaults: ClassVar[dict[str, Any]] = {}
     DataConfig: ClassVar[type[Section]] = EmptySection
     EncoderConfig: ClassVar[type[Section]] = EmptySection
     EvaluationConfig: ClassVar[type[Section]] = EmptySection

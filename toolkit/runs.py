@@ -5,6 +5,7 @@ stays free of any domain.
 """
 from __future__ import annotations
 
+import copy
 import itertools
 import re
 import sys
@@ -30,16 +31,29 @@ def load_recipe(path: str | Path, overrides: list[str] | None, lookup: DomainLoo
     raw = rc.load_yaml(path) if data is None else data
     raw = rc.apply_overrides(raw, list(overrides or []), source)
     name = raw.get("domain")
-    if name is None:
-        raise rc.RecipeError([("domain", "required key is missing")], source)
+    if name is None:  # nothing else can be checked without it; a misspelt key is named too
+        missing = [("domain", "required key is missing")]
+        raise rc.RecipeError(missing + rc.near_misses(missing, raw), source)
     if not isinstance(name, str):
         raise rc.RecipeError([("domain", f"expected a domain name, got {name!r}")], source)
     try:
         domain_cls = lookup(name)
     except Exception as exc:  # noqa: BLE001 - unknown or broken domain: report at 'domain'
         raise rc.RecipeError([("domain", str(exc))], source) from None
+    raw = _with_defaults(raw, getattr(domain_cls, "recipe_defaults", {}))
     return rc.validate(raw, domain_cls.sections(), objective_mod.check, source, overrides,
                        domain_check=domain_cls.check)
+
+
+def _with_defaults(raw: dict[str, Any], defaults: dict[str, Any]) -> dict[str, Any]:
+    """``raw`` with the domain's defaults of keys it does not write (mappings merged)."""
+    out = dict(raw)
+    for key, value in defaults.items():
+        if key not in out:
+            out[key] = copy.deepcopy(value)
+        elif isinstance(value, dict) and isinstance(out[key], dict):
+            out[key] = _with_defaults(out[key], value)
+    return out
 
 
 class RunFinished(ValueError):

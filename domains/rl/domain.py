@@ -91,6 +91,7 @@ class RLDomain(Domain):
     EncoderConfig = EncoderConfig
     EvaluationConfig = EvaluationConfig
     ExtraSections = {"agent": AgentConfig}
+    recipe_defaults = {"schedule": {"name": "constant"}}  # CURL keeps its learning rates
     single_process_only = ("rl runs in one process: more would train independent copies of the agent; "
                            "run several seeds with ctk sweep instead")
 
