@@ -109,3 +109,71 @@ def test_run_refuses_text_files_that_are_not_there_before_the_store(workdir):
     assert result.exit_code == 2, result.output
     assert set(_problems(result.output)) == {"evaluation.senteval_path", "data.tokenizer.path"}, result.output
     _nothing_written(workdir)
+
+
+LMCL = str(RECIPES / "toy" / "lmcl_three_bars_cl.yaml")
+
+
+@pytest.mark.parametrize("sets,path,expect", [
+    (["data.lmcl_clusters.params.bogus=1"], "data.lmcl_clusters.params.bogus", "length, gap, width, offset"),
+    (["data.lmcl_clusters.params.gap=-1"], "data.lmcl_clusters.params.gap", "> 0"),
+    (["data.dataset=sector_blobs", "data.lmcl_clusters.params.classes=1.5"], "data.lmcl_clusters.params.classes",
+     "integer >= 2"),
+    (["budget.batch_size=601"], "budget.batch_size", "600 training points"),
+    (["tracking.uri=mlflow.db"], "tracking.uri", "sqlite:///PATH"),
+])
+def test_what_failed_only_once_the_run_had_started_is_refused_at_load(sets, path, expect):
+    """The cluster generator's parameters (unknown ones were a TypeError after the run was
+    created, an integer one arrived as a float), the batch against the cluster set's size and
+    the tracking URI's form are checked by ``ctk show``."""
+    result = _invoke("show", LMCL, *sum((["--set", s] for s in sets), []))
+    assert result.exit_code == 2, result.output
+    problems = _problems(result.output)
+    assert list(problems) == [path] and expect in problems[path], result.output
+
+
+def test_an_integer_cluster_parameter_stays_an_integer():
+    result = _invoke("show", LMCL, "--set", "data.dataset=sector_blobs", "--set", "data.lmcl_clusters.params.classes=4")
+    assert result.exit_code == 0, result.output
+    assert "      classes: 4\n" in result.output
+
+
+def test_a_misspelt_required_key_is_named_with_what_it_should_be(workdir):
+    path = workdir / "r.yaml"
+    path.write_text(Path(LMCL).read_text().replace("domain: toy", "dmain: toy"))
+    problems = _problems(_invoke("show", str(path)).output)
+    assert problems == {"domain": "required key is missing", "dmain": "unknown key; did you mean 'domain'?"}
+    path.write_text(Path(LMCL).read_text().replace("{name: nt_xent", "{nme: nt_xent"))
+    problems = _problems(_invoke("show", str(path)).output)
+    assert problems["objective.loss.nme"] == "unknown key; did you mean 'name'?", problems
+
+
+def test_the_resolved_rl_recipe_is_a_valid_recipe(workdir):
+    """rl trains with a constant learning rate: its resolved recipe says so (it said 'cosine',
+    the toolkit's default, which the rl checks refuse, so ``ctk show``'s output did not load)."""
+    result = _invoke("show", CARTPOLE)
+    shown = result.output.split("\n", 1)[1]
+    assert "schedule:\n  name: constant\n" in shown
+    path = workdir / "resolved.yaml"
+    path.write_text(shown)
+    assert _invoke("show", str(path)).exit_code == 0
+
+
+@pytest.mark.parametrize("content,expect", [
+    (b"domain: toy\nname: caf\xe9\n", "not UTF-8 text: byte 0xe9 at line 2"),
+    (b"domain: toy\nseed: 1\nseed: 2\n", "written twice in one mapping (lines 2 and 3)"),
+    (b"domain: toy\nname: a\x05b\n", "unacceptable character #x0005"),
+    (b"domain: toy\ndescription: " + b"[" * 5000 + b"]" * 5000 + b"\n", "brackets nested more than 64"),
+    (b"domain: toy\ndescription: &a [&b [x, x, x, x, x, x, x, x, x, x], [*b, *b, *b, *b, *b, *b, *b, *b, *b, *b],"
+     b" &c [*b, *b, *b, *b, *b, *b, *b, *b, *b, *b], [*c, *c, *c, *c, *c, *c, *c, *c, *c, *c]]\n"
+     b"name: [*a, *a, *a, *a, *a, *a, *a, *a, *a, *a, *a, *a, *a, *a, *a, *a, *a, *a, *a, *a, *a, *a, *a, *a]\n",
+     "more than 10000 values once YAML aliases are expanded"),
+])
+def test_hostile_files_are_one_clear_problem(workdir, content, expect):
+    """What the generated hostile recipes found (tests/pipeline/test_hostile_recipes.py): a
+    traceback (non-UTF-8 bytes, control characters, deep brackets), a silent override
+    (duplicated keys) and a validation that ran for hours (an alias bomb)."""
+    path = workdir / "r.yaml"
+    path.write_bytes(content)
+    result = _invoke("show", str(path))
+    assert result.exit_code == 2 and expect in result.output, result.output

@@ -7,7 +7,9 @@ alembic ("Online migration expected to match one row", UNIQUE constraint on expe
 
 The default tests fork 8 processes from the test (mlflow already imported, so they start in
 milliseconds) that open the store together behind a barrier, so the race is the same every
-time; the slow test runs 8 real ``ctk run`` of the toy recipe.
+time; the slow test runs 8 real ``ctk run`` of the toy recipe. Eight processes creating one new
+experiment of an existing store: tests/pipeline/test_survival.py
+(test_eight_processes_create_one_experiment_at_once).
 """
 from __future__ import annotations
 
@@ -66,22 +68,6 @@ def test_processes_starting_together_on_a_fresh_store(ctk):
     uri = f"sqlite:///{db}"
     errors = _race(ctk.folder, uri, "race")
     _check(errors, MlflowClient(uri), "race")
-
-
-def test_processes_starting_together_on_a_new_experiment_of_an_existing_store(ctk):
-    uri = f"sqlite:///{ctk.folder / 'mlflow.db'}"
-    setup = multiprocessing.get_context("fork").Process(target=_existing_store, args=(uri,))
-    setup.start()
-    setup.join(60)
-    assert setup.exitcode == 0 and (ctk.folder / "mlflow.db").is_file()
-    errors = _race(ctk.folder, uri, "fresh")
-    _check(errors, MlflowClient(uri), "fresh")
-
-
-def _existing_store(uri: str) -> None:
-    """A migrated store with another experiment, made in a child so that this process's mlflow
-    has no cached connection to it when it forks the runs."""
-    MlflowClient(uri).create_experiment("earlier")
 
 
 @pytest.mark.slow
