@@ -103,6 +103,17 @@ def test_run_refuses_a_dataset_that_is_not_there_before_the_store(workdir):
     assert _invoke("show", QUICKSTART, "--set", "data.dataset=cifar10").exit_code == 0  # the recipe is fine
 
 
+def test_a_sweep_refuses_missing_data_before_its_parent_run(workdir):
+    empty = workdir / "no-data"
+    empty.mkdir()
+    result = _invoke("sweep", QUICKSTART, "--grid", "seed=0,1", "--set", "data.dataset=cifar10",
+                     "--set", f"data.root={empty}", "--quiet")
+    assert result.exit_code == 2, result.output
+    assert "nothing was run" in result.output and "data.dataset: dataset 'cifar10'" in result.output
+    assert result.output.count("cifar-10-batches-py") == 2  # one problem (two mentions), not one per point
+    _nothing_written(workdir)
+
+
 def test_run_refuses_text_files_that_are_not_there_before_the_store(workdir):
     result = _invoke("run", TEXT, "--set", f"evaluation.senteval_path={workdir / 'nope'}",
                      "--set", f"data.tokenizer.path={workdir / 'tok.json'}")
