@@ -82,6 +82,9 @@ class Domain:
 
     name: ClassVar[str] = ""
     description: ClassVar[str] = ""
+    # defaults of the common sections that differ for this domain (rl: a constant schedule),
+    # filled in where the recipe does not write the key, so the resolved recipe says what runs
+    recipe_defaults: ClassVar[dict[str, Any]] = {}
     DataConfig: ClassVar[type[Section]] = EmptySection
     EncoderConfig: ClassVar[type[Section]] = EmptySection
     EvaluationConfig: ClassVar[type[Section]] = EmptySection
@@ -111,6 +114,13 @@ class Domain:
         section models that validated. The default asks for what the shared pretrainer needs:
         an objective and a budget."""
         return [(key, "required key is missing") for key in ("objective", "budget") if raw.get(key) is None]
+
+    def check_data(self, recipe: rc.Recipe) -> list[tuple[str, str]]:
+        """What keeps this run from reading its data (or files the recipe names), as ``(yaml
+        path, message)``. ``ctk run`` calls it after validation and before anything is written
+        to the tracking store, so a run that cannot start leaves no run behind; datasets the
+        data provider can fetch are fetched here. The default finds nothing to check."""
+        return []
 
     def trainer(self, recipe: rc.Recipe, tracker: Any, options: "RunOptions | None" = None) -> "Trainer":
         """The trainer of a run; by default the toolkit's pretrainer with this domain's data,

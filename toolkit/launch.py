@@ -260,6 +260,20 @@ def point_env(uri: str, cpus: float) -> dict[str, str]:
     return env
 
 
+def data_problems(points: list[Any], lookup: Callable[[str], Any]) -> list[str]:
+    """``Domain.check_data`` of every point (each problem once, with the first point it
+    concerns), as ``ctk run`` checks it before creating its run."""
+    seen: set[tuple[str, str]] = set()
+    out = []
+    for p in points:
+        recipe = p.recipe
+        for path, message in lookup(recipe.domain)(recipe).check_data(recipe):
+            if (path, message) not in seen:
+                seen.add((path, message))
+                out.append(f"  {p.label}: {path}: {message}")
+    return out
+
+
 def run_sweep(points: list[Any], lookup: Callable[[str], Any], *, experiment: str, parent_name: str,
               grid: dict[str, Any], jobs: int = 1, address: str | None = None, retry_failed: bool = False,
               cpus: float | None = None, gpus: float | None = None, progress: bool = True,
@@ -274,6 +288,9 @@ def run_sweep(points: list[Any], lookup: Callable[[str], Any], *, experiment: st
             echo(f"note: {p.label} is the same recipe as {unique[p.key].label}; it runs once")
         unique.setdefault(p.key, p)
     points = list(unique.values())
+    missing = data_problems(points, lookup)
+    if missing:  # before the parent run exists: a sweep that cannot read its data leaves nothing
+        raise LaunchError("the data of the sweep cannot be read (nothing was run):\n" + "\n".join(missing))
     uri = tracking_uri(points[0].recipe.tracking.uri)
     client = client_for(uri)
     existing = find_point_runs(client, experiment)

@@ -19,6 +19,7 @@ import torch
 from torch import Tensor, nn
 
 from toolkit import recipe as rc
+from toolkit.checks import ArgumentError
 from toolkit.losses.base import ContrastiveBatch, ContrastiveLoss, LossOutput
 from toolkit.losses.modules import LOSSES
 from toolkit.regularizers import REGULARIZERS
@@ -114,17 +115,33 @@ class Objective(nn.Module):
 
 def _instantiate(cls: Any, args: dict[str, Any], path: str, what: str) -> tuple[Any, list[tuple[str, str]]]:
     """Construct ``cls(**args)``; unknown arguments and bad values become problems at the path
-    of the offending argument (``checks.ArgumentError`` carries its name)."""
+    of the offending argument (``checks.ArgumentError`` carries its name). Every bad argument is
+    reported, not only the first the constructor meets: when construction fails, each known
+    argument is tried alone (the others at their defaults)."""
     accepted = constructor_args(cls)
-    unknown = [a for a in args if a not in accepted]
-    if unknown:
-        listing = ", ".join(accepted) or "none"
-        return None, [(f"{path}.{a}", f"unknown argument of {what}; expected one of: {listing}")
-                      for a in unknown]
+    listing = ", ".join(accepted) or "none"
+    problems = [(f"{path}.{a}", f"unknown argument of {what}; expected one of: {listing}")
+                for a in args if a not in accepted]
+    known = {a: v for a, v in args.items() if a in accepted}
     try:
-        return cls(**args), []
+        built = cls(**known)
     except (ValueError, TypeError) as exc:
-        return None, [(_argument_path(exc, path, args), str(exc).strip("'\""))]
+        alone = []
+        for a, v in known.items():
+            try:
+                cls(**{a: v})
+            except ArgumentError as single:
+                if single.arg == a:
+                    alone.append((f"{path}.{a}", _message(single)))
+            except (ValueError, TypeError):
+                pass  # not this argument alone (a required one is missing, or a rule between two)
+        return None, problems + (alone or [(_argument_path(exc, path, known), _message(exc))])
+    return (None, problems) if problems else (built, [])
+
+
+def _message(exc: Exception) -> str:
+    """The error's text (a KeyError's without the quotes its str() adds)."""
+    return str(exc.args[0]) if isinstance(exc, KeyError) and exc.args else str(exc)
 
 
 def _argument_path(exc: Exception, path: str, args: dict[str, Any]) -> str:
@@ -167,7 +184,7 @@ def _build_selector(sel: rc.SelectorSection, path: str) -> tuple[Any, list[tuple
             where = f"{path}.selector.schedule.{arg}"
         else:
             where = f"{path}.selector.{arg}" if arg in sel.args else f"{path}.selector"
-        return None, [(where, str(exc).strip("'\""))]
+        return None, [(where, _message(exc))]
 
 
 def _build(obj: rc.ObjectiveSection, path: str) -> tuple[Objective | None, list[tuple[str, str]]]:

@@ -19,22 +19,23 @@ import copy
 from dataclasses import dataclass, field
 from typing import Any, Literal, Mapping
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from toolkit.recipe_files import RecipeError, apply_overrides, get_path, load_yaml  # noqa: F401 - re-exported
 
 
 class Section(BaseModel):
-    """Base of recipe sections: unknown keys are errors."""
+    """Base of recipe sections: unknown keys are errors, and so are NaN and infinities (no
+    recipe value means them; YAML's ``.nan`` / ``.inf`` are refused where a number goes)."""
 
-    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, allow_inf_nan=False)
 
 
 class Component(BaseModel):
     """``{name: registered_name, **arguments}``; the arguments are checked against the
     component's constructor when the objective is built (see ``toolkit.objective``)."""
 
-    model_config = ConfigDict(extra="allow")
+    model_config = ConfigDict(extra="allow", allow_inf_nan=False)
     name: str
 
     @property
@@ -147,6 +148,15 @@ class Tracking(Section):
     run_name: str | None = None
     log_model: bool = True
     tags: dict[str, str] = Field(default_factory=dict)
+
+    @field_validator("uri")
+    @classmethod
+    def _uri_form(cls, uri: str | None) -> str | None:
+        from toolkit.tracking_health import uri_form_problem
+        problem = uri_form_problem(uri) if uri is not None else None
+        if problem:
+            raise ValueError(problem)
+        return uri
 
 
 class Paper(Section):
@@ -319,6 +329,63 @@ def flatten(value: Any, prefix: str = "") -> dict[str, Any]:
     return out
 
 
+def near_misses(problems: list[tuple[str, str]], data: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """For each required key reported missing, the keys beside it that look like a misspelling
+    of it and are not reported yet (a component's mapping accepts any key as an argument, so
+    ``{nme: nt_xent}`` would otherwise only say that ``name`` is missing)."""
+    import difflib
+
+    reported = {p for p, _ in problems}
+    out: list[tuple[str, str]] = []
+    for path, message in problems:
+        if message != "required key is missing":
+            continue
+        parent, _, key = path.rpartition(".")
+        node = get_path(data, parent) if parent else data
+        if not isinstance(node, dict):
+            continue
+        for near in difflib.get_close_matches(key, [str(k) for k in node if str(k) != key], n=3, cutoff=0.6):
+            where = f"{parent}.{near}" if parent else near
+            if where not in reported:
+                reported.add(where)
+                out.append((where, f"unknown key; did you mean {key!r}?"))
+    return out
+
+
+def _related(a: str, b: str) -> bool:
+    """Whether one YAML path is the other or lies under it."""
+    return a == b or a.startswith(b + ".") or b.startswith(a + ".")
+
+
+def _objective_alone(raw: Any, bad: list[str]) -> ObjectiveSection | None:
+    """The ``objective`` section validated on its own when the common sections have problems, so
+    that its component checks (loss, regularizer and selector arguments) are reported with the
+    schema's problems in one pass. The keys the schema rejected are left out (their defaults
+    stand in, and what the component checks say about those paths is dropped); None when the
+    loss itself cannot be read."""
+    if not isinstance(raw, dict):
+        return None
+    data = copy.deepcopy(raw)
+    for path in bad:
+        if not _related(path, "objective"):
+            continue
+        parts = path.split(".")[1:]
+        if not parts or parts[0] == "loss" and len(parts) <= 2:
+            return None  # no loss, or no loss name: nothing to check the arguments against
+        node: Any = data
+        for part in parts[:-1]:
+            node = node.get(part) if isinstance(node, dict) else (
+                node[int(part)] if isinstance(node, list) and part.isdigit() and int(part) < len(node) else None)
+        if isinstance(node, dict):
+            node.pop(parts[-1], None)
+        elif isinstance(node, list):
+            return None  # an item of a list is itself wrong: the indices would shift
+    try:
+        return ObjectiveSection.model_validate(data)
+    except ValidationError:
+        return None
+
+
 def validate(data: dict[str, Any], domain_sections: Mapping[str, type[BaseModel]],
              check_objective: Any = None, source: str = "recipe",
              overrides: list[str] | None = None, domain_check: Any = None) -> Recipe:
@@ -333,10 +400,14 @@ def validate(data: dict[str, Any], domain_sections: Mapping[str, type[BaseModel]
     problems: list[tuple[str, str]] = []
     common_part = {k: v for k, v in data.items() if k not in domain_sections}
     common: Common | None = None
+    objective: ObjectiveSection | None = None
     try:
         common = Common.model_validate(common_part)
+        objective = common.objective
     except ValidationError as exc:
-        problems += unknown_key_hint(pydantic_problems(exc), section_models())
+        found = unknown_key_hint(pydantic_problems(exc), section_models())
+        problems += found
+        objective = _objective_alone(common_part.get("objective"), [p for p, _ in found])
     sections: dict[str, BaseModel] = {}
     for key, model in domain_sections.items():
         raw = data.get(key)
@@ -350,15 +421,16 @@ def validate(data: dict[str, Any], domain_sections: Mapping[str, type[BaseModel]
         except ValidationError as exc:
             problems += unknown_key_hint(pydantic_problems(exc, key), {key: model})
     built: dict[str, Any] = {}
-    if common is not None and common.objective is not None and check_objective is not None:
-        objective, found = check_objective(common.objective, "objective")
-        problems += found
-        if objective is not None:
-            built["objective"] = objective
+    if objective is not None and check_objective is not None:
+        schema_paths = [p for p, _ in problems]
+        obj, found = check_objective(objective, "objective")
+        problems += [(p, m) for p, m in found if not any(_related(p, q) for q in schema_paths)]
+        if obj is not None and common is not None:
+            built["objective"] = obj
     if domain_check is not None:
         problems += [p for p in domain_check(data, sections) if p not in problems]
     if problems:
-        raise RecipeError(problems, source)
+        raise RecipeError(problems + near_misses(problems, data), source)
     assert common is not None
     resolved = to_plain(common)
     for key, model in sections.items():

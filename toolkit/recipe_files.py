@@ -1,19 +1,21 @@
 """Reading recipe files and ``--set`` overrides, and the error every recipe problem becomes.
 
-A recipe is YAML read with ``yaml.safe_load`` (a ``!!python/...`` tag is refused: recipes name
-code only through registered names); overrides are ``a.b.c=value`` with the value parsed as
-YAML. Every problem is a :class:`RecipeError` carrying ``(yaml path, message)`` pairs, so all of
+A recipe is UTF-8 YAML read with ``yaml.SafeLoader`` (a ``!!python/...`` tag is refused: recipes
+name code only through registered names) and checked before it is built: no key twice in one
+mapping, at most MAX_DEPTH levels of nesting and MAX_VALUES values with aliases expanded;
+overrides are ``a.b.c=value`` with the value parsed the same way. Every problem is a :class:`RecipeError` carrying ``(yaml path, message)`` pairs, so all of
 them are reported at once. :mod:`toolkit.recipe` re-exports these names.
 """
 from __future__ import annotations
 
 import copy
+import re
 from pathlib import Path
 from typing import Any, Mapping
 
 import yaml
 
-__all__ = ["RecipeError", "load_yaml", "apply_overrides", "get_path"]
+__all__ = ["RecipeError", "load_yaml", "parse_yaml", "apply_overrides", "get_path", "MAX_DEPTH", "MAX_VALUES"]
 
 
 class RecipeError(Exception):
@@ -27,27 +29,117 @@ class RecipeError(Exception):
         super().__init__("\n".join(lines))
 
 
+MAX_DEPTH = 32          # nesting levels a recipe may have (the shipped ones use at most 5)
+MAX_VALUES = 10_000     # values once YAML aliases are expanded (the shipped ones hold < 300)
+MAX_BYTES = 1_000_000   # file size (the shipped recipes are 1-4 kB)
+
+
 def load_yaml(path: str | Path) -> dict[str, Any]:
     """Read a recipe file; unreadable or non-mapping files are RecipeErrors."""
     p = Path(path)
     try:
-        text = p.read_text(encoding="utf-8")
+        with open(p, "rb") as handle:
+            raw = handle.read(MAX_BYTES + 1)
     except OSError as exc:
         raise RecipeError([("", f"cannot read the file: {exc.strerror or exc}")], str(path)) from None
+    if len(raw) > MAX_BYTES:
+        raise RecipeError([("", f"larger than {MAX_BYTES // 1000} kB; a recipe is a few kB")], str(path))
     try:
-        data = yaml.safe_load(text)
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = raw[: exc.start].count(b"\n") + 1
+        raise RecipeError([("", f"not UTF-8 text: byte 0x{raw[exc.start]:02x} at line {line} (offset "
+                                f"{exc.start}); expected a recipe saved as UTF-8")], str(path)) from None
+    problems, data = parse_yaml(text)
+    if problems:
+        raise RecipeError(problems, str(path))
+    if not isinstance(data, dict):
+        raise RecipeError([("", f"expected a mapping of sections, got {type(data).__name__}")], str(path))
+    return data
+
+
+def parse_yaml(text: str) -> tuple[list[tuple[str, str]], Any]:
+    """``(problems, value)`` of a YAML document read safely (``yaml.SafeLoader``: no Python
+    tags) and checked before it is built: a key written twice in one mapping (YAML readers keep
+    the last one silently), nesting deeper than MAX_DEPTH, or more than MAX_VALUES values once
+    aliases are expanded (an alias "bomb" would otherwise take hours to validate)."""
+    line = _too_deep_brackets(text, 2 * MAX_DEPTH)
+    if line is not None:  # before the reader, whose scanner is quadratic in this depth
+        return [("", f"brackets nested more than {2 * MAX_DEPTH} levels deep at line {line}; a recipe "
+                     f"nests at most {MAX_DEPTH} levels")], None
+    loader = None
+    try:
+        loader = yaml.SafeLoader(text)  # refuses non-printable characters here already
+        node = loader.get_single_node()
+        if node is None:
+            return [], None
+        problems = _node_problems(node)
+        return (problems, None) if problems else ([], loader.construct_document(node))
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
         problem = str(getattr(exc, "problem", exc))
+        if isinstance(exc, yaml.reader.ReaderError):  # a control character, before any parsing
+            where = f" at line {text.count(chr(10), 0, exc.position) + 1}"
+            problem = f"unacceptable character #x{exc.character:04x} (control characters are not allowed)"
         if "python/" in problem:    # safe_load has no constructor for python tags: say why
             tag = problem.rsplit("tag:yaml.org,2002:", 1)[-1].rstrip("'")
             problem = (f"the tag !!{tag} is refused: a recipe is data and reaches code only "
                        "through registered names (ctk list losses|selectors|regularizers|domains)")
-        raise RecipeError([("", f"not valid YAML{where}: {problem}")], str(path)) from None
-    if not isinstance(data, dict):
-        raise RecipeError([("", f"expected a mapping of sections, got {type(data).__name__}")], str(path))
-    return data
+        return [("", f"not valid YAML{where}: {problem}")], None
+    except RecursionError:  # the YAML reader composes nested nodes recursively
+        return [("", f"nested too deeply to read; a recipe nests at most {MAX_DEPTH} levels")], None
+    finally:
+        if loader is not None:
+            loader.dispose()
+
+
+def _too_deep_brackets(text: str, limit: int) -> int | None:
+    """The line where ``[``/``{`` nest more than ``limit`` deep in ``text``, or None (brackets
+    in strings are counted too: this bounds the nesting, it does not parse)."""
+    depth = 0
+    for match in re.finditer(r"[\[\]{}]", text):
+        depth = depth + 1 if match.group() in "[{" else max(0, depth - 1)
+        if depth > limit:
+            return text.count("\n", 0, match.start()) + 1
+    return None
+
+
+def _node_problems(root: yaml.Node) -> list[tuple[str, str]]:
+    """Duplicated keys, too deep nesting and too many values of a composed YAML document, each
+    at its path (at most the first six components of it; found without recursion)."""
+    problems: list[tuple[str, str]] = []
+    count, deep = 0, False
+    stack: list[tuple[yaml.Node, list[str]]] = [(root, [])]
+    while stack:
+        node, path = stack.pop()
+        count += 1
+        if count > MAX_VALUES:
+            problems.append((".".join(path[:6]), f"more than {MAX_VALUES} values once YAML aliases are "
+                                                 "expanded (aliases repeated inside aliases?); a recipe "
+                                                 "holds a few hundred"))
+            break
+        if len(path) > MAX_DEPTH:
+            if not deep:
+                problems.append((".".join(path[:6]), f"nested more than {MAX_DEPTH} levels deep; a "
+                                                     "recipe nests a few"))
+                deep = True
+            continue
+        if isinstance(node, yaml.MappingNode):
+            seen: dict[Any, int] = {}
+            for key, value in node.value:
+                name = key.value if isinstance(key, yaml.ScalarNode) else None
+                if name is not None and key.tag != "tag:yaml.org,2002:merge":
+                    ident = (key.tag, name)
+                    if ident in seen:
+                        problems.append((".".join([*path, name]), f"written twice in one mapping (lines "
+                                         f"{seen[ident] + 1} and {key.start_mark.line + 1}); YAML would keep "
+                                         "the last silently: remove one"))
+                    seen.setdefault(ident, key.start_mark.line)
+                stack.append((value, [*path, str(name)]))
+        elif isinstance(node, yaml.SequenceNode):
+            stack.extend((item, [*path, str(i)]) for i, item in enumerate(node.value))
+    return problems
 
 
 def apply_overrides(data: dict[str, Any], overrides: list[str], source: str = "recipe") -> dict[str, Any]:
@@ -63,10 +155,13 @@ def apply_overrides(data: dict[str, Any], overrides: list[str], source: str = "r
             continue
         key, raw = item.split("=", 1)
         key = key.strip()
-        try:
-            value = yaml.safe_load(raw) if raw.strip() else ""
-        except yaml.YAMLError:
-            value = raw
+        found, value = parse_yaml(raw) if raw.strip() else ([], "")
+        if found:
+            if found[0][1].startswith("not valid YAML"):
+                value = raw  # not YAML: the text itself
+            else:
+                problems += [(key, f"the value {m}") for _, m in found]
+                continue
         parts = key.split(".")
         if not all(parts):
             problems.append((key, "empty component in the key path"))

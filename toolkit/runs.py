@@ -5,6 +5,7 @@ stays free of any domain.
 """
 from __future__ import annotations
 
+import copy
 import itertools
 import re
 import sys
@@ -31,14 +32,17 @@ def load_recipe(path: str | Path, overrides: list[str] | None, lookup: DomainLoo
     raw = rc.load_yaml(path) if data is None else data
     raw = rc.apply_overrides(raw, list(overrides or []), source)
     name = raw.get("domain")
-    if name is None:
-        raise rc.RecipeError([("domain", "required key is missing")], source)
+    if name is None:  # nothing else can be checked without it; a misspelt key is named too
+        missing = [("domain", "required key is missing")]
+        raise rc.RecipeError(missing + rc.near_misses(missing, raw), source)
     if not isinstance(name, str):
         raise rc.RecipeError([("domain", f"expected a domain name, got {name!r}")], source)
     try:
         domain_cls = lookup(name)
     except Exception as exc:  # noqa: BLE001 - unknown or broken domain: report at 'domain'
         raise rc.RecipeError([("domain", str(exc))], source) from None
+    raw = _with_defaults(raw, getattr(domain_cls, "recipe_defaults", {}))
+
     def domain_check(raw: dict[str, Any], sections: Any) -> list[tuple[str, str]]:
         return list(domain_cls.check(raw, sections)) + precision_problems(raw)
     return rc.validate(raw, domain_cls.sections(), objective_mod.check, source, overrides,
@@ -57,6 +61,17 @@ def precision_problems(raw: dict[str, Any]) -> list[tuple[str, str]]:
     return [("precision", f"{requested!r}: {why}")] if why else []
 
 
+def _with_defaults(raw: dict[str, Any], defaults: dict[str, Any]) -> dict[str, Any]:
+    """``raw`` with the domain's defaults of keys it does not write (mappings merged)."""
+    out = dict(raw)
+    for key, value in defaults.items():
+        if key not in out:
+            out[key] = copy.deepcopy(value)
+        elif isinstance(value, dict) and isinstance(out[key], dict):
+            out[key] = _with_defaults(out[key], value)
+    return out
+
+
 class RunFinished(ValueError):
     """``--resume`` of a run that already FINISHED (it is never modified)."""
 
@@ -71,7 +86,8 @@ def execute(recipe: rc.Recipe, lookup: DomainLookup, *, resume: str | None = Non
 
     ``resume`` is a run id (its newest readable checkpoint under ``./checkpoints/<run id>/``)
     or a checkpoint path; the run continues in the same mlflow run. ``extend`` lets a resume
-    change the budget. The tracking store is checked first (one line, within seconds).
+    change the budget. The tracking store is checked first (one line, within seconds), then
+    the data (``Domain.check_data``): neither problem leaves a run in the store.
     ``on_metrics(metrics, step)`` sees every batch of metrics the run logs (``ctk tune``
     reports the periodic evaluation to Ray Tune through it).
     """
@@ -95,6 +111,9 @@ def execute(recipe: rc.Recipe, lookup: DomainLookup, *, resume: str | None = Non
                                   "continues it with --extend)")
     else:
         resume_path = None
+    missing = domain.check_data(recipe)  # before the store is written: no run for a run that cannot start
+    if missing:
+        raise rc.RecipeError(missing, recipe.source)
     obj = recipe.objective
     tags = {"ctk.domain": recipe.domain, "ctk.loss": obj.loss.name if obj else "domain-own",
             "ctk.selector": obj.selector.name if obj else "all",

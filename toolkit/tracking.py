@@ -7,6 +7,7 @@ is marked FAILED with the error as a tag, never left RUNNING.
 """
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import subprocess
@@ -14,7 +15,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Iterator, Mapping
 
 os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
 os.environ.setdefault("DO_NOT_TRACK", "true")
@@ -51,14 +52,54 @@ def artifact_root(uri: str) -> str | None:
     return None
 
 
+def sqlite_path(uri: str) -> Path | None:
+    """The database file of a ``sqlite:///PATH`` URI, else None."""
+    if uri.startswith("sqlite:///"):
+        return Path(uri[len("sqlite:///"):].split("?", 1)[0]).resolve()
+    return None
+
+
+_SET_UP: set[str] = set()  # SQLite stores this process created or found migrated
+
+
+@contextlib.contextmanager
+def store_lock(uri: str) -> Iterator[None]:
+    """Exclusive across processes for a SQLite store: ``<database>.lock`` beside the file is held
+    for the block (nothing for other stores, whose servers serialise their own set-up, nor for
+    a folder this process cannot write, where no run can be written either)."""
+    from toolkit.locking import file_lock
+    path = sqlite_path(uri)
+    writable = path is not None and os.access(path.parent, os.W_OK)
+    with file_lock(path.with_name(path.name + ".lock")) if writable else contextlib.nullcontext():
+        yield
+
+
 def client_for(uri: str | None = None) -> MlflowClient:
-    return MlflowClient(tracking_uri=tracking_uri(uri))
+    """A client of the store at ``uri`` (see :func:`tracking_uri`).
+
+    mlflow creates a new SQLite store's tables (and migrates an old one) when the first client
+    of a process opens it; processes doing that at once break each other's migration (alembic
+    "expected to match one row", UNIQUE constraint on the default experiment). The first client
+    of each SQLite store in a process is therefore made under :func:`store_lock`, so one process
+    sets the schema up and the others find it done."""
+    uri = tracking_uri(uri)
+    if uri in _SET_UP:
+        return MlflowClient(tracking_uri=uri)
+    with store_lock(uri):
+        client = MlflowClient(tracking_uri=uri)  # mlflow builds (and caches) the store here
+    _SET_UP.add(uri)
+    return client
 
 
 def experiment_id(client: MlflowClient, name: str) -> str:
     """The id of experiment ``name``, created if missing. Safe when several processes create
-    it at once: the loser of the race reads the winner's (retried on SQLite's lock)."""
+    it at once: on SQLite the look-up and the creation run under :func:`store_lock`; elsewhere
+    the loser of the race reads the winner's (retried on transient store errors)."""
     from toolkit.tracking_health import retrying
+
+    exp = retrying(lambda: client.get_experiment_by_name(name), f"experiment {name!r}")
+    if exp is not None:
+        return exp.experiment_id
 
     def get_or_create() -> str:
         exp = client.get_experiment_by_name(name)
@@ -75,7 +116,9 @@ def experiment_id(client: MlflowClient, name: str) -> str:
             if exp is None:
                 raise
             return exp.experiment_id
-    return retrying(get_or_create, f"experiment {name!r}")
+
+    with store_lock(client.tracking_uri):
+        return retrying(get_or_create, f"experiment {name!r}")
 
 
 def git_commit(path: str | Path | None = None) -> str:
@@ -121,7 +164,7 @@ class Tracker:
         if not self.enabled:
             return self
         from toolkit.tracking_health import liveness_tags, mark_dead_runs, retrying
-        self.client = MlflowClient(tracking_uri=self.uri)
+        self.client = client_for(self.uri)
         tags = {**self.tags, **liveness_tags()}
         if self.run_id is None:
             eid = experiment_id(self.client, self.experiment)

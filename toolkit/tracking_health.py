@@ -39,12 +39,28 @@ class TrackingUnavailable(RuntimeError):
     """The tracking store cannot be used; the message is one line naming the URI."""
 
 
+_SCHEMES = ("sqlite", "http", "https", "postgresql", "mysql", "mssql", "file", "databricks")
+
+
+def uri_form_problem(uri: str) -> str | None:
+    """What is wrong with the form of a tracking URI (its scheme; ``sqlite:///PATH``), or None.
+    Recipes are checked with it when loaded; :func:`check_store` also checks that it answers."""
+    scheme = uri.split(":", 1)[0].lower() if ":" in uri else ""
+    if scheme == "sqlite" and not uri.startswith("sqlite:///"):
+        return f"tracking URI {uri!r}: expected sqlite:///PATH"
+    if scheme in _SCHEMES or scheme.startswith("postgresql+"):
+        return None
+    return (f"tracking URI {uri!r}: unknown scheme {scheme or '(none)'!r}; expected sqlite:///PATH, "
+            "http(s)://HOST:PORT or a database URI")
+
+
 def check_store(uri: str, timeout: float = 10.0) -> None:
     """Raise :class:`TrackingUnavailable` unless ``uri`` is usable (answers within ``timeout``)."""
-    scheme = uri.split(":", 1)[0].lower() if ":" in uri else ""
+    problem = uri_form_problem(uri)
+    if problem:
+        raise TrackingUnavailable(problem)
+    scheme = uri.split(":", 1)[0].lower()
     if scheme == "sqlite":
-        if not uri.startswith("sqlite:///"):
-            raise TrackingUnavailable(f"tracking URI {uri!r}: expected sqlite:///PATH")
         folder = Path(uri[len("sqlite:///"):]).resolve().parent
         if not folder.is_dir() or not os.access(folder, os.W_OK):
             raise TrackingUnavailable(f"tracking URI {uri!r}: folder {folder} does not exist or is not writable")
@@ -60,10 +76,6 @@ def check_store(uri: str, timeout: float = 10.0) -> None:
             raise TrackingUnavailable(f"tracking URI {uri!r} did not answer within {timeout:.0f} s "
                                       f"({reason}); start it (ctk server) or set MLFLOW_TRACKING_URI") from None
         return
-    if scheme in ("postgresql", "mysql", "mssql", "file", "databricks") or scheme.startswith("postgresql+"):
-        return
-    raise TrackingUnavailable(f"tracking URI {uri!r}: unknown scheme {scheme or '(none)'!r}; expected "
-                              "sqlite:///PATH, http(s)://HOST:PORT or a database URI")
 
 
 def retrying(call: Callable[[], T], what: str = "tracking call", attempts: int = 6,

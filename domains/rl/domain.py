@@ -15,6 +15,7 @@ import torch
 
 from domains.base import Domain
 from domains.rl.config import AgentConfig, DataConfig, EncoderConfig, EvaluationConfig
+from domains.rl.envs import task_problem
 from domains.rl.workspace import Settings, Workspace
 from toolkit import objective as objective_mod
 from toolkit import recipe as rc
@@ -53,6 +54,20 @@ def rl_problems(raw: Mapping[str, Any]) -> list[tuple[str, str]]:
     return problems
 
 
+def task_problems(raw: Mapping[str, Any], sections: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """``data.task`` against dm_control's suite (read as written when the data section has other
+    problems, so that they are all listed together)."""
+    data = sections.get("data")
+    task = data.task if data is not None else rc.get_path(raw, "data.task", "cartpole-swingup")
+    renderer = data.renderer if data is not None else rc.get_path(raw, "data.renderer", "auto")
+    if not isinstance(task, str) or "-" not in task or renderer not in ("auto", "egl", "osmesa"):
+        return []  # the schema reports these
+    problem = task_problem(task, renderer)
+    if problem is None:
+        return []
+    return [("data.renderer" if problem.startswith("cannot list") else "data.task", problem)]
+
+
 def settings_from_recipe(recipe: rc.Recipe) -> Settings:
     """The loop's settings from a validated rl recipe (a RecipeError lists what does not fit)."""
     problems = rl_problems(recipe.raw or recipe.resolved)
@@ -77,14 +92,16 @@ class RLDomain(Domain):
     EncoderConfig = EncoderConfig
     EvaluationConfig = EvaluationConfig
     ExtraSections = {"agent": AgentConfig}
+    recipe_defaults = {"schedule": {"name": "constant"}}  # CURL keeps its learning rates
     single_process_only = ("rl runs in one process: more would train independent copies of the agent; "
                            "run several seeds with ctk sweep instead")
 
     @classmethod
     def check(cls, raw: Mapping[str, Any], sections: Mapping[str, Any]) -> list[tuple[str, str]]:
         """rl needs a budget in environment steps, Adam, a constant schedule and in-batch
-        negatives; the objective is optional (without it the agent is plain pixel SAC)."""
-        return rl_problems(raw)
+        negatives; the objective is optional (without it the agent is plain pixel SAC). The task
+        must be one of dm_control's suite."""
+        return rl_problems(raw) + task_problems(raw, sections)
 
     def encoder_extras(self, encoder: torch.nn.Module) -> dict[str, Any]:
         """Whether the projection's columns are in channels-last order (see PixelEncoder)."""

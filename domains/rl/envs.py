@@ -38,7 +38,7 @@ try:  # torchvision may import triton; do it before any EGL context exists
 except ImportError:  # pragma: no cover - torchvision is a dependency, but RL does not need it
     pass
 
-__all__ = ["select_renderer", "DMCPixelEnv", "FrameStack", "make_env"]
+__all__ = ["select_renderer", "task_problem", "DMCPixelEnv", "FrameStack", "make_env"]
 
 _LIBRARIES = {"egl": ("EGL",), "osmesa": ("OSMesa",)}
 _INSTALL_HINT = ("install headless Mesa: apt-get install -y libegl1 libegl-mesa0 "
@@ -68,6 +68,29 @@ def select_renderer(preference: str = "auto") -> str:
     return chosen
 
 
+def task_problem(task: str, renderer: str = "auto") -> str | None:
+    """Why ``task`` (``domain-task``) is not a task of dm_control's suite (its own ``ALL_TASKS``),
+    or None when it is. The renderer is chosen first, as dm_control's import requires
+    (:func:`select_renderer`); a machine without one is the problem then."""
+    try:
+        select_renderer(renderer)
+    except RuntimeError as exc:
+        return f"cannot list the DMControl tasks: {exc}"
+    from dm_control import suite  # after select_renderer, on purpose
+
+    domain, _, name = task.partition("-")
+    if (domain, name) in suite.ALL_TASKS:
+        return None
+    by_domain: dict[str, list[str]] = {}
+    for d, t in suite.ALL_TASKS:
+        by_domain.setdefault(d, []).append(t)
+    if domain in by_domain:
+        return (f"unknown DMControl task {task!r}: domain {domain!r} has the tasks "
+                f"{', '.join(by_domain[domain])}; expected {domain}-TASK with one of them")
+    return (f"unknown DMControl task {task!r}: no domain {domain!r} in the suite; expected DOMAIN-TASK "
+            f"with DOMAIN one of {', '.join(sorted(by_domain))}")
+
+
 class DMCPixelEnv(gym.Env):
     """One dm_control task with rendered pixels and action repeat.
 
@@ -88,8 +111,7 @@ class DMCPixelEnv(gym.Env):
         from dm_control import suite  # after select_renderer, on purpose
 
         if (domain, task_name) not in suite.ALL_TASKS:
-            known = ", ".join(f"{d}-{t}" for d, t in suite.ALL_TASKS)
-            raise ValueError(f"unknown DMControl task {task!r}; expected one of: {known}")
+            raise ValueError(task_problem(task, renderer))
         self.task = task
         self.action_repeat = int(action_repeat)
         self.image_size = int(image_size)

@@ -72,6 +72,30 @@ def _trained_tokenizer(key: str, books: Any, cfg: Any, max_length: int) -> Sente
     return tokenizer
 
 
+def _hub_unavailable(package: str, model: str | None = None) -> str | None:
+    """Why the Hugging Face hub cannot serve ``model`` (or, without one, stream a data set)
+    through ``package`` here, or None: the package is missing, or the hub is off
+    (``HF_HUB_OFFLINE``, which ctk sets unless the environment says otherwise) and the model is
+    not in the local cache."""
+    import importlib.util
+    import os
+
+    if importlib.util.find_spec(package) is None:
+        return f"needs the {package!r} package (pip install 'ctk[text]')"
+    if os.environ.get("HF_HUB_OFFLINE", "").strip().lower() not in ("1", "true", "yes", "on"):
+        return None
+    if model is not None:
+        try:
+            from huggingface_hub import try_to_load_from_cache
+            if isinstance(try_to_load_from_cache(model, "config.json"), str):
+                return None
+        except Exception:  # noqa: BLE001 - any failure means: not usable from the cache
+            pass
+        return ("it is not in the local Hugging Face cache and HF_HUB_OFFLINE is set; set "
+                "HF_HUB_OFFLINE=0 on a machine with a network")
+    return "HF_HUB_OFFLINE is set; set HF_HUB_OFFLINE=0 on a machine with a network"
+
+
 def _log(message: str) -> None:
     print(f"[text] {message}", file=sys.stderr, flush=True)
 
@@ -94,6 +118,49 @@ class TextDomain(Domain):
         self._tasks: dict[str, Any] = {}
 
     # -- data and tokenizer ---------------------------------------------------------------
+    def check_data(self, recipe: Any) -> list[tuple[str, str]]:
+        """The corpus, the tokenizer file, a pretrained model and the evaluation tasks' data can
+        be read here (packaged corpora and tasks' offline datasets are fetched when missing)."""
+        from pathlib import Path
+
+        from domains.text.corpora import PACKAGED
+        from domains.text.packaged import locate
+        from domains.text.senteval.tasks import unavailable
+
+        cfg: DataConfig = recipe.data
+        ev: EvaluationConfig = recipe.evaluation
+        problems: list[tuple[str, str]] = []
+        corpora = [cfg.corpus] if isinstance(cfg.corpus, str) else list(cfg.corpus)
+        if cfg.path is not None:
+            folder = Path(cfg.path)
+            if not folder.is_dir():
+                problems.append(("data.path", f"is not a folder: {cfg.path!r}; expected a folder of "
+                                              "plain-text books"))
+            elif cfg.corpus == "folder" and not any(folder.rglob("*.txt")):
+                problems.append(("data.path", f"folder {cfg.path!r} holds no *.txt books"))
+        else:
+            for name in (c for c in corpora if c in PACKAGED):
+                try:
+                    locate(name, root=cfg.data_root)
+                except (FileNotFoundError, ValueError) as err:
+                    problems.append(("data.corpus", f"corpus {name!r} is not available: {err}"))
+        if "bookcorpus" in corpora:
+            why = _hub_unavailable("datasets")
+            if why:
+                problems.append(("data.corpus", f"corpus 'bookcorpus' streams from the Hugging Face hub: {why}; "
+                                                "offline, use a packaged corpus or corpus: folder"))
+        if cfg.tokenizer.path is not None and not Path(cfg.tokenizer.path).is_file():
+            problems.append(("data.tokenizer.path", f"is not a file: {cfg.tokenizer.path!r}; expected a "
+                                                    "tokenizer.json (or leave it unset to train one)"))
+        if recipe.encoder.pretrained is not None:
+            why = _hub_unavailable("transformers", recipe.encoder.pretrained)
+            if why:
+                problems.append(("encoder.pretrained", f"model {recipe.encoder.pretrained!r}: {why}"))
+        tasks = list(dict.fromkeys([*ev.tasks, *([ev.monitor_task] if ev.monitor_task else [])]))
+        for what, why in unavailable(tasks, ev.senteval_path, ev.data_root):
+            problems.append((f"evaluation.{what}" if what == "senteval_path" else "evaluation.tasks", why))
+        return problems
+
     def _prepare(self, recipe: Any) -> dict[str, Any]:
         """Corpus, split and tokenizer, computed once per data section (build_data and
         build_encoder both need the tokenizer)."""

@@ -66,7 +66,7 @@ class ClusterData(Section):
 
     per_class: int = Field(200, ge=2)
     view_std: float = Field(0.1, ge=0)
-    params: dict[str, float] = Field(default_factory=dict)
+    params: dict[str, int | float] = Field(default_factory=dict)  # checked against the generator (ToyDomain.check)
 
 
 class ToyData(Section):
@@ -83,7 +83,8 @@ class ToyData(Section):
     @model_validator(mode="before")
     @classmethod
     def _default_dataset(cls, data: Any) -> Any:
-        if isinstance(data, dict) and data.get("dataset") is None and data.get("experiment") in DATASETS:
+        experiment = data.get("experiment") if isinstance(data, dict) else None
+        if isinstance(experiment, str) and data.get("dataset") is None and experiment in DATASETS:
             data = {**data, "dataset": DATASETS[data["experiment"]][0]}
         return data
 

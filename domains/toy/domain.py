@@ -73,6 +73,8 @@ class ToyDomain(Domain):
             if isinstance(batch, int) and batch > points:
                 problems.append(("budget.batch_size", f"must be at most the {points} training points of "
                                  f"data.cpcl_mixture (components x per_component), got {batch}"))
+        if data.experiment == "lmcl_clusters":
+            problems += _cluster_problems(data, raw)
         if ev is not None and ev.protocol == "linear_probe" and data.experiment != "cpcl_mixture":
             problems.append(("evaluation.protocol", "'linear_probe' needs a test split; only "
                              f"data.experiment 'cpcl_mixture' draws one (got {data.experiment!r})"))
@@ -213,6 +215,32 @@ class ToyDomain(Domain):
             af_test = mixture.augmentation_matrix(store["test_x"], store["pool"], var)
             out["af_probe_error"] = linear_probe_error(af_train, store["y"], af_test, store["test_y"], **probe)
         return out
+
+
+def _cluster_problems(data: ToyData, raw: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """``data.lmcl_clusters.params`` against the generator of ``data.dataset`` (names and values,
+    tried on a two-point draw), and the batch against the points the set will have."""
+    import inspect
+
+    c = data.lmcl_clusters
+    where = "data.lmcl_clusters.params"
+    accepted = [n for n in inspect.signature(clusters.CLUSTER_SETS[data.dataset]).parameters
+                if n not in ("per_class", "generator")]
+    problems = [(f"{where}.{k}", f"unknown parameter of {data.dataset}; expected one of: {', '.join(accepted)}")
+                for k in c.params if k not in accepted]
+    if problems:
+        return problems
+    try:
+        _, y = clusters.make_cluster_set(data.dataset, 1, torch.Generator().manual_seed(0), **c.params)
+    except (ValueError, TypeError) as exc:
+        arg = getattr(exc, "arg", None) or next((k for k in c.params if str(exc).startswith(k + " ")), None)
+        return [(f"{where}.{arg}" if arg in c.params else where, str(exc))]
+    points = c.per_class * len(y)
+    batch = rc.get_path(raw, "budget.batch_size", 256)
+    if isinstance(batch, int) and not isinstance(batch, bool) and batch > points:
+        problems.append(("budget.batch_size", f"must be at most the {points} training points of "
+                         f"data.lmcl_clusters ({len(y)} classes x per_class {c.per_class}), got {batch}"))
+    return problems
 
 
 class OneThreadPretrainer(Pretrainer):

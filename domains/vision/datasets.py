@@ -24,7 +24,7 @@ import torch
 from torch import Tensor
 
 __all__ = ["ImageSplit", "DATASETS", "NORMALIZATION", "load_split", "default_root",
-           "imbalanced_indices", "DatasetMissing"]
+           "imbalanced_indices", "DatasetMissing", "unavailable"]
 
 DATASETS = ("cifar10", "cifar100", "stl10", "mnist", "fashion-mnist")
 
@@ -138,6 +138,41 @@ def load_split(dataset: str, split: str, root: str | os.PathLike | None = None, 
     else:
         where = Path(root) if root is not None else default_root()
     return _read(dataset, split, str(where.resolve()), download, verify)
+
+
+def unavailable(dataset: str, root: str | os.PathLike | None = None, download: bool = False) -> str | None:
+    """Why :func:`load_split` could not read ``dataset`` here, or None when it could: the files
+    torchvision's class checks, by name (no md5). MNIST / Fashion-MNIST are fetched by the data
+    provider when missing, as ``load_split`` would; CIFAR / STL-10 count as readable with
+    ``download`` (torchvision fetches them). A run checks this before it is created."""
+    import torchvision.datasets as tvd
+
+    if dataset not in DATASETS:
+        return f"dataset must be one of {', '.join(DATASETS)}, got {dataset!r}"
+    if dataset in ("mnist", "fashion-mnist"):
+        cls = tvd.FashionMNIST if dataset == "fashion-mnist" else tvd.MNIST
+        try:
+            where = _mnist_root(dataset, Path(root) if root is not None else None)
+        except (FileNotFoundError, ValueError) as err:  # not installed and the fetch failed
+            return str(err)
+        folder = where / cls.__name__ / "raw"
+        need = [folder / Path(url).stem for url, _ in cls.resources]
+    else:
+        if download:
+            return None
+        cls = {"cifar10": tvd.CIFAR10, "cifar100": tvd.CIFAR100, "stl10": tvd.STL10}[dataset]
+        where = Path(root) if root is not None else default_root()
+        names = [name for name, _ in cls.train_list + cls.test_list]
+        names += [cls.meta["filename"]] if hasattr(cls, "meta") else []
+        need = [where / cls.base_folder / name for name in names]
+    absent = [p for p in need if not p.is_file()]
+    if not absent:
+        return None
+    looked, how = _HOW_TO_GET[dataset]
+    where = str(Path(where).resolve())
+    return (f"dataset {dataset!r} is not where it is read: {absent[0]}"
+            f"{f' and {len(absent) - 1} more files are' if len(absent) > 1 else ' is'} missing "
+            f"(expected {looked.format(root=where)}). {how.format(root=where)}")
 
 
 @lru_cache(maxsize=4)

@@ -76,6 +76,12 @@ class VisionDomain(Domain):
         self.augment: BatchAugment | None = None
 
     # -- data -------------------------------------------------------------------------------
+    def check_data(self, recipe: Any) -> list[tuple[str, str]]:
+        """The dataset's files are where torchvision reads them (MNIST / Fashion-MNIST fetched)."""
+        cfg: DataConfig = recipe.data
+        problem = ds.unavailable(cfg.dataset, cfg.root, cfg.download)
+        return [("data.dataset", problem)] if problem else []
+
     def load_train(self, recipe: Any) -> ds.ImageSplit:
         """The pretraining images (imbalanced / subset as the recipe says)."""
         cfg: DataConfig = recipe.data

@@ -14,7 +14,6 @@ file (``<root>/.locks/<name>.lock``) keeps two processes from fetching the same 
 from __future__ import annotations
 
 import datetime as _dt
-import fcntl
 import hashlib
 import json
 import os
@@ -24,6 +23,8 @@ import time
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
+
+from toolkit.locking import file_lock
 
 from .catalog import BUILDERS, DATASETS, Dataset, Source, default_names
 from .fetchers import ChecksumError, DataError, FetchError, download, log, sha256_file
@@ -139,18 +140,9 @@ def locate(name: str, root: str | os.PathLike | None = None, fetch: bool = True)
 
 @contextmanager
 def _lock(base: Path, name: str) -> Iterator[None]:
-    locks = base / ".locks"
-    locks.mkdir(parents=True, exist_ok=True)
-    with open(locks / f"{name}.lock", "w") as handle:
-        try:
-            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            log(f"{name}: another process is fetching it; waiting")
-            fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
+    with file_lock(base / ".locks" / f"{name}.lock",
+                   on_wait=lambda: log(f"{name}: another process is fetching it; waiting")):
+        yield
 
 
 def fetch(name: str, root: str | os.PathLike | None = None, force: bool = False) -> Path:

@@ -28,7 +28,7 @@ import numpy as np
 
 from domains.text.splitting import split_paragraphs, split_sentences
 
-__all__ = ["Task", "TASKS", "load_task", "subsample"]
+__all__ = ["Task", "TASKS", "load_task", "subsample", "unavailable", "SENTEVAL_FILES", "OFFLINE_DATASETS"]
 
 TASKS = ("mr", "cr", "subj", "mpqa", "trec", "msrp")
 
@@ -84,12 +84,47 @@ def _trec_lines(lines: Sequence[str]) -> tuple[list[str], np.ndarray]:
 
 # -- SentEval's original data folder -------------------------------------------------------
 
+# The files of each task in SentEval's ``data/downstream`` folder, and the offline dataset of
+# ``toolkit.data`` that stands in when they are absent.
+SENTEVAL_FILES = {"mr": ("MR", "rt-polarity.pos", "rt-polarity.neg"),
+                  "cr": ("CR", "custrev.pos", "custrev.neg"),
+                  "subj": ("SUBJ", "subj.subjective", "subj.objective"),
+                  "mpqa": ("MPQA", "mpqa.pos", "mpqa.neg"),
+                  "trec": ("TREC", "train_5500.label", "TREC_10.label"),
+                  "msrp": ("MRPC", "msr_paraphrase_train.txt", "msr_paraphrase_test.txt")}
+OFFLINE_DATASETS = {"mr": "rotten-tomatoes", "subj": "rotten-tomatoes", "cr": "vader-groundtruth",
+                    "mpqa": "vader-groundtruth", "trec": "trec", "msrp": "bibles"}
+
+
+def unavailable(tasks: Sequence[str], senteval_path: str | Path | None = None,
+                data_root: str | Path | None = None) -> list[tuple[str, str]]:
+    """``(what, why)`` for what keeps :func:`load_task` from loading ``tasks`` here: a
+    ``senteval_path`` that is not a folder, or an offline dataset the data provider could not
+    fetch (those it can are fetched now), for every task whose SentEval files are absent."""
+    if senteval_path is not None and not Path(senteval_path).is_dir():
+        return [("senteval_path", f"must be SentEval's data/downstream folder, got {str(senteval_path)!r} "
+                                  "(not a directory)")]
+    problems: list[tuple[str, str]] = []
+    tried: set[str] = set()
+    for task in tasks:
+        folder, a, b = SENTEVAL_FILES[task]
+        if senteval_path is not None and all((Path(senteval_path) / folder / f).is_file() for f in (a, b)):
+            continue
+        name = OFFLINE_DATASETS[task]
+        if name in tried:
+            continue
+        tried.add(name)
+        try:
+            _locate(name, data_root)
+        except (FileNotFoundError, ValueError) as err:
+            problems.append((task, f"task {task!r} needs SentEval's files or the offline dataset "
+                                   f"{name!r}, which is not available: {err}"))
+    return problems
+
+
 def _senteval(task: str, root: Path) -> Task | None:
     """The task from SentEval's ``data/downstream`` layout, or None when its files are absent."""
-    files = {"mr": ("MR", "rt-polarity.pos", "rt-polarity.neg"),
-             "cr": ("CR", "custrev.pos", "custrev.neg"),
-             "subj": ("SUBJ", "subj.subjective", "subj.objective"),
-             "mpqa": ("MPQA", "mpqa.pos", "mpqa.neg")}
+    files = {k: v for k, v in SENTEVAL_FILES.items() if k in ("mr", "cr", "subj", "mpqa")}
     if task in files:
         folder, a, b = files[task]
         pa, pb = root / folder / a, root / folder / b
