@@ -23,7 +23,7 @@ a deleted key or section, a YAML tag of a standard type, an anchor reused elsewh
 ``--set``) may be valid or not; they must still never give a traceback.
 
 The default suite tries DEFAULT_EXAMPLES cases (derandomized: the same ones every time) plus one
-deterministic pass of every file-level attack over every recipe; the test marked ``slow`` tries
+deterministic pass of every file-level attack over every recipe; the test marked ``soak`` (``pytest -m soak``) tries
 SLOW_EXAMPLES random ones (``$CTK_FUZZ_EXAMPLES``, default 2000; about 85 ms a case on a CI
 core). ``pytest --hypothesis-show-statistics`` prints how many cases of each kind were refused
 or accepted.
@@ -370,7 +370,7 @@ def test_mutated_recipes(fuzz_dir, case):
     _fuzz(case, fuzz_dir)
 
 
-@pytest.mark.slow
+@pytest.mark.soak
 @settings(max_examples=SLOW_EXAMPLES, deadline=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow,
                                  HealthCheck.data_too_large])

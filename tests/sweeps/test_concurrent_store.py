@@ -70,7 +70,7 @@ def test_processes_starting_together_on_a_fresh_store(ctk):
     _check(errors, MlflowClient(uri), "race")
 
 
-@pytest.mark.slow
+@pytest.mark.soak
 def test_ctk_run_started_together_on_a_fresh_store(ctk):
     """The issue's reproduction, with 8 processes: every ``ctk run`` finishes."""
     recipe = str(ROOT / "recipes" / "toy" / "ring_mi_optimal.yaml")

@@ -56,7 +56,7 @@ def _kill_some(sweep, client, rng: random.Random, kills: int) -> int:
     return done
 
 
-@pytest.mark.slow
+@pytest.mark.soak
 def test_killed_workers_then_reruns_give_one_uninterrupted_result_per_point(ctk):
     reference = ctk("sweep", TOY, *GRID, *FAST, "--experiment", "ref", timeout=600)
     assert reference.returncode == 0, reference.stderr[-3000:]
