@@ -94,6 +94,9 @@ class Domain:
     single_process_only: ClassVar[str | None] = None
     # the resolved precisions this domain's trainer runs (``precision: auto`` picks among them)
     precisions: ClassVar[tuple[str, ...]] = ("fp32", "bf16", "fp16")
+    # set to a reason to make ``precision: auto`` run fp32 on any hardware (a recipe may still
+    # ask for bf16 / fp16 explicitly)
+    auto_fp32: ClassVar[str | None] = None
 
     @classmethod
     def sections(cls) -> dict[str, type[Section]]:

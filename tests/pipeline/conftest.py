@@ -24,6 +24,7 @@ name: points-test
 domain: points
 seed: 0
 device: cpu
+precision: fp32  # these tests compare against float32 references, whatever the CPU
 data: {n: 64, dim: 4}
 encoder: {out_dim: 3}
 objective:

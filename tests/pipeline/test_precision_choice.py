@@ -136,11 +136,17 @@ def test_show_and_run_refuse_explicit_bf16_before_touching_the_store(no_bf16, da
     assert result.exit_code == 2 and "no native bf16" in result.output
 
 
+VISION_TINY = ["data.train_subset=256", "budget.steps=4", "budget.batch_size=64", "budget.log_every=2",
+               "budget.monitor_every=null", "budget.minutes=null", "evaluation.probe_train_subset=256",
+               "evaluation.test_subset=128", "evaluation.baselines=[]", "evaluation.diagnostics.samples=64",
+               "evaluation.linear.epochs=5", "evaluation.knn.k=10", "tracking.log_model=false"]
+
+
 @pytest.mark.parametrize("detected", ["none", "native"])
 def test_a_run_logs_the_resolved_precision_and_the_request(monkeypatch, data_workdir, detected):
     monkeypatch.setenv(precision.OVERRIDE_ENV, detected)
-    result = CliRunner().invoke(cli.main, ["run", str(TOY), "--quiet", "--set", "tracking.experiment=prec",
-                                           "--set", "tracking.log_model=false"])
+    sets = [a for s in [*VISION_TINY, "tracking.experiment=prec"] for a in ("--set", s)]
+    result = CliRunner().invoke(cli.main, ["run", str(QUICKSTART), "--quiet", *sets])
     assert result.exit_code == 0, result.output
     want = "fp32" if detected == "none" else "bf16"
     assert f"precision auto -> {want}: this CPU has" in result.output, result.output
@@ -148,6 +154,17 @@ def test_a_run_logs_the_resolved_precision_and_the_request(monkeypatch, data_wor
     run = client.search_runs([client.get_experiment_by_name("prec").experiment_id])[0]
     assert run.data.params["precision"] == want
     assert run.data.params["precision_requested"] == "auto"
+
+
+def test_the_toy_domain_keeps_auto_at_fp32_even_with_native_bf16(native_bf16, data_workdir):
+    result = CliRunner().invoke(cli.main, ["run", str(TOY), "--quiet", "--set", "tracking.experiment=toyprec",
+                                           "--set", "tracking.log_model=false"])
+    assert result.exit_code == 0, result.output
+    assert "precision auto -> fp32: the toy problems are tiny" in result.output, result.output
+    client = client_for()
+    run = client.search_runs([client.get_experiment_by_name("toyprec").experiment_id])[0]
+    assert run.data.params["precision"] == "fp32"
+    assert precision.resolve("bf16", CPU, auto_fp32="reason").value == "bf16"  # explicit still honoured
 
 
 def test_bf16_convolutions_without_onednn_bf16_take_aten_and_match(monkeypatch):

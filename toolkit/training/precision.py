@@ -161,16 +161,19 @@ def problem(requested: str, device: torch.device | str) -> str | None:
 
 
 def resolve(requested: str, device: torch.device | str,
-            allowed: tuple[str, ...] = ("fp32", "bf16", "fp16")) -> Choice:
+            allowed: tuple[str, ...] = ("fp32", "bf16", "fp16"), auto_fp32: str | None = None) -> Choice:
     """The precision a run on ``device`` computes in. ``allowed`` is what the domain's trainer
-    supports (RL: no fp16). Raises ValueError with :func:`problem`'s message for an explicit
-    value this hardware cannot run well."""
+    supports (RL: no fp16); ``auto_fp32``, a domain's reason to keep ``auto`` at fp32 everywhere.
+    Raises ValueError with :func:`problem`'s message for an explicit value this hardware cannot
+    run well."""
     device = torch.device(device)
     if requested != "auto":
         why = problem(requested, device)
         if why is not None:
             raise ValueError(why)
         return Choice(requested, requested, "as the recipe asks")
+    if auto_fp32:
+        return Choice("fp32", requested, auto_fp32)
     if device.type == "cuda":
         name = torch.cuda.get_device_name(device)
         if _cuda_bf16(device) and "bf16" in allowed:
