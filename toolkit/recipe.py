@@ -131,9 +131,10 @@ class Budget(Section):
     keep_checkpoints: int = Field(2, ge=1, description="the newest checkpoints kept per run")
     log_every: int = Field(10, ge=1)
     minutes: float | None = Field(None, gt=0, le=100_000, description=(
-        "train for about this much wall time (steps and monitors; not the final evaluation): the "
-        "step count is fixed from the speed of a few timed steps before training, never more "
-        "than epochs / steps, logged as budget_steps_fixed (replay with --set budget.steps=N)"))
+        "train for about this much wall time (steps and monitors; not the final evaluation, nor "
+        "logging and checkpoints, ~7% more on the vision quickstart): the step count is fixed from "
+        "the speed of a few timed steps before training, never more than epochs / steps, logged "
+        "as budget_steps_fixed (replay with --set budget.steps=N)"))
 
     @model_validator(mode="after")
     def _one_length(self) -> "Budget":
