@@ -162,11 +162,9 @@ def show(recipe: str, sets: tuple[str, ...]) -> None:
     r = _load(recipe, sets)
     click.echo(f"# {recipe} -> run name {r.run_name}")
     if r.precision == "auto":  # what a run here would pick (the recipe itself keeps 'auto')
-        from toolkit.training import precision as precision_mod
+        from toolkit.runs import precision_choice
         from toolkit.training.trainer import select_device
-        domain_cls = domain_registry.get(r.domain)
-        choice = precision_mod.resolve("auto", select_device(r.device), domain_cls.precisions,
-                                       getattr(domain_cls, "auto_fp32", None))
+        choice = precision_choice("auto", select_device(r.device), domain_registry.get(r.domain))
         click.echo(f"# on this machine: {choice.line()}")
     click.echo(yaml.safe_dump(r.resolved, sort_keys=False).rstrip())
 

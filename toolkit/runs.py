@@ -98,8 +98,7 @@ def execute(recipe: rc.Recipe, lookup: DomainLookup, *, resume: str | None = Non
     domain = domain_cls(recipe)
     dev = select_device(device or recipe.device)
     is_main = distributed is None or distributed.is_main
-    resolve_precision(recipe, dev, domain_cls.precisions, announce=is_main,
-                      auto_fp32=getattr(domain_cls, "auto_fp32", None))
+    resolve_precision(recipe, dev, domain_cls, announce=is_main)
     saved = None
     run_id = None
     if resume:  # read and checked before the store or the run are touched
@@ -152,15 +151,21 @@ def execute(recipe: rc.Recipe, lookup: DomainLookup, *, resume: str | None = Non
     return run_id, metrics
 
 
-def resolve_precision(recipe: rc.Recipe, device: Any, allowed: tuple[str, ...],
-                      announce: bool = True, auto_fp32: str | None = None) -> precision_mod.Choice:
+def precision_choice(requested: str, device: Any, domain_cls: Any) -> precision_mod.Choice:
+    """What ``requested`` resolves to on ``device`` under the domain's precision policy (the
+    precisions its trainer runs, and its reason to keep ``auto`` at fp32, if any)."""
+    return precision_mod.resolve(requested, device, domain_cls.precisions, domain_cls.auto_fp32)
+
+
+def resolve_precision(recipe: rc.Recipe, device: Any, domain_cls: Any,
+                      announce: bool = True) -> precision_mod.Choice:
     """Fix the recipe's precision for this run on ``device`` (``auto`` -> fp32 / bf16 / fp16,
     see :mod:`toolkit.training.precision`): the recipe, its resolved mapping and so the logged
     ``precision`` param hold the value used; ``announce`` prints the choice and its reason. An
     explicit value the hardware cannot run well is a RecipeError at ``precision``."""
-    requested = recipe.precision
+    requested, allowed = recipe.precision, domain_cls.precisions
     try:
-        choice = precision_mod.resolve(requested, device, allowed, auto_fp32)
+        choice = precision_choice(requested, device, domain_cls)
     except ValueError as exc:
         raise rc.RecipeError([("precision", f"{requested!r}: {exc}")], recipe.source) from None
     if choice.value not in allowed:

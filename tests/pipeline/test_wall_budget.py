@@ -11,7 +11,7 @@ import cli
 from domains import registry
 from toolkit import checkpoint as ckpt
 from toolkit.runs import execute, load_recipe
-from toolkit.training import pretrainer
+from toolkit.training import budget, pretrainer
 from toolkit.tracking import client_for
 
 QUICKSTART = Path(cli.__file__).resolve().parent / "recipes" / "vision" / "quickstart.yaml"
@@ -46,7 +46,7 @@ def fixed_speed(monkeypatch):
         now[0] += 0.1
         return real(self, batch, index)
     monkeypatch.setattr(pretrainer.Pretrainer, "_train_step", step)
-    monkeypatch.setattr(pretrainer, "_clock", lambda: now[0])
+    monkeypatch.setattr(budget, "_clock", lambda: now[0])
 
 
 def test_minutes_fix_the_length_and_the_run_equals_its_replay(data_workdir, fixed_speed):

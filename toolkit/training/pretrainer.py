@@ -23,10 +23,7 @@ shuffle-BN permutation generator, and rank 0's checkpoint holds every rank's ran
 from __future__ import annotations
 
 import contextlib
-import copy
-import itertools
 import math
-import sys
 import time
 from dataclasses import asdict, dataclass, field
 from typing import Any, Mapping
@@ -36,15 +33,12 @@ from tqdm import tqdm
 
 from toolkit import checkpoint as ckpt
 from toolkit import objective as objective_mod
+from toolkit.training.budget import fix_steps_from_speed
 from toolkit.training.optim import build_optimizer, build_scheduler
 from toolkit.training.precision import autocast_dtype
 from toolkit.training.trainer import NonFiniteLoss, RunOptions, StopAfterStep, Trainer, select_device
 
 __all__ = ["Pretrainer", "LoopState"]
-
-# budget.minutes: steps timed to fix a run's length, after untimed warm-up steps
-CALIBRATION_STEPS = (12, 3)
-_clock = time.perf_counter  # the calibration's clock (tests replace it)
 
 # Rank r > 0 draws its views from seed + 1 + _RANK_STRIDE * r (rank 0 keeps a one-process run's).
 _RANK_STRIDE = 7919
@@ -222,7 +216,7 @@ class Pretrainer(Trainer):
             self._monitor()  # the untrained encoder: where the time-to-accuracy curve starts
             monitor_seconds = time.perf_counter() - start
         if self.recipe.budget.minutes and state.planned_steps is None:
-            self._fix_steps_from_speed(monitor_seconds)
+            fix_steps_from_speed(self, monitor_seconds)
             state = self.state  # the calibration put a copy of the loop state back
             bar.total = self.total
             bar.refresh()
@@ -255,45 +249,6 @@ class Pretrainer(Trainer):
             from toolkit.plots import loss_curve_figure
             steps, values = zip(*state.history)
             self.tracker.log_figure(loss_curve_figure(list(steps), list(values)), "loss_curve")
-
-    def _fix_steps_from_speed(self, monitor_seconds: float) -> None:
-        """``budget.minutes``: time a few steps, put every piece of state back as it was, and
-        fix the run's length to the steps (and online monitors) that fit the minutes, at most the
-        budget's steps / epochs. The run is then the same as one with ``budget.steps`` = that
-        number (the timed steps leave no trace), which is logged for replay."""
-        budget, dist = self.recipe.budget, self.options.distributed
-        snapshot = copy.deepcopy(self.state_dict())
-        bad = self._bad
-        timed, warm = CALIBRATION_STEPS
-        batches = itertools.islice(itertools.cycle(self.data.train), timed + warm)
-        start = 0.0
-        for i, batch in enumerate(batches):
-            if i == warm:
-                self._sync_device()
-                start = _clock()
-            self._train_step(batch, i)
-        self._sync_device()
-        per_step = (_clock() - start) / timed
-        self.load_state_dict(snapshot)
-        self._bad = bad
-        ceiling = self.total
-        monitors = (ceiling // budget.monitor_every) if budget.monitor_every else 0
-        seconds = budget.minutes * 60.0 - monitors * monitor_seconds
-        steps = max(1, min(ceiling, int(seconds / per_step + 1e-6)))
-        if dist:
-            steps = int(dist.broadcast_object(steps))
-        self.total = self.state.planned_steps = steps
-        for group, factor in zip(self.optimizer.param_groups, self.scheduler.lr_lambdas):
-            group["lr"] = group["initial_lr"] * factor(self.state.step)
-        ceiling_note = " (the budget's ceiling)" if steps == ceiling else f" of at most {ceiling}"
-        print(f"[ctk] budget.minutes {budget.minutes:g}: {per_step * 1e3:.1f} ms/step over {timed} timed "
-              f"steps -> {steps} steps{ceiling_note}, {steps / self.steps_per_epoch:.2f} epochs; replay "
-              f"with --set budget.steps={steps}", file=sys.stderr, flush=True)
-        self.tracker.log_params({"budget_steps_fixed": steps, "budget_ms_per_step": round(per_step * 1e3, 2)})
-
-    def _sync_device(self) -> None:
-        if self.device.type == "cuda":
-            torch.cuda.synchronize(self.device)
 
     def _train_step(self, batch: Any, index: int) -> None:
         state, dist, objective = self.state, self.options.distributed, self.objective
