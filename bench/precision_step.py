@@ -31,27 +31,15 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+sys.path.insert(0, str(ROOT / "bench"))
 from domains.vision import VisionDomain  # noqa: E402
-from toolkit import objective as objective_mod  # noqa: E402
 from toolkit import recipe as rc  # noqa: E402
 from toolkit.training.pretrainer import Pretrainer  # noqa: E402
 from toolkit.training.syncs import SyncCounter  # noqa: E402
 from toolkit.training.trainer import RunOptions  # noqa: E402
 from toolkit.training.precision import machine_line  # noqa: E402
 
-
-class _Stop(Exception):
-    pass
-
-
-class _NullTracker:
-    def log_metrics(self, *args, **kwargs) -> None: ...
-    def log_figure(self, *args, **kwargs) -> None: ...
-
-
-def load_recipe(overrides: list[str]) -> rc.Recipe:
-    raw = rc.apply_overrides(rc.load_yaml(ROOT / "recipes/vision/quickstart.yaml"), overrides)
-    return rc.validate(raw, VisionDomain.sections(), objective_mod.check, domain_check=VisionDomain.check)
+from vision_step import _NullTracker, _Stop, load_recipe  # noqa: E402
 
 
 def run(recipe: rc.Recipe, device: str, warmup: int, steps: int,

@@ -24,6 +24,7 @@ import json
 import os
 import pickle
 import random
+import warnings
 import zipfile
 from pathlib import Path
 from typing import Any, Mapping
@@ -189,8 +190,17 @@ def set_rng_state(state: Mapping[str, Any], generators: Mapping[str, torch.Gener
         torch.cuda.set_rng_state_all([s.cpu() for s in cuda])
     saved = state.get("generators", {})
     for name, gen in (generators or {}).items():
-        if name in saved:
-            gen.set_state(saved[name].cpu())
+        if name not in saved:
+            continue
+        value = saved[name].cpu()
+        if value.numel() == gen.get_state().numel():
+            gen.set_state(value)
+        else:  # written by a generator of another device type (a GPU run resumed on a CPU)
+            gen.manual_seed(int.from_bytes(hashlib.sha256(value.numpy().tobytes()).digest()[:8], "little"))
+            warnings.warn(f"the checkpoint's {name!r} random stream was written on another device type "
+                          f"({value.numel()}-byte state, {gen.device.type} expects {gen.get_state().numel()}); "
+                          "it is reseeded from that state, so the resumed run is reproducible but its "
+                          "random draws differ from those of an uninterrupted run", stacklevel=2)
 
 
 def seed_everything(seed: int) -> None:

@@ -79,8 +79,8 @@ def uniformity(x: Tensor, t: float = 2.0) -> float:
     for start in range(0, n - 1, step):
         rows = slice(start, min(n - 1, start + step))
         d2 = (sq[rows, None] + sq[None, :] - 2.0 * x[rows] @ x.T).clamp_min(0.0)
-        i = torch.arange(rows.start, rows.stop).unsqueeze(1)
-        upper = torch.arange(n).unsqueeze(0) > i
+        i = torch.arange(rows.start, rows.stop, device=x.device).unsqueeze(1)
+        upper = torch.arange(n, device=x.device).unsqueeze(0) > i
         parts.append(torch.logsumexp((-tt * d2).masked_fill(~upper, float("-inf")).flatten(), 0))
     total = torch.logsumexp(torch.stack(parts), 0)
     return float(total - math.log(n * (n - 1) / 2))
@@ -95,8 +95,8 @@ def tolerance(f: Tensor, labels: Tensor) -> float:
     f = _as_tensor("f", f, dim=2).double()
     labels = _labels(labels, f.shape[0])
     classes, inverse, counts = torch.unique(labels, return_inverse=True, return_counts=True)
-    sums = torch.zeros(len(classes), f.shape[1], dtype=f.dtype).index_add_(0, inverse, f)
-    norms = torch.zeros(len(classes), dtype=f.dtype).index_add_(0, inverse, (f * f).sum(dim=1))
+    sums = f.new_zeros(len(classes), f.shape[1]).index_add_(0, inverse, f)
+    norms = f.new_zeros(len(classes)).index_add_(0, inverse, (f * f).sum(dim=1))
     pairs = (counts * (counts - 1)).sum()
     if int(pairs) == 0:
         raise ValueError("tolerance needs a class with at least two samples; every label in "
@@ -119,7 +119,7 @@ def conditional_entropy(q: Tensor, neg: Tensor | None = None, t_neg: float = 2.0
             raise ValueError(f"in-batch negatives need at least 2 queries, got shape "
                              f"{tuple(q.shape)}")
         d2 = torch.cdist(q, q).square()
-        logits = (-t * d2).masked_fill(torch.eye(q.shape[0], dtype=torch.bool), float("-inf"))
+        logits = (-t * d2).masked_fill(torch.eye(q.shape[0], dtype=torch.bool, device=q.device), float("-inf"))
     else:
         neg = _as_tensor("neg", neg).double()
         if neg.dim() == 2 and neg.shape[1] == q.shape[1]:
@@ -139,10 +139,10 @@ def _pair_blocks(f: Tensor, labels: Tensor | None = None):
     pairs i < j of the block, flattened, and whether each pair shares a label (or None)."""
     n = f.shape[0]
     step = _rows(n, n)
-    cols = torch.arange(n).unsqueeze(0)
+    cols = torch.arange(n, device=f.device).unsqueeze(0)
     for start in range(0, n - 1, step):
         stop = min(n - 1, start + step)
-        upper = cols > torch.arange(start, stop).unsqueeze(1)
+        upper = cols > torch.arange(start, stop, device=f.device).unsqueeze(1)
         d = ((1.0 - f[start:stop] @ f.T) / 2.0)[upper]
         same = None if labels is None else (labels[start:stop, None] == labels[None, :])[upper]
         yield d, same

@@ -91,13 +91,23 @@ def test_checkpoint_written_on_the_gpu_resumes_on_the_cpu(workdir):
 
 
 def test_geometry_metrics_take_cuda_tensors():
+    """Every geometry metric on CUDA tensors equals the same metric on their CPU copies."""
     from toolkit import metrics
     g = torch.Generator(device=CUDA).manual_seed(0)
     f = torch.nn.functional.normalize(torch.randn(64, 8, device=CUDA, generator=g), dim=1)
+    y = torch.nn.functional.normalize(f + 0.1 * torch.randn(64, 8, device=CUDA, generator=g), dim=1)
     labels = torch.arange(64, device=CUDA) % 4
     ref = metrics.distance_histogram(f.cpu())
     got = metrics.distance_histogram(f)
     assert (got["counts"] == ref["counts"]).all() and got["margin_occupancy"] == ref["margin_occupancy"]
+    split, split_ref = metrics.class_distance_histograms(f, labels), metrics.class_distance_histograms(f.cpu(), labels.cpu())
+    assert (split["same"] == split_ref["same"]).all() and (split["different"] == split_ref["different"]).all()
     profile = metrics.similarity_profile(f[:8], f, torch.arange(8, device=CUDA), top=5)
     assert profile["negatives"].shape == (5,)
-    assert metrics.tolerance(f, labels) == pytest.approx(metrics.tolerance(f.cpu(), labels.cpu()), abs=1e-5)
+    for name, cuda_value, cpu_value in [
+            ("tolerance", metrics.tolerance(f, labels), metrics.tolerance(f.cpu(), labels.cpu())),
+            ("uniformity", metrics.uniformity(f), metrics.uniformity(f.cpu())),
+            ("alignment", metrics.alignment(f, y), metrics.alignment(f.cpu(), y.cpu())),
+            ("conditional_entropy", metrics.conditional_entropy(f), metrics.conditional_entropy(f.cpu())),
+            ("conditional_entropy[neg]", metrics.conditional_entropy(f[:8], y), metrics.conditional_entropy(f[:8].cpu(), y.cpu()))]:
+        assert cuda_value == pytest.approx(cpu_value, abs=1e-5), name

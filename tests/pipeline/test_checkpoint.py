@@ -84,6 +84,27 @@ def test_random_states_round_trip_through_a_file(tmp_path):
     assert got == expect
 
 
+def test_a_generator_state_from_another_device_type_reseeds_reproducibly_with_a_warning():
+    """A CUDA generator's state is 16 bytes, a CPU one's 5,056: a GPU checkpoint resumed on a CPU
+    reseeds the stream from the saved state (the same state -> the same draws) and says so."""
+    cuda_like = torch.arange(16, dtype=torch.uint8)
+    state = ckpt.rng_state()
+    state["generators"] = {"views": cuda_like}
+    draws = []
+    for _ in range(2):
+        gen = torch.Generator().manual_seed(123)
+        with pytest.warns(UserWarning, match="'views' random stream was written on another device type"):
+            ckpt.set_rng_state(state, {"views": gen})
+        draws.append(torch.rand(4, generator=gen))
+    assert torch.equal(draws[0], draws[1])
+    other = dict(state, generators={"views": cuda_like + 1})
+    gen = torch.Generator().manual_seed(123)
+    with pytest.warns(UserWarning):
+        ckpt.set_rng_state(other, {"views": gen})
+    assert not torch.equal(torch.rand(4, generator=gen), draws[0])
+    assert not torch.equal(draws[0], torch.rand(4, generator=torch.Generator().manual_seed(123)))
+
+
 def test_recipe_hash_ignores_key_order():
     assert ckpt.recipe_hash({"a": 1, "b": {"c": 2}}) == ckpt.recipe_hash({"b": {"c": 2}, "a": 1})
     assert ckpt.recipe_hash({"a": 1}) != ckpt.recipe_hash({"a": 2})
