@@ -28,7 +28,7 @@ from toolkit import recipe as rc  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent
 RECIPES = ROOT / "recipes"
-FORMATS = ("table", "markdown", "csv", "json")  # toolkit.tables.FORMATS, without importing it
+FORMATS = ("table", "markdown", "csv", "json")  # toolkit.studies.tables.FORMATS, without importing it
 LISTABLE = ("losses", "selectors", "regularizers", "domains", "recipes", "tables")
 
 
@@ -58,7 +58,7 @@ def _cli_overrides(seed: int | None, experiment: str | None) -> list[str]:
 def _execute(recipe: rc.Recipe, **kwargs) -> tuple[str | None, dict[str, float]]:
     from toolkit.checkpoint import CheckpointError
     from toolkit.runs import RunFinished, execute
-    from toolkit.tracking_health import TrackingUnavailable
+    from toolkit.tracking.health import TrackingUnavailable
     from toolkit.training.trainer import NonFiniteLoss, RecipeMismatch
     try:
         return execute(recipe, domain_registry.get, **kwargs)
@@ -119,7 +119,7 @@ def run(recipe: str, sets: tuple[str, ...], experiment: str | None, seed: int | 
         why = getattr(domain_registry.get(r.domain), "single_process_only", None)
         if why:
             _fail(f"error: --nproc {nproc} --nnodes {nnodes}: domain {r.domain!r} runs in one process only: {why}", 2)
-        from toolkit.distributed import launch
+        from toolkit.training.distributed import launch
         args = [recipe, *sum((["--set", s] for s in (*sets, *extra)), [])]
         args += [a for a in (["--device", device] if device else []) + (["--resume", resume] if resume else [])
                  + (["--extend"] if extend else []) + (["--quiet"] if quiet else [])]
@@ -132,7 +132,7 @@ def run(recipe: str, sets: tuple[str, ...], experiment: str | None, seed: int | 
     r = _load(recipe, sets, extra)
     dist = None
     if int(os.environ.get("WORLD_SIZE", "1")) > 1:
-        from toolkit.distributed import Context
+        from toolkit.training.distributed import Context
         dist = Context.from_env(device or r.device)
     start = time.perf_counter()
     clean = False
@@ -229,7 +229,7 @@ def launch_options(command):
 
 
 def _run_sweep(points: list, experiment: str, parent: str, grid: dict, launch: dict, quiet: bool) -> tuple:
-    from toolkit.launch import LaunchError, run_sweep
+    from toolkit.studies.launch import LaunchError, run_sweep
     try:
         return run_sweep(points, domain_registry.get, experiment=experiment, parent_name=parent, grid=grid,
                             progress=not quiet, echo=lambda m: click.echo(m, err=True), **launch)
@@ -256,7 +256,7 @@ def sweep(recipe: str, grid: tuple[str, ...], sets: tuple[str, ...], experiment:
       ctk sweep recipes/toy/lmcl_clusters.yaml --grid seed=0,1,2,3 --jobs 2
     """
     from toolkit.runs import expand_grid
-    from toolkit.sweeps import grid_points, log_sweep_figure
+    from toolkit.studies.sweeps import grid_points, log_sweep_figure
     try:
         points = expand_grid(list(grid))
     except rc.RecipeError as exc:
@@ -293,8 +293,8 @@ def tune(recipe: str, space: tuple[str, ...], samples: int, metric: str, mode: s
       ctk tune recipes/toy/lmcl_three_bars_cl.yaml --space objective.loss.temperature=loguniform(0.05,1) \
         --samples 8 --metric kmeans_accuracy --set budget.eval_every=50
     """
-    from toolkit.launch import LaunchError
-    from toolkit.tune import tune as run_tune
+    from toolkit.studies.launch import LaunchError
+    from toolkit.studies.tune import tune as run_tune
     _load(recipe, sets)  # every recipe problem before Ray starts
     try:
         config, path = run_tune(recipe, list(sets), list(space), samples=samples, metric=metric, mode=mode,
@@ -312,7 +312,7 @@ def _print_comparison(experiment: str, uri: str | None, fmt: str = "table", soft
     a sweep with nothing to compare yet says so and goes on."""
     import shutil
 
-    from toolkit.comparison import comparison_text
+    from toolkit.studies.comparison import comparison_text
     try:
         text, comp = comparison_text(experiment, uri, fmt, shutil.get_terminal_size().columns, **kwargs)
     except ValueError as exc:
@@ -349,7 +349,7 @@ def compare(experiment: str, by: tuple[str, ...], metrics: tuple[str, ...], base
       ctk compare sweep-quickstart --metric linear_top1 --baseline temperature=0.5
       ctk compare sweep-quickstart --format markdown --plot temperature.png
     """
-    from toolkit.comparison import write_figure
+    from toolkit.studies.comparison import write_figure
     comp = _print_comparison(experiment, uri, fmt, by=list(by) or None, metrics=list(metrics) or None,
                              per_run=per_run, baseline=baseline)
     if plot or curves:
@@ -398,7 +398,7 @@ def runs_(experiment: str | None, uri: str | None, limit: int) -> None:
     Example:
       ctk runs quickstart
     """
-    from toolkit.tracking_health import runs_table
+    from toolkit.studies.listing import runs_table
     try:
         click.echo(runs_table(experiment, uri, limit))
     except ValueError as exc:
@@ -419,7 +419,7 @@ def _recipe_roots() -> list[Path]:
 
 
 def _tables() -> dict:
-    from toolkit.reporting import discover_tables
+    from toolkit.studies.reproduce import discover_tables
     try:
         return discover_tables(_recipe_roots())
     except (rc.RecipeError, ValueError) as exc:
@@ -451,11 +451,11 @@ def reproduce(name: str | None, list_only: bool, seeds: str | None, sets: tuple[
     """
     import shutil
 
-    from toolkit.reporting import reproduce_report
-    from toolkit.sweeps import fill_measured, select_rows, table_points
-    from toolkit.tables import render
-    from toolkit.tracking import client_for
-    from toolkit.ui_view import publish_view
+    from toolkit.studies.reproduce import reproduce_report
+    from toolkit.studies.sweeps import fill_measured, select_rows, table_points
+    from toolkit.studies.tables import render
+    from toolkit.tracking.store import client_for
+    from toolkit.studies.ui_view import publish_view
     tables = _tables()
     if list_only or not name:
         for n, t in sorted(tables.items()):
@@ -495,9 +495,9 @@ def ui(uri: str | None, host: str, port: int, basic_auth: bool) -> None:
     Example:
       ctk ui --port 5000   (then browse http://127.0.0.1:5000)
     """
-    from toolkit.servers import exposure_warning, mlflow_command
-    from toolkit.tracking import artifact_root, client_for, tracking_uri
-    from toolkit.ui_view import prepare
+    from toolkit.tracking.servers import exposure_warning, mlflow_command
+    from toolkit.tracking.store import artifact_root, client_for, tracking_uri
+    from toolkit.studies.ui_view import prepare
     store = tracking_uri(uri)
     try:
         cmd = mlflow_command("ui", store, host=host, port=port, artifacts=artifact_root(store),
@@ -528,8 +528,8 @@ def server(host: str, port: int, store: str | None, artifacts: str, basic_auth: 
     Example:
       ctk server --host 0.0.0.0 --backend-store-uri postgresql://ctk@db/ctk --artifacts /shared/mlartifacts
     """
-    from toolkit.servers import serve
-    from toolkit.tracking import tracking_uri
+    from toolkit.tracking.servers import serve
+    from toolkit.tracking.store import tracking_uri
     try:
         sys.exit(serve(tracking_uri(store), artifacts, host, port, basic_auth, echo=click.echo))
     except RuntimeError as exc:

@@ -43,7 +43,7 @@ def _peak_rss_mib() -> float:
 
 def worker(args: argparse.Namespace) -> None:
     from domains.vision import VisionDomain
-    from toolkit.distributed import Context
+    from toolkit.training.distributed import Context
     from toolkit.training.pretrainer import Pretrainer
     from toolkit.training.trainer import RunOptions
 

@@ -131,7 +131,7 @@ class Domain:
         from toolkit.training.pretrainer import Pretrainer
         return Pretrainer(recipe, self, tracker, options)
 
-    # -- the trained encoder as data (toolkit.export) ---------------------------------------
+    # -- the trained encoder as data (toolkit.tracking.export) ---------------------------------------
     def encoder_extras(self, encoder: nn.Module) -> dict[str, Any]:
         """Plain data besides the weights that :meth:`rebuild_encoder` needs (default none)."""
         return {}

@@ -4,7 +4,7 @@
     encoder = load_encoder("RUN_ID")            # or "encoder.pt" from `ctk export RUN_ID`
     features = encoder.features(x)              # backbone features; encoder(x): the projection
 
-The file holds data only (:mod:`toolkit.export`): the encoder is rebuilt from the stored recipe
+The file holds data only (:mod:`toolkit.tracking.export`): the encoder is rebuilt from the stored recipe
 by its domain and the weights are loaded with ``weights_only=True``.
 """
 from __future__ import annotations
@@ -16,7 +16,7 @@ import torch
 from torch import nn
 
 from domains import registry
-from toolkit.export import read_encoder, save_encoder
+from toolkit.tracking.export import read_encoder, save_encoder
 from toolkit.runs import load_recipe
 
 __all__ = ["load_encoder", "export_encoder"]

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from domains import registry
-from toolkit.reporting import load_table
+from toolkit.studies.reproduce import load_table
 from toolkit.runs import load_recipe
 
 ROOT = Path(__file__).resolve().parents[1] / "recipes"

@@ -18,7 +18,8 @@ from toolkit import __version__
 from toolkit import checkpoint as ckpt
 from toolkit import objective as objective_mod
 from toolkit import recipe as rc
-from toolkit.tracking import Tracker, client_for, git_commit
+from toolkit.tracking.store import client_for, git_commit
+from toolkit.tracking.tracker import Tracker
 from toolkit.training import precision as precision_mod
 from toolkit.training.trainer import RunOptions, read_checkpoint, select_device
 
@@ -91,8 +92,8 @@ def execute(recipe: rc.Recipe, lookup: DomainLookup, *, resume: str | None = Non
     ``on_metrics(metrics, step)`` sees every batch of metrics the run logs (``ctk tune``
     reports the periodic evaluation to Ray Tune through it).
     """
-    from toolkit.tracking import tracking_uri
-    from toolkit.tracking_health import check_store
+    from toolkit.tracking.store import tracking_uri
+    from toolkit.tracking.health import check_store
     check_store(tracking_uri(recipe.tracking.uri))
     domain_cls = lookup(recipe.domain)
     domain = domain_cls(recipe)

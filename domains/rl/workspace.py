@@ -239,7 +239,7 @@ class Workspace(Trainer):
             final.update(random_return_mean=c.random_return[0], random_return_std=c.random_return[1])
         random_mean = c.random_return and c.random_return[0]
         self.tracker.log_figure(return_curve(c.history, random_mean, self.s.name), "return_curve")
-        from toolkit.plots import time_to_accuracy_figure  # matplotlib: only when a run ends
+        from toolkit.evaluation.plots import time_to_accuracy_figure  # matplotlib: only when a run ends
 
         points = {"policy (mean action)": [(h[3], h[1]) for h in c.history if not np.isnan(h[3])]}
         baseline = {"random policy": random_mean} if random_mean is not None else None

@@ -12,7 +12,7 @@ On the first ``max_sentences`` contiguous sentences of the validation books:
   contiguous block, is the highest-scoring other sentence (``f(s).g(c)``) one of its
   neighbours? (chance is about 2 / block size).
 
-All from ``toolkit.metrics`` / ``toolkit.plots``; nothing here trains.
+All from ``toolkit.evaluation.metrics`` / ``toolkit.evaluation.plots``; nothing here trains.
 """
 from __future__ import annotations
 
@@ -24,8 +24,8 @@ import torch.nn.functional as F
 
 from domains.text.quickthought import neighbour_mask
 from domains.text.sampling import SentenceTable
-from toolkit import metrics
-from toolkit.plots import distance_histogram_figure
+from toolkit.evaluation import metrics
+from toolkit.evaluation.plots import distance_histogram_figure
 
 __all__ = ["sentence_geometry", "neighbour_top1"]
 

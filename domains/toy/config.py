@@ -15,7 +15,7 @@ from typing import Any, Literal
 from pydantic import Field, PositiveFloat, model_validator
 
 from domains.base import Section
-from toolkit.probes import C_GRID
+from toolkit.evaluation.probes import C_GRID
 
 __all__ = ["RingMIData", "MixtureData", "ClusterData", "ToyData", "ToyEncoderConfig",
            "RingMIEvaluation", "ToyEvaluation", "DATASETS"]
@@ -140,7 +140,7 @@ class RingMIEvaluation(Section):
 class ToyEvaluation(Section):
     """Probe settings. ``protocol``: ``auto`` (cpcl_mixture -> ``linear_probe``, lmcl_clusters
     -> ``kmeans``), or either explicitly. ``probe_c``: inverse L2 strength of the logistic
-    regression (``toolkit.probes``), or chosen from ``probe_c_grid`` with ``probe_select_c``. ``histogram``: log the pairwise-distance histogram with the LMCL margin ``[d_plus, d_minus]``."""
+    regression (``toolkit.evaluation.probes``), or chosen from ``probe_c_grid`` with ``probe_select_c``. ``histogram``: log the pairwise-distance histogram with the LMCL margin ``[d_plus, d_minus]``."""
 
     protocol: Literal["auto", "linear_probe", "kmeans"] = "auto"
     probe_c: float = Field(1.0, gt=0)

@@ -193,8 +193,8 @@ class ToyDomain(Domain):
         metrics.update(cache)
         figures: dict[str, Any] = {}
         if encoder.normalize:
-            from toolkit.metrics import distance_histogram
-            from toolkit.plots import distance_histogram_figure
+            from toolkit.evaluation.metrics import distance_histogram
+            from toolkit.evaluation.plots import distance_histogram_figure
 
             hist = distance_histogram(z, d_plus=ev.d_plus, d_minus=ev.d_minus)
             metrics["dp_margin_occupancy"] = float(hist["margin_occupancy"])

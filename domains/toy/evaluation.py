@@ -5,7 +5,7 @@
   points. Features are standardised first (the augmentation feature's entries are ~1/L, far
   from unit scale).
 * ``kmeans_accuracy`` (LMCL Sec. 5.1, Table 1): k-means with as many clusters as classes on the
-  embeddings of all points, Hungarian-matched accuracy (%) (``toolkit.metrics.cluster_accuracy``).
+  embeddings of all points, Hungarian-matched accuracy (%) (``toolkit.evaluation.metrics.cluster_accuracy``).
 """
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ import torch
 from threadpoolctl import threadpool_limits
 from torch import Tensor, nn
 
-from toolkit.probes import C_GRID, fit_linear_probe
+from toolkit.evaluation.probes import C_GRID, fit_linear_probe
 
 __all__ = ["embed", "linear_probe_error", "kmeans_accuracy"]
 
@@ -40,7 +40,7 @@ def linear_probe_error(train_z: Tensor, train_y: Tensor, test_z: Tensor, test_y:
                        c: float = 1.0, max_iter: int = 2000, *, standardize: bool = True,
                        select_c: bool = False, c_grid: Sequence[float] = C_GRID,
                        seed: int = 0) -> float:
-    """Test error (%) of :func:`toolkit.probes.fit_linear_probe` (multinomial logistic regression,
+    """Test error (%) of :func:`toolkit.evaluation.probes.fit_linear_probe` (multinomial logistic regression,
     L2 with inverse strength ``c``, lbfgs, in float64) fitted on ``(train_z, train_y)``;
     ``select_c`` chooses ``c`` from ``c_grid`` on a held-out tenth of the training points."""
     if len(train_z) != len(train_y) or len(test_z) != len(test_y):
@@ -59,9 +59,9 @@ def linear_probe_error(train_z: Tensor, train_y: Tensor, test_z: Tensor, test_y:
 
 def kmeans_accuracy(z: Tensor, y: Tensor, num_clusters: int | None = None, seed: int = 0) -> float:
     """Accuracy (%) of k-means on ``z`` against ``y`` after the best one-to-one matching of
-    clusters to classes (:func:`toolkit.metrics.cluster_accuracy`: 10 k-means++ restarts,
+    clusters to classes (:func:`toolkit.evaluation.metrics.cluster_accuracy`: 10 k-means++ restarts,
     ``random_state=seed``)."""
-    from toolkit.metrics import cluster_accuracy
+    from toolkit.evaluation.metrics import cluster_accuracy
 
     with threadpool_limits(1):
         return 100.0 * cluster_accuracy(z, y, n_clusters=num_clusters, seed=seed)

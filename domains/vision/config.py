@@ -19,7 +19,7 @@ from pydantic import Field, PositiveFloat, model_validator
 
 from domains.base import Section
 from domains.vision.augment import PRESETS
-from toolkit.probes import C_GRID
+from toolkit.evaluation.probes import C_GRID
 
 __all__ = ["AugmentConfig", "DataConfig", "HeadConfig", "EncoderConfig", "LinearConfig",
            "KnnConfig", "MonitorConfig", "DiagnosticsConfig", "EvaluationConfig"]
@@ -90,7 +90,7 @@ class EncoderConfig(Section):
 
 class LinearConfig(Section):
     """The linear probe. ``lbfgs``: scikit-learn's logistic regression
-    (``toolkit.probes.linear_probe``) with C = 1 / (weight_decay * N), or C chosen from
+    (``toolkit.evaluation.probes.linear_probe``) with C = 1 / (weight_decay * N), or C chosen from
     ``c_grid`` on a held-out part of the training features (``select_c``); ``adam`` / ``sgd``:
     the papers' mini-batch schedules."""
 

@@ -1,5 +1,5 @@
-"""Geometry of the learned embedding at evaluation (every run), with ``toolkit.metrics`` and
-``toolkit.plots``, on the L2-normalised projections of a seeded subset of test images:
+"""Geometry of the learned embedding at evaluation (every run), with ``toolkit.evaluation.metrics`` and
+``toolkit.evaluation.plots``, on the L2-normalised projections of a seeded subset of test images:
 
 * ``alignment`` -- mean ||f(x') - f(x'')||^2 over two augmented views of each image
   (Wang & Isola 2020, Eq. 4);
@@ -45,7 +45,7 @@ def margin_and_t_neg(recipe: Any, cfg: DiagnosticsConfig) -> tuple[float, float,
 @torch.no_grad()
 def geometry(encoder: torch.nn.Module, data: Any, recipe: Any) -> tuple[dict[str, float], dict[str, Any]]:
     """The metrics and figures listed in the module doc."""
-    from toolkit import metrics, plots
+    from toolkit.evaluation import metrics, plots
 
     cfg: DiagnosticsConfig = recipe.evaluation.diagnostics
     dev = next(encoder.parameters()).device

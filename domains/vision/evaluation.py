@@ -4,7 +4,7 @@ Metrics (flat snake_case):
 
 * ``linear_top1`` (``linear_top5`` when there are more than 10 classes): softmax regression on
   backbone features extracted once from the un-augmented training images
-  (:func:`toolkit.probes.linear_probe` for ``lbfgs``; the papers' Adam / SGD schedules in
+  (:func:`toolkit.evaluation.probes.linear_probe` for ``lbfgs``; the papers' Adam / SGD schedules in
   ``probes.py``);
 * ``knn_top1``: weighted kNN, k=200, t=0.1 (Wu et al. 2018); ``knn5_top1``: 5-NN vote;
 * ``linear_top1_random_init`` / ``linear_top1_raw_pixels`` (``evaluation.baselines``): the
@@ -27,7 +27,7 @@ import torch
 from domains.base import Evaluation
 from domains.vision.config import EvaluationConfig, MonitorConfig
 from domains.vision.probes import extract, minibatch_linear_probe
-from toolkit.probes import knn_score_sets, knn_scores, linear_probe, topk_accuracy
+from toolkit.evaluation.probes import knn_score_sets, knn_scores, linear_probe, topk_accuracy
 
 __all__ = ["evaluate", "monitor", "probe_features"]
 

@@ -6,7 +6,7 @@
   Wang & Isola: Adam, lr 1e-3, betas (0.5, 0.999), 100 epochs, x0.2 at 60 and 80, batch 128;
   CPCL: Adam 1e-2 -> 1e-6). These are training schedules, not an optimum, so they stay here;
   the full-batch probe (``evaluation.linear.solver = lbfgs``) is
-  :func:`toolkit.probes.linear_probe`, and the kNN is :func:`toolkit.probes.knn_scores`.
+  :func:`toolkit.evaluation.probes.linear_probe`, and the kNN is :func:`toolkit.evaluation.probes.knn_scores`.
 """
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from toolkit.probes import topk_accuracy
+from toolkit.evaluation.probes import topk_accuracy
 
 __all__ = ["extract", "minibatch_linear_probe"]
 
@@ -62,7 +62,7 @@ def minibatch_linear_probe(train_x: Tensor, train_y: Tensor, test_x: Tensor, tes
     """
     _check(train_x, train_y, test_x, test_y)
     if solver not in ("adam", "sgd"):
-        raise ValueError(f"solver must be 'adam' or 'sgd' (lbfgs is toolkit.probes.linear_probe), "
+        raise ValueError(f"solver must be 'adam' or 'sgd' (lbfgs is toolkit.evaluation.probes.linear_probe), "
                          f"got {solver!r}")
     if epochs < 1:
         raise ValueError(f"epochs must be >= 1, got {epochs!r}")

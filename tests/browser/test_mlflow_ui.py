@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from toolkit.tracking import client_for
+from toolkit.tracking.store import client_for
 
 CHROMIUM = next((p for p in map(shutil.which, ("chromium", "chromium-browser", "google-chrome")) if p), None)
 ROOT = Path(__file__).resolve().parents[2]

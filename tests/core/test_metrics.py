@@ -10,7 +10,7 @@ import pytest
 import torch
 from matplotlib.figure import Figure
 
-from toolkit import metrics, plots
+from toolkit.evaluation import metrics, plots
 
 
 def emb(n, d, seed=0, unit=True):

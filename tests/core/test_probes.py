@@ -1,4 +1,4 @@
-"""toolkit.probes against plain references: scikit-learn's LogisticRegression fitted directly,
+"""toolkit.evaluation.probes against plain references: scikit-learn's LogisticRegression fitted directly,
 and a hand-written loop kNN (Wu et al. 2018, Sec. 3.4)."""
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import torch
 from sklearn.linear_model import LogisticRegression
 from sklearn.model_selection import StratifiedShuffleSplit
 
-from toolkit.probes import fit_linear_probe, knn_score_sets, knn_scores, linear_probe, topk_accuracy, workers
+from toolkit.evaluation.probes import fit_linear_probe, knn_score_sets, knn_scores, linear_probe, topk_accuracy, workers
 
 
 def _problem(n=400, d=12, classes=4, spread=2.0, seed=0):

@@ -14,7 +14,7 @@ import yaml
 
 from domains.vision.packaged import locate
 from tests.conftest import default_signals_in_child
-from toolkit.tracking import client_for
+from toolkit.tracking.store import client_for
 
 ROOT = Path(__file__).resolve().parents[2]
 STEPS_PER_EPOCH = 3072 // 64

@@ -23,7 +23,7 @@ import torch
 
 from tests.pipeline.conftest import POINTS_RECIPE
 from toolkit import checkpoint as ckpt
-from toolkit.tracking import client_for
+from toolkit.tracking.store import client_for
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -8,7 +8,7 @@ from torch import nn
 
 import cli
 from toolkit import recipe as rc
-from toolkit.distributed import Context, torchrun_command
+from toolkit.training.distributed import Context, torchrun_command
 
 QUICKSTART = "recipes/vision/quickstart.yaml"
 

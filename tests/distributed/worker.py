@@ -12,7 +12,7 @@ from torch import nn
 
 from toolkit import objective as objective_mod
 from toolkit import recipe as rc
-from toolkit.distributed import Context
+from toolkit.training.distributed import Context
 from toolkit.losses.base import ContrastiveBatch
 
 LOSSES = [
@@ -127,7 +127,7 @@ SHUFFLE_SEED = 11
 
 def run_shuffle_bn(ctx):
     """Keys of ShuffledKeys on this rank's slice of the global batch, and the BN running mean."""
-    from toolkit.distributed import ShuffledKeys
+    from toolkit.training.distributed import ShuffledKeys
     x = inputs()[1]
     torch.manual_seed(0)
     enc = BNKeyEncoder().double()

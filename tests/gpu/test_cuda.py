@@ -62,7 +62,7 @@ def workdir(data_workdir):
 def test_fifty_step_vision_run_in_bf16(workdir):
     from domains import registry
     from toolkit.runs import execute, load_recipe
-    from toolkit.tracking import client_for
+    from toolkit.tracking.store import client_for
     r = load_recipe(QUICKSTART, [*TINY, "budget.steps=50", "budget.log_every=10", "device=cuda",
                                  "precision=bf16"], registry.get)
     run_id, metrics = execute(r, registry.get, progress=False)
@@ -75,7 +75,7 @@ def test_checkpoint_written_on_the_gpu_resumes_on_the_cpu(workdir):
     from domains import registry
     from toolkit import checkpoint as ckpt
     from toolkit.runs import execute, load_recipe
-    from toolkit.tracking import client_for
+    from toolkit.tracking.store import client_for
     sets = [*TINY, "budget.checkpoint_every=2"]
     gpu = load_recipe(QUICKSTART, [*sets, "device=cuda", "precision=bf16"], registry.get)
     with pytest.raises(Stop):
@@ -92,7 +92,7 @@ def test_checkpoint_written_on_the_gpu_resumes_on_the_cpu(workdir):
 
 def test_geometry_metrics_take_cuda_tensors():
     """Every geometry metric on CUDA tensors equals the same metric on their CPU copies."""
-    from toolkit import metrics
+    from toolkit.evaluation import metrics
     g = torch.Generator(device=CUDA).manual_seed(0)
     f = torch.nn.functional.normalize(torch.randn(64, 8, device=CUDA, generator=g), dim=1)
     y = torch.nn.functional.normalize(f + 0.1 * torch.randn(64, 8, device=CUDA, generator=g), dim=1)

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from toolkit.runs import execute, load_recipe
-from toolkit.tracking import client_for
+from toolkit.tracking.store import client_for
 from toolkit import checkpoint as ckpt
 from toolkit.training.trainer import NonFiniteLoss, StopAfterStep
 

@@ -21,7 +21,7 @@ import cli
 from domains import registry
 from domains.rl import networks
 from toolkit.runs import load_recipe
-from toolkit.tracking import client_for
+from toolkit.tracking.store import client_for
 from toolkit.training import precision
 
 ROOT = Path(cli.__file__).resolve().parent

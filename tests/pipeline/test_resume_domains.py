@@ -11,7 +11,7 @@ import torch
 from domains import registry
 from toolkit import checkpoint as ckpt
 from toolkit.runs import execute, load_recipe
-from toolkit.tracking import client_for
+from toolkit.tracking.store import client_for
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -107,7 +107,7 @@ def test_basic_auth_without_mlflow_auth_extra_is_refused_before_starting(monkeyp
                                            ("0.0.0.0", False), ("::", False),
                                            ("192.168.1.5", False), ("example.org", False)])
 def test_loopback_addresses(address, local):
-    from toolkit.servers import is_loopback
+    from toolkit.tracking.servers import is_loopback
     assert is_loopback(address) is local
 
 

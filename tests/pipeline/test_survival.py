@@ -17,7 +17,8 @@ import cli
 from tests.conftest import default_signals_in_child
 from toolkit import checkpoint as ckpt
 from toolkit.runs import execute, load_recipe
-from toolkit.tracking import Tracker, client_for
+from toolkit.tracking.store import client_for
+from toolkit.tracking.tracker import Tracker
 
 ROOT = Path(__file__).resolve().parents[2]
 DATA = Path(os.environ.get("CTK_DATA") or ROOT / "data").resolve()
@@ -224,7 +225,7 @@ def test_an_unreachable_store_is_one_line_within_seconds(points_domain, points_r
 
 _RACE = """
 import sys
-from toolkit.tracking import Tracker
+from toolkit.tracking.tracker import Tracker
 with Tracker("race", "r" + sys.argv[1], sys.argv[2]) as t:
     t.log_metrics({"x": float(sys.argv[1])}, 0)
 """

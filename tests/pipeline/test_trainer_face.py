@@ -12,7 +12,7 @@ from click.testing import CliRunner
 import cli
 from toolkit import checkpoint as ckpt
 from toolkit.runs import execute, load_recipe
-from toolkit.tracking import client_for
+from toolkit.tracking.store import client_for
 
 from .hostile import hostile_file
 
@@ -177,7 +177,7 @@ def test_the_online_monitor_starts_at_the_untrained_encoder(points_domain, point
 
 
 def test_time_to_accuracy_gives_each_metric_its_own_axis():
-    from toolkit.plots import time_to_accuracy_figure
+    from toolkit.evaluation.plots import time_to_accuracy_figure
 
     one = time_to_accuracy_figure({"return": [(0.0, 10.0), (5.0, 300.0)]}, baselines={"random": 100.0})
     assert len(one.axes) == 1

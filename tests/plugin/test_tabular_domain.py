@@ -11,7 +11,7 @@ import torch
 from torch import nn
 
 from toolkit import recipe as rc
-from toolkit.reporting import discover_tables
+from toolkit.studies.reproduce import discover_tables
 from toolkit.runs import load_recipe
 
 METRICS = {"linear_top1", "linear_top1_random_init", "linear_top1_raw_features"}

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from mlflow.entities import Metric, Param
 
-from toolkit.tracking import client_for, experiment_id
+from toolkit.tracking.store import client_for, experiment_id
 
 # 3 methods x 4 seeds; "hcl" ran other seeds (no pairing with the baseline: Welch)
 STATS = {

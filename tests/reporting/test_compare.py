@@ -13,10 +13,10 @@ from scipy import stats as sps
 
 import cli
 from tests.reporting.conftest import LOSS_KEY, STATS, log_run
-from toolkit import stats
-from toolkit.comparison import collect, compare_report
-from toolkit.tables import render
-from toolkit.tracking import client_for, experiment_id
+from toolkit.studies import stats
+from toolkit.studies.comparison import collect, compare_report
+from toolkit.studies.tables import render
+from toolkit.tracking.store import client_for, experiment_id
 
 
 def _t_interval(x):

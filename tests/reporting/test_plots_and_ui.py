@@ -13,11 +13,11 @@ from scipy import stats as sps
 
 import cli
 from tests.reporting.conftest import LOSS_KEY, TEMP_KEY
-from toolkit import stats
-from toolkit.comparison import collect, curve_series
-from toolkit.reporting import PaperTable, TableRow, reproduce_report
-from toolkit.tracking import client_for
-from toolkit.ui_view import KIND_TAG, ML_KIND, VIEW_TAG, prepare
+from toolkit.studies import stats
+from toolkit.studies.comparison import collect, curve_series
+from toolkit.studies.reproduce import PaperTable, TableRow, reproduce_report
+from toolkit.tracking.store import client_for
+from toolkit.studies.ui_view import KIND_TAG, ML_KIND, VIEW_TAG, prepare
 
 CYCLE = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd"]  # matplotlib's default lines
 
@@ -50,7 +50,7 @@ def test_plot_png_has_a_line_per_method_and_goes_to_the_parent(sweep_experiment,
 
 
 def test_plot_bands_are_the_t_intervals(sweep_experiment):
-    from toolkit.comparison import sweep_series
+    from toolkit.studies.comparison import sweep_series
     comp = collect("sweep")
     series = sweep_series(comp, "linear_top1", TEMP_KEY)
     assert sorted(series) == ["loss=dcl", "loss=nt_xent"]

@@ -10,7 +10,7 @@ from domains.rl import RLDomain
 from domains.rl.domain import settings_from_recipe
 from toolkit import checkpoint as ckpt
 from toolkit.recipe import RecipeError
-from toolkit.reporting import load_table
+from toolkit.studies.reproduce import load_table
 from toolkit.runs import load_recipe
 from toolkit.training.trainer import RunOptions
 

@@ -28,7 +28,7 @@ PROCESSES = 8
 def _one_run(folder: Path, uri: str, experiment: str, index: int, barrier) -> None:
     """One run through ctk's Tracker, opened when all processes are at the barrier; a failure
     leaves its traceback in ``error-INDEX.txt``."""
-    from toolkit.tracking import Tracker
+    from toolkit.tracking.tracker import Tracker
     try:
         barrier.wait(60)
         with Tracker(experiment=experiment, run_name=f"p{index}", uri=uri) as tracker:

@@ -12,7 +12,7 @@ import time
 import pytest
 
 from tests.sweeps.conftest import TOY, runs_of
-from toolkit.tracking_health import pid_alive
+from toolkit.tracking.health import pid_alive
 
 pytest.importorskip("ray")
 

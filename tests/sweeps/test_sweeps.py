@@ -6,8 +6,8 @@ from types import SimpleNamespace
 import pytest
 
 from tests.sweeps.conftest import TOY, runs_of, stop, wait_for
-from toolkit.launch import LaunchError, refuse_local_store
-from toolkit.sweeps import decide
+from toolkit.studies.launch import LaunchError, refuse_local_store
+from toolkit.studies.sweeps import decide
 
 pytest.importorskip("ray")
 FAST = ["--set", "budget.steps=40", "--set", "budget.log_every=20", "--quiet"]

@@ -10,8 +10,8 @@ from click.testing import CliRunner
 
 import cli
 from toolkit.recipe import RecipeError
-from toolkit.tracking import client_for
-from toolkit.tune import parse_space
+from toolkit.tracking.store import client_for
+from toolkit.studies.tune import parse_space
 
 ROOT = Path(__file__).resolve().parents[2]
 RECIPE = ROOT / "recipes" / "toy" / "lmcl_three_bars_cl.yaml"

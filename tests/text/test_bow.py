@@ -200,7 +200,7 @@ def test_a_text_encoder_exports_as_data_and_loads_back_with_its_tokenizer(tmp_pa
     from domains import registry
     from domains.export import load_encoder
     from toolkit.checkpoint import load
-    from toolkit.export import save_encoder
+    from toolkit.tracking.export import save_encoder
     from toolkit.runs import load_recipe
 
     path = Path(__file__).resolve().parents[2] / "recipes" / "text" / "cpu" / "qt_bow_books.yaml"

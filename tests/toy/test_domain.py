@@ -15,7 +15,7 @@ from domains.toy.encoders import ToyEncoder
 from domains.toy.evaluation import kmeans_accuracy, linear_probe_error
 from domains.toy.ring_experiment import metric_name
 from toolkit import recipe as rc
-from toolkit.reporting import discover_tables
+from toolkit.studies.reproduce import discover_tables
 from toolkit.recipe import RecipeError
 from toolkit.runs import load_recipe
 

@@ -16,7 +16,7 @@ import cli
 from domains import registry
 from toolkit import checkpoint as ckpt
 from toolkit.runs import execute, load_recipe
-from toolkit.tracking import client_for
+from toolkit.tracking.store import client_for
 
 QUICKSTART = Path(cli.__file__).resolve().parent / "recipes" / "vision" / "quickstart.yaml"
 TINY = ["data.train_subset=256", "budget.steps=6", "budget.batch_size=64", "budget.log_every=2",

@@ -9,7 +9,7 @@ import pytest
 from domains.vision import VisionDomain
 from toolkit import objective as objective_mod
 from toolkit import recipe as rc
-from toolkit.reporting import load_table
+from toolkit.studies.reproduce import load_table
 
 ROOT = Path(__file__).resolve().parents[2] / "recipes" / "vision"
 RECIPES = sorted(p for p in ROOT.rglob("*.yaml") if "tables" not in p.parts)

@@ -63,7 +63,7 @@ def build_optimizer(params: Iterable[nn.Parameter], cfg: rc.Optimizer, batch_siz
                 trust_coefficient=cfg.trust_coefficient)
 
 
-def lr_factor(step: int, cfg: rc.Schedule, total_steps: int, steps_per_epoch: int) -> float:
+def lr_factor(step: int, cfg: rc.LRScheduleSection, total_steps: int, steps_per_epoch: int) -> float:
     """Multiplier of the base learning rate at ``step`` (0-based)."""
     warmup = cfg.warmup_steps + int(round(cfg.warmup_epochs * steps_per_epoch))
     if warmup and step < warmup:
@@ -79,7 +79,7 @@ def lr_factor(step: int, cfg: rc.Schedule, total_steps: int, steps_per_epoch: in
     return floor + (1 - floor) * 0.5 * (1 + math.cos(math.pi * progress))
 
 
-def build_scheduler(optimizer: Optimizer, cfg: rc.Schedule, total_steps: int | Callable[[], int],
+def build_scheduler(optimizer: Optimizer, cfg: rc.LRScheduleSection, total_steps: int | Callable[[], int],
                     steps_per_epoch: int) -> LambdaLR:
     """The learning-rate schedule; ``total_steps`` may be a callable, read at every step (a
     wall-time budget fixes the run's length after the schedule is built)."""

@@ -92,7 +92,7 @@ class Pretrainer(Trainer):
         self.model = dist.wrap(self.encoder, sync_bn=recipe.distributed.sync_bn) if dist else self.encoder
         self.key_encoder = self.objective.key_encoder
         if dist and recipe.distributed.shuffle_bn and self.key_encoder is not None:
-            from toolkit.distributed import ShuffledKeys
+            from toolkit.training.distributed import ShuffledKeys
             self.key_encoder = ShuffledKeys(self.key_encoder, dist, self.shuffle_gen)
         self._bad: tuple[torch.Tensor, torch.Tensor] | None = None  # (first non-finite step, its loss)
         self._rank_rng: list[Any] | None = None
@@ -246,7 +246,7 @@ class Pretrainer(Trainer):
                 break
         bar.close()
         if state.history:
-            from toolkit.plots import loss_curve_figure
+            from toolkit.evaluation.plots import loss_curve_figure
             steps, values = zip(*state.history)
             self.tracker.log_figure(loss_curve_figure(list(steps), list(values)), "loss_curve")
 
@@ -371,7 +371,7 @@ class Pretrainer(Trainer):
         self.state.metrics = self._evaluate()
         self._progress(self.state.metrics)
         if self.is_main:
-            from toolkit.plots import time_to_accuracy_figure
+            from toolkit.evaluation.plots import time_to_accuracy_figure
             series: dict[str, list[tuple[float, float]]] = {}
             for seconds, _, name, value in self.state.progress:
                 series.setdefault(name, []).append((seconds, value))

@@ -57,7 +57,7 @@ class RunOptions:
     """How a run is executed (not what it computes: that is the recipe)."""
 
     device: torch.device | None = None
-    distributed: Any = None                  # toolkit.distributed.Context, or None
+    distributed: Any = None                  # toolkit.training.distributed.Context, or None
     progress: bool = True
     checkpoint_dir: Path | None = None       # None: no checkpoints
     keep_checkpoints: int = 2

@@ -9,7 +9,7 @@
   files).
 * :func:`pair_features`: MSRP features ``[|u - v|, u * v]`` (and optionally ``u``, ``v``).
 
-The probe is :func:`toolkit.probes.fit_linear_probe` (L2 logistic regression); only the fold
+The probe is :func:`toolkit.evaluation.probes.fit_linear_probe` (L2 logistic regression); only the fold
 logic lives here. Dense features are standardised with the statistics of each training part
 (lbfgs); sparse ones (bag-of-words counts) are used as they are (liblinear, one-vs-rest for
 TREC's 6 classes).
@@ -24,7 +24,7 @@ import scipy.sparse as sp
 from sklearn.metrics import f1_score
 from sklearn.model_selection import StratifiedKFold, StratifiedShuffleSplit
 
-from toolkit.probes import fit_linear_probe, select_c
+from toolkit.evaluation.probes import fit_linear_probe, select_c
 
 __all__ = ["ProbeResult", "kfold_accuracy", "split_accuracy", "pair_features", "SELECTIONS"]
 

@@ -26,8 +26,8 @@ from pydantic import Field, PositiveFloat, model_validator
 from torch import Tensor
 
 from domains.base import DataBundle, Domain, Encoder, Evaluation, Section
-from toolkit import metrics as geometry
-from toolkit.probes import C_GRID, linear_probe
+from toolkit.evaluation import metrics as geometry
+from toolkit.evaluation.probes import C_GRID, linear_probe
 from toolkit.training.batches import TensorBatches
 
 from .corruption import scarf_views
@@ -74,7 +74,7 @@ class TabularEncoder(Section):
 
 
 class TabularEvaluation(Section):
-    """The linear probe (``toolkit.probes``: logistic regression on standardised frozen features)."""
+    """The linear probe (``toolkit.evaluation.probes``: logistic regression on standardised frozen features)."""
 
     probe_c: float = Field(1.0, gt=0, description="inverse L2 strength of the logistic regression")
     max_iter: int = Field(2000, ge=1)

@@ -56,7 +56,7 @@ def read_encoder(source: str | Path, uri: str | None = None) -> dict[str, Any]:
 def _download(run_id: str, uri: str | None) -> Path:
     from mlflow.exceptions import MlflowException
 
-    from toolkit.tracking import client_for
+    from toolkit.tracking.store import client_for
     client = client_for(uri)
     try:
         client.get_run(run_id)

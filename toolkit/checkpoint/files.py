@@ -1,4 +1,4 @@
-"""The one checkpoint module every trainer uses: data in, data out, never code.
+"""Checkpoint files: data in, data out, never code.
 
 A checkpoint is a dict of tensors and plain containers (dict, list, tuple, str, int, float,
 bool, None). :func:`save` refuses anything else before writing, and :func:`load` reads with

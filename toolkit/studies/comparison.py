@@ -11,12 +11,16 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from toolkit import stats
-from toolkit.tables import Column, Report, interval, num, render
-from toolkit.tracking import client_for
-
-PARENT_TAG = "mlflow.parentRunId"
-_NOT_EVAL = ("train/", "online_", "system/")  # training curves, monitors, system metrics
+from toolkit.studies import stats
+from toolkit.studies.runsets import (
+    eval_metrics,
+    run_seed,
+    split_parents,
+    varying_params,
+)
+from toolkit.studies.tables import Column, Report, interval, num, render
+from toolkit.studies.ui_view import publish_view
+from toolkit.tracking.store import client_for
 
 
 @dataclass
@@ -59,29 +63,6 @@ class Comparison:
 
 def _norm(text: str) -> str:
     return re.sub(r"\s+", "", text)
-
-
-def run_seed(run: Any) -> str | None:
-    return run.data.params.get("seed", run.data.tags.get("ctk.seed"))
-
-
-def split_parents(runs: list[Any]) -> tuple[list[Any], list[Any]]:
-    """(runs that are nobody's parent, sweep parent runs): a parent carries no recipe."""
-    parent_ids = {r.data.tags[PARENT_TAG] for r in runs if PARENT_TAG in r.data.tags}
-    return ([r for r in runs if r.info.run_id not in parent_ids],
-            [r for r in runs if r.info.run_id in parent_ids])
-
-
-def eval_metrics(runs: list[Any]) -> list[str]:
-    """The evaluation metrics of ``runs`` (training curves and monitors left out)."""
-    return sorted({k for r in runs for k in r.data.metrics if not k.startswith(_NOT_EVAL)})
-
-
-def varying_params(runs: list[Any]) -> list[str]:
-    """The recipe keys whose values differ between ``runs`` (tracking.* never counts)."""
-    keys = sorted({k for r in runs for k in r.data.params})
-    return [k for k in keys if not k.startswith("tracking.")
-            and len({r.data.params.get(k) for r in runs}) > 1]
 
 
 def short_names(keys: list[str]) -> dict[str, str]:
@@ -208,7 +189,6 @@ def comparison_text(experiment: str, uri: str | None, fmt: str, width: int | Non
                     baseline: str | None = None, **kwargs: Any) -> tuple[str, Comparison]:
     """``ctk compare``'s output: the rendered report (``kwargs`` go to :func:`collect`); the
     experiment's mlflow columns view is refreshed on the way."""
-    from toolkit.ui_view import publish_view  # ui_view reads this module's helpers
     comp = collect(experiment, uri, **kwargs)
     text = render(compare_report(comp, baseline), fmt, width)
     publish_view(client_for(uri), comp.experiment)
@@ -278,7 +258,7 @@ def write_figure(comp: Comparison, path: str | None, x: str | None = None,
     """Draw the first metric against the swept key ``x`` (or, with ``curves``, that metric's
     learning curves), save it as ``path`` (default ``curves-<metric>.png``) and log it to the
     sweep's parent run(s); returns the path and the parent run ids it was logged to."""
-    from toolkit.plots import band_figure
+    from toolkit.evaluation.plots import band_figure
     if curves:
         series = {label: list(zip(steps, sums)) for label, (steps, sums) in
                   curve_series(comp, curves).items()}

@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from toolkit.comparison import eval_metrics, split_parents, varying_params
+from toolkit.studies.runsets import eval_metrics, split_parents, varying_params
 
 KIND_TAG = "mlflow.experimentKind"
 ML_KIND = "custom_model_development"

@@ -66,7 +66,7 @@ def find_point_runs(client: Any, experiment: str) -> dict[str, Any]:
     """``{point key: run}`` for the active runs of ``experiment`` that carry a point tag (dead
     RUNNING runs are marked KILLED first). Two runs for a key (never written by ctk) keep the
     most advanced one: FINISHED, then RUNNING, KILLED, FAILED."""
-    from toolkit.tracking_health import mark_dead_runs
+    from toolkit.tracking.health import mark_dead_runs
     exp = client.get_experiment_by_name(experiment)
     if exp is None:
         return {}
@@ -104,7 +104,7 @@ def open_parent(client: Any, experiment: str, name: str, points: list[Point], gr
                 children: list[str] = ()) -> str:
     """The sweep's parent run (the same one when the sweep runs again), RUNNING, with the grid
     as ``sweep/grid.yaml``; the points' existing runs (``children``) are nested under it."""
-    from toolkit.tracking import experiment_id
+    from toolkit.tracking.store import experiment_id
     eid = experiment_id(client, experiment)
     key = hashlib.sha256(f"{experiment}\n{name}".encode()).hexdigest()[:20]
     found = client.search_runs([eid], f"tags.`{SWEEP_TAG}` = '{key}'", max_results=1)
@@ -137,7 +137,7 @@ def close_parent(client: Any, run_id: str, summary: str, counts: dict[str, int],
 
 def summary_table(rows: list[tuple[str, str, str, str, str]]) -> str:
     """Aligned text: point, outcome, run id, seconds, note (error's first line)."""
-    from toolkit.tables import aligned
+    from toolkit.studies.tables import aligned
     return aligned([("point", "outcome", "run", "seconds", "note"), *rows])
 
 
@@ -148,7 +148,7 @@ def summary_table(rows: list[tuple[str, str, str, str, str]]) -> str:
 def grid_points(recipe: str, grid: list[list[str]], sets: list[str], experiment: str, load: Any) -> list[Point]:
     """One point per grid combination, named by its swept values (a run name the recipe sets wins)."""
     from toolkit.runs import point_run_name
-    from toolkit.ui_view import run_note
+    from toolkit.studies.ui_view import run_note
     out = []
     for values in grid:
         extra = [*values, f"tracking.experiment={experiment}"]
@@ -172,7 +172,7 @@ def select_rows(table: Any, name: str, rows: list[str]) -> None:
 
 def table_points(table: Any, name: str, sets: list[str], experiment: str, load: Any) -> list[Point]:
     """One point per row and seed of a paper table."""
-    from toolkit.ui_view import run_note
+    from toolkit.studies.ui_view import run_note
     out = []
     for row in table.rows:
         for seed in table.seeds:
@@ -199,7 +199,7 @@ def log_sweep_figure(comp: Any, experiment: str) -> None:
     import tempfile
     from pathlib import Path
 
-    from toolkit.comparison import write_figure
+    from toolkit.studies.comparison import write_figure
     with tempfile.TemporaryDirectory() as folder:
         try:
             write_figure(comp, str(Path(folder) / (re.sub(r"[^A-Za-z0-9._-]+", "_", experiment) + ".png")))

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from toolkit.sweeps import POINT_TAG, decide, find_point_runs
+from toolkit.studies.sweeps import POINT_TAG, decide, find_point_runs
 
 __all__ = ["PointSpec", "Outcome", "LaunchError", "run_point", "run_points", "refuse_local_store"]
 
@@ -70,7 +70,7 @@ def run_point(spec: PointSpec, lookup: Callable[[str], Any], progress: bool = Fa
               task_id: str | None = None) -> Outcome:
     """Run (or skip, or resume) one point; never raises for the point's own failure."""
     from toolkit.runs import execute, load_recipe
-    from toolkit.tracking import client_for
+    from toolkit.tracking.store import client_for
     start = time.perf_counter()
     client = run_id = None
     try:
@@ -116,7 +116,7 @@ def _point_run_id(client: Any, spec: PointSpec) -> str | None:
 def _record_failure(client: Any, spec: PointSpec, text: str, error: str) -> str | None:
     """Attach the traceback to the point's FAILED run (created FAILED when the point failed
     before its run existed)."""
-    from toolkit.tracking import client_for, experiment_id
+    from toolkit.tracking.store import client_for, experiment_id
     try:
         client = client or client_for(spec.env.get("MLFLOW_TRACKING_URI"))
         experiment = spec.raw.get("tracking", {}).get("experiment", "ctk")
@@ -278,10 +278,15 @@ def run_sweep(points: list[Any], lookup: Callable[[str], Any], *, experiment: st
               grid: dict[str, Any], jobs: int = 1, address: str | None = None, retry_failed: bool = False,
               cpus: float | None = None, gpus: float | None = None, progress: bool = True,
               echo: Callable[[str], None] = print) -> tuple[int, list[Outcome]]:
-    """Plan, launch and summarise a sweep of :class:`toolkit.sweeps.Point`; returns (exit code:
+    """Plan, launch and summarise a sweep of :class:`toolkit.studies.sweeps.Point`; returns (exit code:
     0, 1 when a point failed, 130 when stopped by Ctrl-C; the outcomes)."""
-    from toolkit.sweeps import PARENT_TAG, close_parent, open_parent, summary_table
-    from toolkit.tracking import client_for, tracking_uri
+    from toolkit.studies.sweeps import (
+        PARENT_TAG,
+        close_parent,
+        open_parent,
+        summary_table,
+    )
+    from toolkit.tracking.store import client_for, tracking_uri
     unique: dict[str, Any] = {}
     for p in points:
         if p.key in unique:

@@ -20,7 +20,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from torch import Tensor
 
-from toolkit import metrics
+from toolkit.evaluation import metrics
 
 __all__ = ["distance_histogram_figure", "similarity_profile_figure", "loss_curve_figure",
            "curve_figure", "band_figure"]
@@ -82,7 +82,7 @@ def similarity_profile_figure(profiles: Mapping[str, Any], title: str | None = N
     """Wang & Liu Fig. 8: the positive similarity ('pos') and the k-th nearest negatives
     ('n1' .. 'n10').
 
-    ``profiles`` is one result of :func:`toolkit.metrics.similarity_profile` (drawn as box
+    ``profiles`` is one result of :func:`toolkit.evaluation.metrics.similarity_profile` (drawn as box
     plots of the per-anchor values) or a mapping ``label -> result`` (e.g. one per temperature;
     drawn as mean curves with a one-standard-deviation band).
     """
@@ -164,7 +164,7 @@ def loss_curve_figure(steps: Sequence[int], values: Sequence[float], label: str 
 def band_figure(series: Mapping[str, Sequence[tuple[float, Any]]], xlabel: str, ylabel: str,
                 title: str | None = None, logx: bool = False) -> Figure:
     """One line per ``series`` entry through the means of its ``(x, summary)`` points (a
-    :class:`toolkit.stats.Summary`), with the shaded confidence interval where the point has
+    :class:`toolkit.studies.stats.Summary`), with the shaded confidence interval where the point has
     one (n >= 2); a point without an interval has no band, never a made-up one."""
     if not series:
         raise ValueError("series is empty; expected a mapping label -> [(x, summary)]")

@@ -94,8 +94,8 @@ def tune(recipe: str, sets: list[str], space_items: list[str], *, samples: int, 
     from ray.tune.schedulers import ASHAScheduler
     from ray.tune.search.optuna import OptunaSearch
 
-    from toolkit.launch import _start_ray, point_env
-    from toolkit.tracking import client_for, experiment_id, tracking_uri
+    from toolkit.studies.launch import _start_ray, point_env
+    from toolkit.tracking.store import client_for, experiment_id, tracking_uri
     if mode not in ("max", "min"):
         raise rc.RecipeError([("--mode", f"expected max or min, got {mode!r}")], "ctk tune")
     space = parse_space(space_items)
@@ -122,7 +122,7 @@ def tune(recipe: str, sets: list[str], space_items: list[str], *, samples: int, 
                          run_config=rt.RunConfig(storage_path=tempfile.mkdtemp(prefix="ctk-tune-"), verbose=0))
         results = tuner.fit()
         best = results.get_best_result(metric=metric, mode=mode)
-        from toolkit.tracking_health import mark_dead_runs
+        from toolkit.tracking.health import mark_dead_runs
         mark_dead_runs(client, [experiment_id(client, experiment)])  # trials ASHA stopped: KILLED
     except BaseException:
         client.set_terminated(parent, "KILLED")

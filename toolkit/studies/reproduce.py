@@ -1,8 +1,8 @@
 """``ctk reproduce``: paper tables defined in ``recipes/<domain>/tables/`` and the report that
 puts the measured numbers (mean, std, n, Student-t 95% interval over seeds) beside the
 paper's, with a verdict per row: the measured interval contains the paper's number, or lies
-above or below it. ``ctk compare`` lives in :mod:`toolkit.comparison`; both render through
-:mod:`toolkit.tables`."""
+above or below it. ``ctk compare`` lives in :mod:`toolkit.studies.comparison`; both render through
+:mod:`toolkit.studies.tables`."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -12,8 +12,8 @@ from typing import Iterable
 import yaml
 
 from toolkit import recipe as rc
-from toolkit import stats
-from toolkit.tables import Column, Report, interval, num
+from toolkit.studies import stats
+from toolkit.studies.tables import Column, Report, interval, num
 
 # ---------------------------------------------------------------------------------------
 # reproduce

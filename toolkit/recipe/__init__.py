@@ -1,0 +1,22 @@
+"""Recipes: one YAML file per experiment, validated before anything runs.
+
+A recipe has the common sections (:mod:`.sections`: objective, optimizer, schedule, budget,
+tracking, ...) plus the sections its domain owns (``data``, ``encoder``, ``evaluation`` and any
+the domain adds), which the domain validates with its own pydantic models. Every problem is
+reported as ``path.in.the.file: what was wrong (got X); expected Y`` and collected, so one run of
+``ctk show`` lists them all.
+
+``files``     reading YAML safely, ``--set key=value`` overrides, dotted paths
+``sections``  the common sections' schema
+``model``     :class:`Recipe` and :func:`validate`, with the error formatting
+"""
+from toolkit.recipe.files import RecipeError, apply_overrides, get_path, load_yaml
+from toolkit.recipe.model import Recipe, flatten, near_misses, section_models, to_plain, validate
+from toolkit.recipe.sections import (Budget, Common, Component, DistributedSection, LRScheduleSection, Negatives,
+                                     ObjectiveSection, Optimizer, Paper, Regularizer, Resources, Section,
+                                     SelectorSection, Tracking)
+
+__all__ = ["Budget", "Common", "Component", "DistributedSection", "LRScheduleSection", "Negatives",
+           "ObjectiveSection", "Optimizer", "Paper", "Recipe", "RecipeError", "Regularizer", "Resources",
+           "Section", "SelectorSection", "Tracking", "apply_overrides", "flatten", "get_path", "load_yaml",
+           "near_misses", "section_models", "to_plain", "validate"]

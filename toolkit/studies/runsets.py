@@ -1,0 +1,31 @@
+"""What a set of runs from the store holds: their seeds, which are sweep parents, which metrics
+are evaluation results and which recipe keys vary. Read by comparisons and the UI's saved view."""
+from __future__ import annotations
+
+from typing import Any
+
+PARENT_TAG = "mlflow.parentRunId"
+_NOT_EVAL = ("train/", "online_", "system/")  # training curves, monitors, system metrics
+
+
+def run_seed(run: Any) -> str | None:
+    return run.data.params.get("seed", run.data.tags.get("ctk.seed"))
+
+
+def split_parents(runs: list[Any]) -> tuple[list[Any], list[Any]]:
+    """(runs that are nobody's parent, sweep parent runs): a parent carries no recipe."""
+    parent_ids = {r.data.tags[PARENT_TAG] for r in runs if PARENT_TAG in r.data.tags}
+    return ([r for r in runs if r.info.run_id not in parent_ids],
+            [r for r in runs if r.info.run_id in parent_ids])
+
+
+def eval_metrics(runs: list[Any]) -> list[str]:
+    """The evaluation metrics of ``runs`` (training curves and monitors left out)."""
+    return sorted({k for r in runs for k in r.data.metrics if not k.startswith(_NOT_EVAL)})
+
+
+def varying_params(runs: list[Any]) -> list[str]:
+    """The recipe keys whose values differ between ``runs`` (tracking.* never counts)."""
+    keys = sorted({k for r in runs for k in r.data.params})
+    return [k for k in keys if not k.startswith("tracking.")
+            and len({r.data.params.get(k) for r in runs}) > 1]

@@ -1,0 +1,123 @@
+"""Where runs are stored: the store's address, its client, its experiments, its write lock.
+
+Default store: a SQLite file ``mlflow.db`` and an artifact folder ``mlartifacts/`` in the
+working directory (no server); ``$MLFLOW_TRACKING_URI`` or the recipe's ``tracking.uri`` replace
+it.
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+import subprocess
+from pathlib import Path
+from typing import Iterator
+
+os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
+os.environ.setdefault("DO_NOT_TRACK", "true")
+# mlflow's HTTP client retries a dead server for minutes by default; ctk queues metrics itself
+# (Tracker.flush), so a call fails fast and training goes on.
+os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "2")
+os.environ.setdefault("MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR", "1")
+os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "20")
+
+from mlflow.tracking import MlflowClient  # noqa: E402
+
+from toolkit.locking import file_lock  # noqa: E402
+from toolkit.tracking.health import retrying  # noqa: E402
+
+DEFAULT_DB = "mlflow.db"
+DEFAULT_ARTIFACTS = "mlartifacts"
+
+
+def tracking_uri(uri: str | None = None, workdir: str | Path | None = None) -> str:
+    """The tracking URI: the argument, else ``$MLFLOW_TRACKING_URI``, else the local SQLite file."""
+    if uri:
+        return uri
+    env = os.environ.get("MLFLOW_TRACKING_URI")
+    if env:
+        return env
+    base = Path(workdir or os.getcwd()).resolve()
+    return f"sqlite:///{base / DEFAULT_DB}"
+
+
+def artifact_root(uri: str) -> str | None:
+    """For a local SQLite store, the artifact folder beside the database."""
+    if uri.startswith("sqlite:///"):
+        return str(Path(uri[len("sqlite:///"):]).resolve().parent / DEFAULT_ARTIFACTS)
+    return None
+
+
+def sqlite_path(uri: str) -> Path | None:
+    """The database file of a ``sqlite:///PATH`` URI, else None."""
+    if uri.startswith("sqlite:///"):
+        return Path(uri[len("sqlite:///"):].split("?", 1)[0]).resolve()
+    return None
+
+
+_SET_UP: set[str] = set()  # SQLite stores this process created or found migrated
+
+
+@contextlib.contextmanager
+def store_lock(uri: str) -> Iterator[None]:
+    """Exclusive across processes for a SQLite store: ``<database>.lock`` beside the file is held
+    for the block (nothing for other stores, whose servers serialise their own set-up, nor for
+    a folder this process cannot write, where no run can be written either)."""
+    path = sqlite_path(uri)
+    writable = path is not None and os.access(path.parent, os.W_OK)
+    with file_lock(path.with_name(path.name + ".lock")) if writable else contextlib.nullcontext():
+        yield
+
+
+def client_for(uri: str | None = None) -> MlflowClient:
+    """A client of the store at ``uri`` (see :func:`tracking_uri`).
+
+    mlflow creates a new SQLite store's tables (and migrates an old one) when the first client
+    of a process opens it; processes doing that at once break each other's migration (alembic
+    "expected to match one row", UNIQUE constraint on the default experiment). The first client
+    of each SQLite store in a process is therefore made under :func:`store_lock`, so one process
+    sets the schema up and the others find it done."""
+    uri = tracking_uri(uri)
+    if uri in _SET_UP:
+        return MlflowClient(tracking_uri=uri)
+    with store_lock(uri):
+        client = MlflowClient(tracking_uri=uri)  # mlflow builds (and caches) the store here
+    _SET_UP.add(uri)
+    return client
+
+
+def experiment_id(client: MlflowClient, name: str) -> str:
+    """The id of experiment ``name``, created if missing. Safe when several processes create
+    it at once: on SQLite the look-up and the creation run under :func:`store_lock`; elsewhere
+    the loser of the race reads the winner's (retried on transient store errors)."""
+
+    exp = retrying(lambda: client.get_experiment_by_name(name), f"experiment {name!r}")
+    if exp is not None:
+        return exp.experiment_id
+
+    def get_or_create() -> str:
+        exp = client.get_experiment_by_name(name)
+        if exp is not None:
+            return exp.experiment_id
+        root = artifact_root(client.tracking_uri)
+        location = str(Path(root) / name) if root else None
+        try:
+            # mlflow 3 opens an experiment without this tag in its GenAI (traces) view
+            return client.create_experiment(name, artifact_location=location,
+                                            tags={"mlflow.experimentKind": "custom_model_development"})
+        except Exception:  # noqa: BLE001 - another process created it first: read it back
+            exp = client.get_experiment_by_name(name)
+            if exp is None:
+                raise
+            return exp.experiment_id
+
+    with store_lock(client.tracking_uri):
+        return retrying(get_or_create, f"experiment {name!r}")
+
+
+def git_commit(path: str | Path | None = None) -> str:
+    try:
+        out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=path or Path(__file__).parent,
+                             capture_output=True, text=True, timeout=5)
+        return out.stdout.strip() or "unknown"
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
