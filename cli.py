@@ -14,6 +14,7 @@ Recipe problems exit with code 2 and name the YAML path; a run that fails exits 
 from __future__ import annotations
 
 import os
+import shutil
 import sys
 import time
 from pathlib import Path
@@ -268,6 +269,46 @@ def sweep(recipe: str, grid: tuple[str, ...], sets: tuple[str, ...], experiment:
     comp = _print_comparison(experiment, todo[0].recipe.tracking.uri, soft=True)
     if comp is not None:
         log_sweep_figure(comp, experiment)
+    sys.exit(code)
+
+
+@main.command()
+@click.argument("study_file", metavar="STUDY.yaml", type=click.Path(dir_okay=False, exists=True))
+@click.option("--seeds", metavar="S1,S2,...", help="Seeds instead of the study's (at least 2: the tests pair them).")
+@click.option("--format", "fmt", type=click.Choice(FORMATS), default="table", show_default=True)
+@click.option("--plot", type=click.Path(dir_okay=False), metavar="FILE.png", help="Also write the forest plot here.")
+@launch_options
+@click.option("--quiet", is_flag=True, help="No progress bars.")
+def study(study_file: str, seeds: str | None, fmt: str, plot: str | None, quiet: bool, **launch) -> None:
+    """Run one objective change against its baseline in every domain of STUDY.yaml (seeds
+    paired), then print one table: per domain, does it help, hurt, or make no detectable
+    difference. Run it again: finished points are skipped.
+
+    \b
+    Example:
+      ctk study studies/lmcl-dp.yaml --jobs 2
+      ctk study studies/hard-negatives.yaml --seeds 0,1,2,3,4 --format markdown --plot forest.png
+    """
+    from toolkit.runs import load_recipe
+    from toolkit.studies.study import forest_figure, load_study, run_study
+    from toolkit.studies.tables import render
+
+    def load(path: str, sets: list[str]) -> rc.Recipe:
+        return load_recipe(path, sets, domain_registry.get)
+    try:
+        chosen = [int(s) for s in seeds.split(",")] if seeds else None
+    except ValueError:
+        _fail(f"error: --seeds {seeds!r}: expected integers separated by commas, e.g. 0,1,2", 2)
+    try:
+        spec = load_study(study_file, load, chosen)
+    except rc.RecipeError as exc:
+        _fail(f"error: {exc}", 2)
+    code, report, _ = run_study(spec, load, domain_registry.get, progress=not quiet,
+                                echo=lambda m: click.echo(m, err=True), **launch)
+    click.echo(render(report, fmt, shutil.get_terminal_size().columns if fmt == "table" else None))
+    if plot:
+        forest_figure(report).savefig(plot, dpi=120)
+        click.echo(f"forest plot: {plot}", err=True)
     sys.exit(code)
 
 

@@ -118,6 +118,14 @@ class Domain:
         an objective and a budget."""
         return [(key, "required key is missing") for key in ("objective", "budget") if raw.get(key) is None]
 
+    @classmethod
+    def result_metrics(cls, recipe: rc.Recipe) -> dict[str, str] | None:
+        """The evaluation metrics a run of ``recipe`` logs at its end, each with the direction
+        that is better (``"max"`` / ``"min"``, ``""`` for descriptive figures such as geometry),
+        or None when the domain does not say. ``ctk study`` checks the metric names it is given
+        against this before anything runs."""
+        return None
+
     def check_data(self, recipe: rc.Recipe) -> list[tuple[str, str]]:
         """What keeps this run from reading its data (or files the recipe names), as ``(yaml
         path, message)``. ``ctk run`` calls it after validation and before anything is written

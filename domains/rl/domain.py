@@ -97,6 +97,14 @@ class RLDomain(Domain):
                            "run several seeds with ctk sweep instead")
 
     @classmethod
+    def result_metrics(cls, recipe: Any) -> dict[str, str]:
+        """The final evaluation's mean episode return (and its spread), beside a random policy's."""
+        out = {"return_mean": "max", "return_std": ""}
+        if recipe.evaluation.random_baseline:
+            out.update(random_return_mean="", random_return_std="")
+        return out
+
+    @classmethod
     def check(cls, raw: Mapping[str, Any], sections: Mapping[str, Any]) -> list[tuple[str, str]]:
         """rl needs a budget in environment steps, Adam, a constant schedule and in-batch
         negatives; the objective is optional (without it the agent is plain pixel SAC). The task

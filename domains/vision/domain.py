@@ -75,6 +75,25 @@ class VisionDomain(Domain):
         super().__init__(recipe)
         self.augment: BatchAugment | None = None
 
+    @classmethod
+    def result_metrics(cls, recipe: Any) -> dict[str, str]:
+        """Probes (linear, kNN) on the trained backbone and on each baseline, and the geometry
+        diagnostics (descriptive: no better direction)."""
+        ev = recipe.evaluation
+        out: dict[str, str] = {}
+        for suffix in ["", *(f"_{b}" for b in ev.baselines)]:
+            if ev.linear.enabled:
+                out.update({f"linear_top1{suffix}": "max", f"linear_top5{suffix}": "max"})
+            if ev.knn.enabled and suffix != "_random_init":
+                out[f"knn_top1{suffix}"] = "max"
+                if ev.knn.five_nn:
+                    out[f"knn5_top1{suffix}"] = "max"
+        if ev.diagnostics.enabled:
+            out.update(dict.fromkeys(("alignment", "uniformity", "neg_uniformity", "tolerance", "cond_entropy",
+                                      "dp_margin_occupancy", "pos_similarity", "top1_neg_similarity",
+                                      "top10_neg_similarity"), ""))
+        return out
+
     # -- data -------------------------------------------------------------------------------
     def check_data(self, recipe: Any) -> list[tuple[str, str]]:
         """The dataset's files are where torchvision reads them (MNIST / Fashion-MNIST fetched)."""

@@ -10,7 +10,7 @@ reported as ``path.in.the.file: what was wrong (got X); expected Y`` and collect
 ``sections``  the common sections' schema
 ``model``     :class:`Recipe` and :func:`validate`, with the error formatting
 """
-from toolkit.recipe.files import RecipeError, apply_overrides, get_path, load_yaml
+from toolkit.recipe.files import RecipeError, apply_overrides, get_path, load_yaml, overrides_from_mapping
 from toolkit.recipe.model import Recipe, flatten, near_misses, section_models, to_plain, validate
 from toolkit.recipe.sections import (Budget, Common, Component, DistributedSection, LRScheduleSection, Negatives,
                                      ObjectiveSection, Optimizer, Paper, Regularizer, Resources, Section,
@@ -19,4 +19,4 @@ from toolkit.recipe.sections import (Budget, Common, Component, DistributedSecti
 __all__ = ["Budget", "Common", "Component", "DistributedSection", "LRScheduleSection", "Negatives",
            "ObjectiveSection", "Optimizer", "Paper", "Recipe", "RecipeError", "Regularizer", "Resources",
            "Section", "SelectorSection", "Tracking", "apply_overrides", "flatten", "get_path", "load_yaml",
-           "near_misses", "section_models", "to_plain", "validate"]
+           "near_misses", "overrides_from_mapping", "section_models", "to_plain", "validate"]

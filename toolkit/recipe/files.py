@@ -184,6 +184,13 @@ def apply_overrides(data: dict[str, Any], overrides: list[str], source: str = "r
     return out
 
 
+def overrides_from_mapping(sets: Mapping[str, Any]) -> list[str]:
+    """``{"objective.loss.temperature": 0.5, ...}`` (a paper table's or a study's ``set:``) as
+    ``--set`` strings, each value written as one line of YAML."""
+    return [f"{key}={yaml.safe_dump(value, default_flow_style=True, width=10**6).strip().removesuffix('...').strip()}"
+            for key, value in sets.items()]
+
+
 def get_path(raw: Mapping[str, Any], path: str, default: Any = None) -> Any:
     """The value at ``a.b.c`` of a recipe mapping as written, or ``default`` when absent
     (domain checks read the raw mapping, so they run even when other sections are invalid)."""

@@ -9,8 +9,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable
 
-import yaml
-
 from toolkit import recipe as rc
 from toolkit.studies import stats
 from toolkit.studies.tables import Column, Report, interval, num
@@ -54,8 +52,7 @@ def load_table(path: str | Path) -> PaperTable:
             raise rc.RecipeError([(f"rows.{i}", "expected a mapping with label and recipe")], str(p))
         sets = row.get("set") or {}
         rows.append(TableRow(str(row["label"]), (p.parent / row["recipe"]).resolve(),
-                             [f"{k}={yaml.safe_dump(v, default_flow_style=True).strip().removesuffix('...').strip()}"
-                              for k, v in sets.items()],
+                             rc.overrides_from_mapping(sets),
                              {k: float(v) for k, v in (row.get("paper") or {}).items()}))
     return PaperTable(str(data["name"]), str(data["title"]), str(data.get("paper", "")),
                       [int(s) for s in data.get("seeds", [0])], list(data["metrics"]), rows, p,

@@ -100,13 +100,27 @@ def decide(run: Any | None, retry_failed: bool) -> tuple[str, str | None]:
     return "restart", run_id
 
 
+def _parent_key(experiment: str, name: str) -> str:
+    return hashlib.sha256(f"{experiment}\n{name}".encode()).hexdigest()[:20]
+
+
+def parent_run_id(client: Any, experiment: str, name: str) -> str | None:
+    """The run id of the sweep ``name``'s parent in ``experiment``, if it was ever opened."""
+    exp = client.get_experiment_by_name(experiment)
+    if exp is None:
+        return None
+    found = client.search_runs([exp.experiment_id], f"tags.`{SWEEP_TAG}` = '{_parent_key(experiment, name)}'",
+                               max_results=1)
+    return found[0].info.run_id if found else None
+
+
 def open_parent(client: Any, experiment: str, name: str, points: list[Point], grid: dict[str, Any],
                 children: list[str] = ()) -> str:
     """The sweep's parent run (the same one when the sweep runs again), RUNNING, with the grid
     as ``sweep/grid.yaml``; the points' existing runs (``children``) are nested under it."""
     from toolkit.tracking.store import experiment_id
     eid = experiment_id(client, experiment)
-    key = hashlib.sha256(f"{experiment}\n{name}".encode()).hexdigest()[:20]
+    key = _parent_key(experiment, name)
     found = client.search_runs([eid], f"tags.`{SWEEP_TAG}` = '{key}'", max_results=1)
     if found:
         run_id = found[0].info.run_id
