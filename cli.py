@@ -300,7 +300,7 @@ def study(study_file: str, seeds: str | None, fmt: str, plot: str | None, quiet:
     except ValueError:
         _fail(f"error: --seeds {seeds!r}: expected integers separated by commas, e.g. 0,1,2", 2)
     try:
-        spec = load_study(study_file, load, chosen)
+        spec = load_study(study_file, load, domain_registry.get, chosen)
     except rc.RecipeError as exc:
         _fail(f"error: {exc}", 2)
     code, report, _ = run_study(spec, load, domain_registry.get, progress=not quiet,

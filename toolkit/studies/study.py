@@ -91,9 +91,10 @@ class Study:
 Loader = Callable[[str, list[str]], Any]  # (recipe path, overrides) -> validated recipe; raises RecipeError
 
 
-def load_study(path: str | Path, load: Loader, seeds: list[int] | None = None) -> Study:
-    """Read and validate a study and every (domain, arm) recipe; one RecipeError lists every
-    problem with its path in the study file."""
+def load_study(path: str | Path, load: Loader, lookup: Callable[[str], Any],
+               seeds: list[int] | None = None) -> Study:
+    """Read and validate a study and every (domain, arm) recipe (``lookup``: domain name ->
+    domain class); one RecipeError lists every problem with its path in the study file."""
     source = str(path)
     data = rc.load_yaml(path)
     if seeds is not None:
@@ -130,18 +131,18 @@ def load_study(path: str | Path, load: Loader, seeds: list[int] | None = None) -
                 continue
             loaded[arm] = recipe
         if loaded:  # the metric names, read off the baseline's recipe (or any arm's that validated)
-            metrics[name] = _metric_directions(loaded.get(spec.baseline, next(iter(loaded.values()))), dom, where,
+            recipe = loaded.get(spec.baseline, next(iter(loaded.values())))
+            metrics[name] = _metric_directions(recipe, lookup(recipe.domain).result_metrics(recipe), dom, where,
                                                problems)
     if problems:
         raise rc.RecipeError(problems, source)
     return Study(spec, source, overrides, recipes, metrics, list(spec.seeds))
 
 
-def _metric_directions(recipe: Any, dom: DomainSpec, where: str, problems: list) -> dict[str, str]:
-    """The metrics of record with their direction; unknown names are problems (when the domain
-    says which metrics it logs)."""
-    from domains import registry  # the domain that validated this recipe
-    known = registry.get(recipe.domain).result_metrics(recipe)
+def _metric_directions(recipe: Any, known: dict[str, str] | None, dom: DomainSpec, where: str,
+                       problems: list) -> dict[str, str]:
+    """The metrics of record with their direction; unknown names are problems when the domain
+    says which metrics it logs (``known``)."""
     out = {}
     for metric, direction in dom.metrics.items():
         if known is not None and metric not in known:
