@@ -9,9 +9,9 @@ import torch
 
 from toolkit.samplers.schedules import (AdaptiveSchedule, ScheduledSelector, adaptive, constant,
                                         exponential, linear, make_schedule, staircase, step)
-from toolkit.samplers.selectors import (all_mask, hard_count, hard_mask, ring_bounds, ring_mask,
-                                        ring_official_thresholds_to_percentiles,
-                                        ring_percentiles_to_official_thresholds)
+from toolkit.samplers.masks import (all_mask, hard_count, hard_mask, ring_bounds, ring_mask,
+                                    ring_official_thresholds_to_percentiles,
+                                    ring_percentiles_to_official_thresholds)
 
 
 def sims(n: int, m: int, seed: int = 0) -> torch.Tensor:

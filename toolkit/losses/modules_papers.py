@@ -14,7 +14,7 @@ from toolkit import checks
 from toolkit.losses import functional as F
 from toolkit.losses.base import ContrastiveBatch, ContrastiveLoss, LossOutput, require
 from toolkit.losses.registry import LOSSES, _Stats, _views
-from toolkit.samplers.selectors import ring_bounds
+from toolkit.samplers.masks import ring_bounds
 
 
 class _WangLiu(ContrastiveLoss):

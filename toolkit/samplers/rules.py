@@ -2,7 +2,7 @@
 
 Each registered selector is a :class:`NegativeSelector` subclass: it declares the arguments it
 accepts, which one a schedule drives by default, how its arguments turn into the keyword
-arguments of its mask function (:mod:`toolkit.samplers.selectors`), and how to check them.
+arguments of its mask function (:mod:`toolkit.samplers.masks`), and how to check them.
 :class:`~toolkit.samplers.schedules.ScheduledSelector` wraps any of them with a schedule, so a
 plug-in package adds a selector with one decorated class::
 
@@ -22,8 +22,8 @@ from torch import Tensor
 
 from toolkit import checks
 from toolkit.registry import Registry
-from toolkit.samplers.selectors import (all_mask, check_percentiles, hard_count, hard_mask, ring_mask,
-                                        ring_official_thresholds_to_percentiles)
+from toolkit.samplers.masks import (all_mask, check_percentiles, hard_count, hard_mask, ring_mask,
+                                    ring_official_thresholds_to_percentiles)
 
 __all__ = ["SELECTORS", "NegativeSelector", "AllSelector", "HardSelector", "RingSelector"]
 
@@ -90,7 +90,7 @@ class AllSelector(NegativeSelector):
 
 @_register("hard", "Wang & Liu hard negatives: the top-k (num_hard) or top alpha-fraction most similar")
 class HardSelector(NegativeSelector):
-    """Wang & Liu 2021, Sec. 3.3, Eq. 9 (:func:`~toolkit.samplers.selectors.hard_mask`)."""
+    """Wang & Liu 2021, Sec. 3.3, Eq. 9 (:func:`~toolkit.samplers.masks.hard_mask`)."""
 
     arguments = ("alpha", "num_hard")
 
@@ -114,7 +114,7 @@ _OFFICIAL = ("theta_outer", "theta_inner")
 @_register("ring", "Ring / CNCE: negatives between the lower and upper percentiles of similarity "
                    "(or the official theta_outer / theta_inner)")
 class RingSelector(NegativeSelector):
-    """Ring (Wu et al. 2021), Sec. 4 / Alg. 1 (:func:`~toolkit.samplers.selectors.ring_mask`):
+    """Ring (Wu et al. 2021), Sec. 4 / Alg. 1 (:func:`~toolkit.samplers.masks.ring_mask`):
     ``lower`` / ``upper`` percentiles, or the official ``theta_outer`` / ``theta_inner``
     (default the official config 0.1 / 0.1, i.e. percentiles [90, 99))."""
 

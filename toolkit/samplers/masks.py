@@ -1,9 +1,10 @@
-"""Negative selectors: which candidate negatives of each anchor take part in the loss.
+"""Negative-selection masks: which candidate negatives of each anchor take part in the loss.
 
-A selector is a pure function of the anchor-candidate similarities ``sims`` ``[N, M]`` (row i:
-anchor i against its M candidate negatives) and returns a boolean keep-mask of the same shape.
-It never copies embeddings and never carries a gradient: the losses fill the dropped logits
-with ``-inf`` (a hard mask, so no gradient flows through the selection itself).
+The mask functions behind the registered selectors (:mod:`toolkit.samplers.rules`). Each is a
+pure function of the anchor-candidate similarities ``sims`` ``[N, M]`` (row i: anchor i against
+its M candidate negatives) and returns a boolean keep-mask of the same shape. It never copies
+embeddings and never carries a gradient: the losses fill the dropped logits with ``-inf`` (a
+hard mask, so no gradient flows through the selection itself).
 
 * :func:`all_mask`  -- every candidate (plain InfoNCE / NCE).
 * :func:`hard_mask` -- Wang & Liu 2021, Sec. 3.3, Eq. 9: keep ``s_ik >= s_alpha^(i)``, the K-th
