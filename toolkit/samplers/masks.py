@@ -1,6 +1,6 @@
 """Negative-selection masks: which candidate negatives of each anchor take part in the loss.
 
-The mask functions behind the registered selectors (:mod:`toolkit.samplers.rules`). Each is a
+The mask functions behind the registered selectors (:mod:`toolkit.samplers.selectors`). Each is a
 pure function of the anchor-candidate similarities ``sims`` ``[N, M]`` (row i: anchor i against
 its M candidate negatives) and returns a boolean keep-mask of the same shape. It never copies
 embeddings and never carries a gradient: the losses fill the dropped logits with ``-inf`` (a

@@ -1,4 +1,5 @@
-"""The selector registry: the named selectors a recipe can use (``selector: {name: ring, ...}``).
+"""The selectors: the named rules a recipe picks negatives with (``selector: {name: ring, ...}``),
+registered in :data:`SELECTORS` like losses, regularizers and schedules.
 
 Each registered selector is a :class:`NegativeSelector` subclass: it declares the arguments it
 accepts, which one a schedule drives by default, how its arguments turn into the keyword
@@ -46,7 +47,13 @@ class NegativeSelector:
 
     @property
     def name(self) -> str:
-        return getattr(type(self), "registered_name", type(self).__name__)
+        """The name :data:`SELECTORS` holds the class under (for an unregistered subclass, that
+        of its nearest registered base; the class name if none is registered)."""
+        for cls in type(self).__mro__:
+            name = SELECTORS.name_of(cls)
+            if name is not None:
+                return name
+        return type(self).__name__
 
     def default_param(self) -> str | None:
         """The argument a schedule drives when the recipe names none."""
@@ -72,15 +79,7 @@ class NegativeSelector:
         raise NotImplementedError
 
 
-def _register(name: str, description: str):
-    def deco(cls: type[NegativeSelector]) -> type[NegativeSelector]:
-        cls.registered_name = name  # type: ignore[attr-defined]
-        SELECTORS.add(name, cls, description=description)
-        return cls
-    return deco
-
-
-@_register("all", "keep every candidate negative")
+@SELECTORS.register("all", description="keep every candidate negative")
 class AllSelector(NegativeSelector):
     keeps_all = True
 
@@ -88,7 +87,7 @@ class AllSelector(NegativeSelector):
         return all_mask(sims)
 
 
-@_register("hard", "Wang & Liu hard negatives: the top-k (num_hard) or top alpha-fraction most similar")
+@SELECTORS.register("hard", description="Wang & Liu hard negatives: the top-k (num_hard) or top alpha-fraction most similar")
 class HardSelector(NegativeSelector):
     """Wang & Liu 2021, Sec. 3.3, Eq. 9 (:func:`~toolkit.samplers.masks.hard_mask`)."""
 
@@ -111,8 +110,8 @@ _PERCENTILES = ("lower", "upper")
 _OFFICIAL = ("theta_outer", "theta_inner")
 
 
-@_register("ring", "Ring / CNCE: negatives between the lower and upper percentiles of similarity "
-                   "(or the official theta_outer / theta_inner)")
+@SELECTORS.register("ring", description="Ring / CNCE: negatives between the lower and upper "
+                                        "percentiles of similarity (or the official theta_outer / theta_inner)")
 class RingSelector(NegativeSelector):
     """Ring (Wu et al. 2021), Sec. 4 / Alg. 1 (:func:`~toolkit.samplers.masks.ring_mask`):
     ``lower`` / ``upper`` percentiles, or the official ``theta_outer`` / ``theta_inner``
