@@ -1,6 +1,7 @@
 """What every loss module reads from a :class:`~toolkit.losses.base.ContrastiveBatch` and how it
-hands back a :class:`~toolkit.losses.base.LossOutput`: the views (checked for shape), the
-domain's own score matrix with its masks, and the functional core's stats as records."""
+hands back a :class:`~toolkit.losses.base.LossOutput`: the views (checked for shape), a memory
+bank with the anchors' slots, the domain's own score matrix with its masks, and the functional
+core's stats as records."""
 from __future__ import annotations
 
 from torch import Tensor
@@ -15,6 +16,13 @@ def batch_views(batch: ContrastiveBatch, owner: str, at_least: int = 2) -> Tenso
     if v.dim() != 3 or v.shape[1] < at_least:
         raise ValueError(f"{owner} needs views of shape [N, V>={at_least}, d], got {tuple(v.shape)}")
     return v
+
+
+def bank_inputs(batch: ContrastiveBatch, owner: str) -> tuple[Tensor, Tensor, Tensor]:
+    """Memory-bank losses: ``(views[:, 0], the bank rows in negatives, the anchors' own slots
+    indices)``; one view per instance is enough."""
+    require(batch, owner, "views", "negatives", "indices")
+    return batch_views(batch, owner, at_least=1)[:, 0], batch.negatives, batch.indices
 
 
 def has_scores(batch: ContrastiveBatch) -> bool:

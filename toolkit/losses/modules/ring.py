@@ -10,7 +10,7 @@ from torch import Tensor
 from toolkit import checks
 from toolkit.losses import functional as F
 from toolkit.losses.base import ContrastiveBatch, ContrastiveLoss, LossOutput, require
-from toolkit.losses.modules.batch_io import Records, batch_views
+from toolkit.losses.modules.batch_io import Records, bank_inputs, batch_views
 from toolkit.losses.registry import LOSSES
 from toolkit.samplers.masks import ring_bounds
 
@@ -62,9 +62,7 @@ class _IRBank(ContrastiveLoss):
         self.num_negatives = num_negatives
 
     def _inputs(self, batch: ContrastiveBatch) -> tuple[Tensor, Tensor, Tensor]:
-        owner = type(self).__name__
-        require(batch, owner, *self.needs)
-        return batch_views(batch, owner, at_least=1)[:, 0], batch.negatives, batch.indices
+        return bank_inputs(batch, type(self).__name__)
 
 
 @LOSSES.register("ir_nce", description="IR (Wu et al. 2018; Ring Eq. 3): memory bank, k uniform noise entries")

@@ -10,8 +10,8 @@ from torch import Tensor
 
 from toolkit import checks
 from toolkit.losses import functional as F
-from toolkit.losses.base import ContrastiveBatch, ContrastiveLoss, LossOutput, require
-from toolkit.losses.modules.batch_io import Records, batch_views
+from toolkit.losses.base import ContrastiveBatch, ContrastiveLoss, LossOutput
+from toolkit.losses.modules.batch_io import Records, bank_inputs
 from toolkit.losses.registry import LOSSES
 
 
@@ -22,9 +22,7 @@ class _WangLiu(ContrastiveLoss):
     min_views: ClassVar[int] = 1
 
     def _sims(self, batch: ContrastiveBatch) -> tuple[Tensor, Tensor]:
-        require(batch, type(self).__name__, *self.needs)
-        q = batch_views(batch, type(self).__name__, at_least=1)[:, 0]
-        return F.wl_sims_from_bank(q, batch.negatives, batch.indices)
+        return F.wl_sims_from_bank(*bank_inputs(batch, type(self).__name__))
 
 
 def _hard_args(alpha: float | None, num_hard: int | None) -> tuple[float | None, int | None]:
