@@ -55,6 +55,10 @@ class Registry(Generic[T]):
         self.get(name)
         return self._entries[name]
 
+    def name_of(self, obj: object) -> str | None:
+        """The name ``obj`` is registered under (the first, if under several), or ``None``."""
+        return next((e.name for e in self._entries.values() if e.obj is obj), None)
+
     def names(self) -> list[str]:
         return sorted(self._entries)
 

@@ -22,7 +22,8 @@ they are computed once and shared (detached for the actor, with gradient for ste
 the actor's backward computes only the actor's gradients (the reference also computes the
 critic's there and discards them). The reference code encodes ``o`` three times there.
 ``fused=False`` keeps the reference's separate passes (for the benchmark and the equivalence
-test).
+test). :meth:`CurlSacAgent._encode_obs` is the one place the two paths part
+(:class:`_SharedPass` or :class:`_SeparatePasses`); each step is its own method.
 """
 from __future__ import annotations
 
@@ -115,89 +116,97 @@ class CurlSacAgent(nn.Module):
 
     # -- one update ------------------------------------------------------------------------
     def update(self, batch: dict[str, Tensor]) -> dict[str, Tensor]:
-        """One SAC + CURL update on a sampled batch; returns detached scalars to log."""
+        """One SAC + CURL update on a sampled batch (steps 1-4 of the module docstring, in
+        CURL's order); returns detached scalars to log."""
         prepare = self.critic.encoder.prepare  # to float once: each batch is encoded 1-3 times
-        obs, action, reward = prepare(batch["obs"]), batch["action"], batch["reward"]
-        next_obs, not_done, obs_pos = prepare(batch["next_obs"]), batch["not_done"], prepare(batch["pos"])
+        obs, next_obs, obs_pos = prepare(batch["obs"]), prepare(batch["next_obs"]), prepare(batch["pos"])
         cfg, u, clock = self.cfg, self.num_updates, _Clock(self.timings)
-        out: dict[str, Tensor] = {}
 
-        # 1. critic
+        out = self._critic_step(obs, batch["action"], batch["reward"], next_obs, batch["not_done"])
+        clock.lap("critic")
+        contrast = self.objective is not None and cfg.contrastive_weight > 0
+        actor_step = u % cfg.actor_update_every == 0
+        obs_pass = self._encode_obs(obs, contrast, actor_step, clock)
+        if actor_step:
+            out.update(self._actor_and_temperature_step(obs_pass))
+            clock.lap("actor")
+        if u % cfg.target_update_every == 0:
+            self._target_step()
+            clock.lap("target")
+        if contrast:
+            out.update(self._contrastive_step(obs_pass.anchor(), obs_pos, u))
+            clock.lap("contrastive")
+
+        out["alpha"] = self.alpha.detach()
+        self.num_updates += 1
+        return out
+
+    def _encode_obs(self, obs: Tensor, contrast: bool, actor_step: bool,
+                    clock: "_Clock") -> "_SharedPass | _SeparatePasses | None":
+        """Where the fused and reference paths part: the encodings of ``obs`` that steps 2 and
+        4 read, after the critic step. Fused: one shared pass (``None`` when neither step runs);
+        reference: a fresh pass for every use."""
+        if not self.fused:
+            return _SeparatePasses(self.critic.encoder, obs)
+        if not (contrast or actor_step):
+            return None
+        shared = _SharedPass(self.critic.encoder, obs, with_grad=contrast)
+        clock.lap("shared_encoder")
+        return shared
+
+    def _critic_step(self, obs: Tensor, action: Tensor, reward: Tensor, next_obs: Tensor,
+                     not_done: Tensor) -> dict[str, Tensor]:
+        """Step 1: both Q heads towards the soft Bellman target; trains the shared encoder."""
         with torch.no_grad():
             _, next_action, next_log_pi, _ = self.actor(self.critic.encoder.conv(next_obs))
             target_q1, target_q2 = self.critic_target(next_obs, next_action)
             target_v = torch.min(target_q1, target_q2) - self.alpha.detach() * next_log_pi
-            target_q = reward + not_done * cfg.discount * target_v
+            target_q = reward + not_done * self.cfg.discount * target_v
         q1, q2 = self.critic(obs, action)
         critic_loss = F.mse_loss(q1, target_q) + F.mse_loss(q2, target_q)
         self.critic_opt.zero_grad(set_to_none=True)
         critic_loss.backward()
         self.critic_opt.step()
-        out.update(critic_loss=critic_loss.detach(), q_mean=q1.detach().mean())
-        clock.lap("critic")
+        return {"critic_loss": critic_loss.detach(), "q_mean": q1.detach().mean()}
 
-        # Conv features of obs under the updated encoder and their critic projection, shared
-        # by steps 2 and 4 (the actor step changes neither the encoder nor that projection).
-        wants_contrast = self.objective is not None and cfg.contrastive_weight > 0
-        actor_step = u % cfg.actor_update_every == 0
-        h_obs = z_obs = None
-        if self.fused and (wants_contrast or actor_step):
-            with torch.set_grad_enabled(wants_contrast):
-                h_obs = self.critic.encoder.conv(obs)
-                z_obs = self.critic.encoder.project(h_obs)
-            clock.lap("shared_encoder")
+    def _actor_and_temperature_step(self, obs_pass: "_SharedPass | _SeparatePasses") -> dict[str, Tensor]:
+        """Step 2: the actor on detached conv features against the critic's Q, then the
+        temperature towards the target entropy."""
+        _, pi, log_pi, log_std = self.actor(obs_pass.actor_features())
+        actor_q1, actor_q2 = self.critic.heads(obs_pass.critic_features(), pi)
+        actor_loss = (self.alpha.detach() * log_pi - torch.min(actor_q1, actor_q2)).mean()
+        self.actor_opt.zero_grad(set_to_none=True)
+        obs_pass.actor_backward(actor_loss, self.actor)
+        self.actor_opt.step()
+        alpha_loss = (self.alpha * (-log_pi - self.target_entropy).detach()).mean()
+        self.alpha_opt.zero_grad(set_to_none=True)
+        alpha_loss.backward()
+        self.alpha_opt.step()
+        return {"actor_loss": actor_loss.detach(), "alpha_loss": alpha_loss.detach(),
+                "entropy": -log_pi.detach().mean(), "log_std": log_std.detach().mean()}
 
-        # 2. actor and temperature
-        if actor_step:
-            h = h_obs.detach() if self.fused else self.critic.encoder.conv(obs).detach()
-            _, pi, log_pi, log_std = self.actor(h)
-            z_critic = (z_obs.detach() if self.fused else
-                        self.critic.encoder.project(self.critic.encoder.conv(obs).detach()))
-            actor_q1, actor_q2 = self.critic.heads(z_critic, pi)
-            actor_loss = (self.alpha.detach() * log_pi - torch.min(actor_q1, actor_q2)).mean()
-            self.actor_opt.zero_grad(set_to_none=True)
-            if self.fused:  # only the actor's gradients: the critic's would be discarded
-                params = list(self.actor.parameters())
-                for p, g in zip(params, torch.autograd.grad(actor_loss, params)):
-                    p.grad = g
-            else:
-                actor_loss.backward()
-            self.actor_opt.step()
-            alpha_loss = (self.alpha * (-log_pi - self.target_entropy).detach()).mean()
-            self.alpha_opt.zero_grad(set_to_none=True)
-            alpha_loss.backward()
-            self.alpha_opt.step()
-            out.update(actor_loss=actor_loss.detach(), alpha_loss=alpha_loss.detach(),
-                       entropy=-log_pi.detach().mean(), log_std=log_std.detach().mean())
-            clock.lap("actor")
+    def _target_step(self) -> None:
+        """Step 3: EMA of the target Q heads (``critic_tau``) and key encoder (``encoder_tau``)."""
+        soft_update(self.critic.q1, self.critic_target.q1, self.cfg.critic_tau)
+        soft_update(self.critic.q2, self.critic_target.q2, self.cfg.critic_tau)
+        soft_update(self.critic.encoder, self.critic_target.encoder, self.cfg.encoder_tau)
 
-        # 3. target networks
-        if u % cfg.target_update_every == 0:
-            soft_update(self.critic.q1, self.critic_target.q1, cfg.critic_tau)
-            soft_update(self.critic.q2, self.critic_target.q2, cfg.critic_tau)
-            soft_update(self.critic.encoder, self.critic_target.encoder, cfg.encoder_tau)
-            clock.lap("target")
-
-        # 4. contrastive term
-        if wants_contrast:
-            z_anchor = z_obs if self.fused else self.critic.encoder(obs)
-            with torch.no_grad():
-                z_pos = self.critic_target.encoder(obs_pos)
-            result = self.objective(self.curl.batch(z_anchor, z_pos, step=u))
-            self.contrastive_opt.zero_grad(set_to_none=True)
-            if self.encoder_opt is not None:
-                self.encoder_opt.zero_grad(set_to_none=True)
-            (cfg.contrastive_weight * result.loss).backward()
-            if self.encoder_opt is not None:
-                self.encoder_opt.step()
-            self.contrastive_opt.step()
-            out["contrastive_loss"] = result.loss.detach()
-            for name, value in result.records.items():
-                out[f"curl_{name}"] = torch.as_tensor(value).detach()
-            clock.lap("contrastive")
-
-        out["alpha"] = self.alpha.detach()
-        self.num_updates += 1
+    def _contrastive_step(self, z_anchor: Tensor, obs_pos: Tensor, step: int) -> dict[str, Tensor]:
+        """Step 4: the objective on ``z_anchor W z_pos^T``, keys from the target encoder;
+        trains the encoder and ``W``."""
+        with torch.no_grad():
+            z_pos = self.critic_target.encoder(obs_pos)
+        result = self.objective(self.curl.batch(z_anchor, z_pos, step=step))
+        self.contrastive_opt.zero_grad(set_to_none=True)
+        if self.encoder_opt is not None:
+            self.encoder_opt.zero_grad(set_to_none=True)
+        (self.cfg.contrastive_weight * result.loss).backward()
+        if self.encoder_opt is not None:
+            self.encoder_opt.step()
+        self.contrastive_opt.step()
+        out = {"contrastive_loss": result.loss.detach()}
+        for name, value in result.records.items():
+            out[f"curl_{name}"] = torch.as_tensor(value).detach()
         return out
 
     # -- snapshots -------------------------------------------------------------------------
@@ -209,7 +218,8 @@ class CurlSacAgent(nn.Module):
         return opts
 
     def snapshot(self) -> dict:
-        """Networks, optimizers and the update counter (see :mod:`domains.rl.snapshot`)."""
+        """Networks, optimizers and the update counter: the agent's part of the run's checkpoint
+        (:meth:`domains.rl.workspace.Workspace.state_dict`; :meth:`restore` reads it back)."""
         return {"modules": self.state_dict(), "num_updates": self.num_updates,
                 "optimizers": {k: o.state_dict() for k, o in self.optimizers().items()}}
 
@@ -230,3 +240,49 @@ class _Clock:
         now = time.perf_counter()
         self.timings[name] += now - self.t
         self.t = now
+
+
+class _SharedPass:
+    """The fused path: the conv features of ``obs`` and their critic projection, computed once
+    and shared by the actor step (detached) and the contrastive step (with gradient)."""
+
+    def __init__(self, encoder: PixelEncoder, obs: Tensor, with_grad: bool) -> None:
+        with torch.set_grad_enabled(with_grad):
+            self.h = encoder.conv(obs)
+            self.z = encoder.project(self.h)
+
+    def actor_features(self) -> Tensor:
+        return self.h.detach()
+
+    def critic_features(self) -> Tensor:
+        return self.z.detach()
+
+    def anchor(self) -> Tensor:
+        return self.z
+
+    @staticmethod
+    def actor_backward(loss: Tensor, actor: nn.Module) -> None:
+        """Only the actor's gradients (the critic's would be discarded)."""
+        params = list(actor.parameters())
+        for p, g in zip(params, torch.autograd.grad(loss, params)):
+            p.grad = g
+
+
+class _SeparatePasses:
+    """The reference path: ``obs`` encoded afresh for every use, as CURL's code does."""
+
+    def __init__(self, encoder: PixelEncoder, obs: Tensor) -> None:
+        self.encoder, self.obs = encoder, obs
+
+    def actor_features(self) -> Tensor:
+        return self.encoder.conv(self.obs).detach()
+
+    def critic_features(self) -> Tensor:
+        return self.encoder.project(self.encoder.conv(self.obs).detach())
+
+    def anchor(self) -> Tensor:
+        return self.encoder(self.obs)
+
+    @staticmethod
+    def actor_backward(loss: Tensor, actor: nn.Module) -> None:
+        loss.backward()

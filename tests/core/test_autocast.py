@@ -15,7 +15,7 @@ from toolkit.losses import functional as F
 from toolkit.losses.base import ContrastiveBatch
 from toolkit.losses.modules import LOSSES
 from toolkit.regularizers import REGULARIZERS
-from toolkit.samplers.selectors import hard_mask, ring_mask
+from toolkit.samplers.masks import hard_mask, ring_mask
 from toolkit.samplers.sources import MemoryBank, MoCoQueue
 
 N, V, D, M = 24, 3, 16, 96

@@ -9,9 +9,9 @@ import torch
 
 from toolkit.samplers.schedules import (AdaptiveSchedule, ScheduledSelector, adaptive, constant,
                                         exponential, linear, make_schedule, staircase, step)
-from toolkit.samplers.selectors import (all_mask, hard_count, hard_mask, ring_bounds, ring_mask,
-                                        ring_official_thresholds_to_percentiles,
-                                        ring_percentiles_to_official_thresholds)
+from toolkit.samplers.masks import (all_mask, hard_count, hard_mask, ring_bounds, ring_mask,
+                                    ring_official_thresholds_to_percentiles,
+                                    ring_percentiles_to_official_thresholds)
 
 
 def sims(n: int, m: int, seed: int = 0) -> torch.Tensor:
@@ -225,3 +225,27 @@ def test_scheduled_selector_defaults_and_errors():
         ScheduledSelector("ring", {"lower": 10})
     with pytest.raises(ValueError, match="cannot be scheduled"):
         ScheduledSelector("all", {}, constant(1.0))
+
+
+def test_selectors_are_named_by_the_registry():
+    from toolkit.samplers import SELECTORS, NegativeSelector
+    from toolkit.samplers.selectors import RingSelector
+
+    assert [ScheduledSelector(n).name for n in ("all", "hard", "ring")] == ["all", "hard", "ring"]
+
+    @SELECTORS.register("test_first", description="the first candidate only")
+    class First(NegativeSelector):
+        def mask(self, sims, **resolved):
+            return torch.arange(sims.shape[1]).expand_as(sims) == 0
+
+    class Annealed(RingSelector):  # not registered: it answers to its base's name
+        pass
+
+    try:
+        assert SELECTORS.entry("test_first").description == "the first candidate only"
+        assert ScheduledSelector("test_first").name == "test_first"
+        assert Annealed().name == "ring"
+        with pytest.raises(ValueError, match="selector 'test_first' got unknown argument"):
+            First({"k": 1})
+    finally:
+        SELECTORS._entries.pop("test_first")

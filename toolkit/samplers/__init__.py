@@ -5,6 +5,10 @@ A selector keeps a subset of each anchor's candidate negatives: it maps similari
 means keep all). Recipes name them: ``selector: {name: hard, num_hard: 4095}``,
 ``selector: {name: ring, lower: 50, upper: 90, schedule: {...}}``. The names live in one
 registry, :data:`SELECTORS` (plug-ins add theirs with ``@SELECTORS.register``).
+
+Modules: ``masks`` (the keep-mask functions: all, hard, ring), ``selectors`` (the registered
+selector rules built on them), ``schedules`` (step schedules and :class:`ScheduledSelector`),
+``sources`` (MoCo queue, memory bank, momentum encoder).
 """
 from __future__ import annotations
 
@@ -12,9 +16,9 @@ from typing import Any, Callable
 
 from torch import Tensor
 
-from toolkit.samplers.rules import SELECTORS, NegativeSelector, make_selector  # noqa: F401
+from toolkit.samplers.selectors import SELECTORS, NegativeSelector, make_selector  # noqa: F401
 from toolkit.samplers.schedules import SCHEDULES, ScheduledSelector, make_schedule  # noqa: F401
-from toolkit.samplers.selectors import all_mask, hard_mask, ring_mask  # noqa: F401
+from toolkit.samplers.masks import all_mask, hard_mask, ring_mask  # noqa: F401
 from toolkit.samplers.sources import MemoryBank, MoCoQueue, MomentumEncoder  # noqa: F401
 
 

@@ -25,7 +25,7 @@ from toolkit import checks
 from toolkit.registry import Registry
 
 if TYPE_CHECKING:
-    from toolkit.samplers.rules import NegativeSelector
+    from toolkit.samplers.selectors import NegativeSelector
 
 __all__ = ["Schedule", "ConstantSchedule", "LinearSchedule", "StepSchedule",
            "StaircaseSchedule", "ExponentialSchedule", "AdaptiveSchedule",
@@ -311,7 +311,7 @@ class ScheduledSelector:
     def __init__(self, selector: "str | NegativeSelector", args: Mapping[str, Any] | None = None,
                  schedule: "Schedule | float | Mapping[str, Any] | None" = None,
                  param: str | None = None) -> None:
-        from toolkit.samplers.rules import make_selector
+        from toolkit.samplers.selectors import make_selector
         self.selector = make_selector(selector, args) if isinstance(selector, str) else selector
         self.name = self.selector.name
         self.schedule = None if schedule is None else make_schedule(schedule)

@@ -32,7 +32,8 @@ from toolkit import checks
 
 from ._kernel import _NEG_INF, _InBatchLoss
 from ._precision import full_precision
-from .infonce import _bool_mask, _in_batch_neg_sim, _pair
+from ._validation import _pair, _score_masks
+from .infonce import _in_batch_neg_sim
 
 __all__ = ["dcl", "hcl", "dcl_scores", "hcl_scores"]
 
@@ -187,19 +188,7 @@ def hcl(z1: Tensor, z2: Tensor, temperature: float = 0.5, tau_plus: float = 0.1,
 
 def _scores_form(scores: Tensor, positive_mask: Tensor, valid_mask: Tensor | None, tau: float,
                  tau_plus: float, beta: float | None, clamp: bool, stats: dict | None) -> Tensor:
-    checks.tensor("scores", scores, dim=2)
-    shape = tuple(scores.shape)
-    pos = _bool_mask("positive_mask", positive_mask, shape)
-    if pos is None:
-        raise ValueError("positive_mask must be a bool tensor, got None")
-    valid = _bool_mask("valid_mask", valid_mask, shape)
-    if valid is not None and (pos & ~valid).any():
-        raise ValueError("positive_mask marks candidates that valid_mask excludes; every "
-                         "positive must be valid")
-    rows = pos.any(dim=1)
-    if not rows.any():
-        raise ValueError(f"positive_mask has no positive in any of its {shape[0]} rows; "
-                         "expected at least one anchor with a positive")
+    pos, valid, rows = _score_masks(scores, positive_mask, valid_mask)
     pos = pos[rows]
     neg = ~pos if valid is None else (valid[rows] & ~pos)
     n_neg = neg.sum(dim=1)

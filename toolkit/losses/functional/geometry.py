@@ -20,7 +20,7 @@ from toolkit import checks
 
 from ._kernel import _LOG2E, _NEG_INF
 from ._precision import full_precision
-from .infonce import _pair, _rows, _same_dtype
+from ._validation import _pair, _rows, _same_dtype
 
 __all__ = ["align", "uniform", "align_uniform", "spectral", "cpcl_a", "cpcl_full", "aca"]
 

@@ -28,42 +28,11 @@ from toolkit import checks
 
 from ._kernel import _NEG_INF, _InBatchLoss, _RowLogSumExp, _in_batch_partner
 from ._precision import full_precision
+from ._validation import _bool_mask, _pair, _rows, _same_dtype, _score_masks
 
 __all__ = ["info_nce_scores", "nt_xent", "moco_infonce", "cmc"]
 
 # ----------------------------------------------------------------------------- checks
-def _rows(name: str, x: Tensor, min_rows: int = 1) -> None:
-    """A floating ``[n, d]`` tensor with n >= min_rows and d >= 1."""
-    checks.tensor(name, x, dim=2, min_rows=min_rows)
-    if x.shape[1] < 1:
-        raise ValueError(f"{name} must have at least one feature column, got shape "
-                         f"{tuple(x.shape)}")
-
-
-def _pair(name_a: str, a: Tensor, name_b: str, b: Tensor, min_rows: int = 1) -> None:
-    _rows(name_a, a, min_rows)
-    _rows(name_b, b, min_rows)
-    checks.same_shape(name_a, a, name_b, b)
-    _same_dtype(name_a, a, name_b, b)
-
-
-def _same_dtype(name_a: str, a: Tensor, name_b: str, b: Tensor) -> None:
-    if a.dtype != b.dtype or a.device != b.device:
-        raise ValueError(f"{name_a} and {name_b} must share dtype and device, got "
-                         f"{a.dtype}/{a.device} and {b.dtype}/{b.device}")
-
-
-def _bool_mask(name: str, mask: Tensor | None, shape: tuple[int, ...]) -> Tensor | None:
-    if mask is None:
-        return None
-    if not isinstance(mask, Tensor) or mask.dtype != torch.bool:
-        got = mask.dtype if isinstance(mask, Tensor) else type(mask).__name__
-        raise ValueError(f"{name} must be a bool tensor of shape {shape}, got {got}")
-    if tuple(mask.shape) != tuple(shape):
-        raise ValueError(f"{name} must have shape {shape}, got {tuple(mask.shape)}")
-    return mask
-
-
 def _no_empty_rows(name: str, kept: Tensor) -> None:
     """``kept`` a bool ``[n, m]`` mask of kept negatives: every row needs one (the uint8 row
     max is ~25x faster than a bool ``any`` / ``sum`` on CPU)."""
@@ -112,22 +81,8 @@ def info_nce_scores(scores: Tensor, positive_mask: Tensor, valid_mask: Tensor | 
         stats: optional dict receiving ``pos_sim`` and ``neg_sim`` (mean score of positives
             and of valid non-positives of the counted anchors).
     """
-    checks.tensor("scores", scores, dim=2)
-    shape = tuple(scores.shape)
-    if scores.shape[1] < 1:
-        raise ValueError(f"scores must have at least one candidate column, got shape {shape}")
+    pos, valid, rows = _score_masks(scores, positive_mask, valid_mask)
     tau = checks.positive("temperature", temperature)
-    pos = _bool_mask("positive_mask", positive_mask, shape)
-    if pos is None:
-        raise ValueError("positive_mask must be a bool tensor, got None")
-    valid = _bool_mask("valid_mask", valid_mask, shape)
-    if valid is not None and (pos & ~valid).any():
-        raise ValueError("positive_mask marks candidates that valid_mask excludes; every "
-                         "positive must be valid (it stays in the denominator)")
-    rows = pos.any(dim=1)
-    if not rows.any():
-        raise ValueError(f"positive_mask has no positive in any of its {shape[0]} rows; "
-                         "expected at least one anchor with a positive")
     pos = pos[rows]
     logits = scores[rows] / tau
     if valid is not None:

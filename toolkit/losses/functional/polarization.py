@@ -11,7 +11,7 @@ from torch.autograd.function import once_differentiable
 from toolkit import checks
 
 from ._precision import full_precision
-from .infonce import _rows
+from ._validation import _rows
 
 __all__ = ["distance_polarization"]
 

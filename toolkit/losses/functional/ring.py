@@ -28,9 +28,9 @@ import torch
 from torch import Tensor
 
 from toolkit import checks
-from toolkit.samplers.selectors import (ring_bounds, ring_mask,
-                                        ring_official_thresholds_to_percentiles,
-                                        ring_percentiles_to_official_thresholds)
+from toolkit.samplers.masks import (ring_bounds, ring_mask,
+                                    ring_official_thresholds_to_percentiles,
+                                    ring_percentiles_to_official_thresholds)
 
 from ._precision import full_precision
 

@@ -26,7 +26,7 @@ import torch
 from torch import Tensor
 
 from toolkit import checks
-from toolkit.samplers.selectors import hard_mask
+from toolkit.samplers.masks import hard_mask
 
 from ._precision import full_precision
 
