@@ -277,9 +277,11 @@ def sweep(recipe: str, grid: tuple[str, ...], sets: tuple[str, ...], experiment:
 @click.option("--seeds", metavar="S1,S2,...", help="Seeds instead of the study's (at least 2: the tests pair them).")
 @click.option("--format", "fmt", type=click.Choice(FORMATS), default="table", show_default=True)
 @click.option("--plot", type=click.Path(dir_okay=False), metavar="FILE.png", help="Also write the forest plot here.")
+@click.option("--dry-run", is_flag=True, help="Validate every (domain, arm) recipe and list the points; run nothing.")
 @launch_options
 @click.option("--quiet", is_flag=True, help="No progress bars.")
-def study(study_file: str, seeds: str | None, fmt: str, plot: str | None, quiet: bool, **launch) -> None:
+def study(study_file: str, seeds: str | None, fmt: str, plot: str | None, dry_run: bool, quiet: bool,
+          **launch) -> None:
     """Run one objective change against its baseline in every domain of STUDY.yaml (seeds
     paired), then print one table: per domain, does it help, hurt, or make no detectable
     difference. Run it again: finished points are skipped.
@@ -303,6 +305,12 @@ def study(study_file: str, seeds: str | None, fmt: str, plot: str | None, quiet:
         spec = load_study(study_file, load, domain_registry.get, chosen)
     except rc.RecipeError as exc:
         _fail(f"error: {exc}", 2)
+    if dry_run:
+        click.echo(f"study {spec.spec.name}: {len(spec.recipes)} domains x {len(spec.arms)} arms x "
+                   f"{len(spec.seeds)} seeds, experiment {spec.experiment!r}; every recipe is valid")
+        for (domain, arm), sets in spec.overrides.items():
+            click.echo(f"  {domain:<14} {arm:<12} {spec.recipes[domain]} {' '.join(sets) or '(as written)'}")
+        return
     code, report, _ = run_study(spec, load, domain_registry.get, progress=not quiet,
                                 echo=lambda m: click.echo(m, err=True), **launch)
     click.echo(render(report, fmt, shutil.get_terminal_size().columns if fmt == "table" else None))

@@ -15,6 +15,7 @@ difference at this n) and the minutes per run. ``forest_figure`` draws the same 
 from __future__ import annotations
 
 import math
+import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -114,7 +115,7 @@ def load_study(path: str | Path, load: Loader, lookup: Callable[[str], Any],
         for arm in dom.arms:
             if arm not in spec.arms:
                 problems.append((f"{where}.arms.{arm}", f"not an arm of the study; expected one of: {', '.join(spec.arms)}"))
-        recipe_path = Path(source).parent / dom.recipe
+        recipe_path = Path(os.path.normpath(Path(source).parent / dom.recipe))
         if not recipe_path.is_file():
             problems.append((f"{where}.recipe", f"no such file: {recipe_path}"))
             continue
