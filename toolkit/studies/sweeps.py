@@ -30,6 +30,7 @@ from typing import Any
 import yaml
 
 from toolkit.checkpoint import checkpoint_dir, recipe_hash
+from toolkit.errors import CtkError
 from toolkit.training.trainer import RESUME_FREE_KEYS
 
 __all__ = ["Point", "point_key", "decide", "find_point_runs", "open_parent", "close_parent",
@@ -161,12 +162,11 @@ def grid_points(recipe: str, grid: list[list[str]], sets: list[str], experiment:
 
 def select_rows(table: Any, name: str, rows: list[str]) -> None:
     """Keep only ``rows`` of a paper table; a CtkError (exit status 2) names the rows there are."""
-    from toolkit.errors import CtkError
     labels = [row.label for row in table.rows]
     unknown = [r for r in rows if r not in labels]
     if unknown:
         raise CtkError(f"--row {unknown[0]!r} is not a row of {name}; expected one of: "
-                         f"{', '.join(repr(lab) for lab in labels)}", 2)
+                       f"{', '.join(repr(lab) for lab in labels)}", 2)
     table.rows = [row for row in table.rows if row.label in rows]
 
 
