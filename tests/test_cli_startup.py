@@ -57,6 +57,14 @@ def test_importing_the_cli_imports_no_torch(tmp_path):
     assert proc.returncode == 0, proc.stderr[-2000:]
 
 
+@pytest.mark.parametrize("module", ["toolkit.studies.comparison", "toolkit.evaluation.plots", "toolkit.studies.listing",
+                                    "toolkit.tracking.servers", "toolkit.studies.ui_view", "domains.packaged"])
+def test_what_compare_runs_ui_and_data_import_needs_no_torch(tmp_path, module):
+    """The modules behind ctk compare (--plot included), runs, ui, server and data."""
+    proc, modules = imported(["-c", f"import {module}"], tmp_path)
+    assert proc.returncode == 0 and not _torch(modules), (module, _torch(modules)[:3])
+
+
 @pytest.mark.parametrize("args,code", TORCH_FREE, ids=[" ".join(a) for a, _ in TORCH_FREE])
 def test_commands_without_tensors_import_no_torch(tmp_path, args, code):
     proc, modules = imported([CLI, *args], tmp_path)
