@@ -1,84 +1,55 @@
-"""ctk: the contrastive experiment toolkit's command line.
+"""ctk: the contrastive experiment toolkit's command line (click wiring only: what a command does
+lives in domains/commands.py and toolkit/; nothing here imports torch before a command needs it).
 
     ctk run recipes/vision/quickstart.yaml
     ctk show recipes/vision/quickstart.yaml --set objective.loss.temperature=0.2
     ctk list losses
-    ctk sweep recipes/toy/lmcl_clusters.yaml --grid objective.regularizers.0.weight=0,0.1,1
-    ctk compare sweep-lmcl_clusters
+    ctk sweep recipes/toy/lmcl_three_bars_dp.yaml --grid objective.regularizers.0.weight=0,0.1,1
+    ctk compare sweep-lmcl_three_bars_dp
     ctk reproduce --list
     ctk ui
     ctk data fetch default
 
-Recipe problems exit with code 2 and name the YAML path; a run that fails exits with 1.
+Every failure a command reports is a toolkit.errors.CtkError: one message, one exit status
+(recipe problems exit with code 2 and name the YAML path; a run that fails exits with 1).
 """
 from __future__ import annotations
 
 import os
 import shutil
 import sys
-import time
 from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import click  # noqa: E402
-import yaml  # noqa: E402
 
-from domains import registry as domain_registry  # noqa: E402
-from toolkit import recipe as rc  # noqa: E402
+from toolkit.errors import CtkError  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent
 RECIPES = ROOT / "recipes"
 FORMATS = ("table", "markdown", "csv", "json")  # toolkit.studies.tables.FORMATS, without importing it
-LISTABLE = ("losses", "selectors", "regularizers", "domains", "recipes", "tables")
+COMPONENTS = ("losses", "selectors", "regularizers", "schedules")  # toolkit.registry.LISTED
+LISTABLE = (*COMPONENTS, "domains", "recipes", "tables")
+URI_HELP = "mlflow tracking URI (default: $MLFLOW_TRACKING_URI or ./mlflow.db)."
 
 
-def _fail(message: str, code: int) -> None:
+class Ctk(click.Group):
+    """The command group: a CtkError from any command is printed on stderr and sets the exit status."""
+
+    def invoke(self, ctx: click.Context):
+        try:
+            return super().invoke(ctx)
+        except CtkError as exc:
+            click.echo(f"{exc.label}: {exc}", err=True)
+            ctx.exit(exc.exit_code)
+
+
+def _err(message: str) -> None:
     click.echo(message, err=True)
-    sys.exit(code)
 
 
-def _load(recipe: str, sets: tuple[str, ...], extra: list[str] | None = None) -> rc.Recipe:
-    from toolkit.runs import load_recipe
-    try:
-        return load_recipe(recipe, [*sets, *(extra or [])], domain_registry.get)
-    except rc.RecipeError as exc:
-        _fail(f"error: {exc}", 2)
-    raise AssertionError  # unreachable
-
-
-def _cli_overrides(seed: int | None, experiment: str | None) -> list[str]:
-    out = []
-    if seed is not None:
-        out.append(f"seed={seed}")
-    if experiment:
-        out.append(f"tracking.experiment={experiment}")
-    return out
-
-
-def _execute(recipe: rc.Recipe, **kwargs) -> tuple[str | None, dict[str, float]]:
-    from toolkit.checkpoint import CheckpointError
-    from toolkit.runs import RunFinished, execute
-    from toolkit.tracking.health import TrackingUnavailable
-    from toolkit.training.trainer import NonFiniteLoss, RecipeMismatch
-    try:
-        return execute(recipe, domain_registry.get, **kwargs)
-    except rc.RecipeError as exc:
-        _fail(f"error: {exc}", 2)
-    except (CheckpointError, RecipeMismatch, RunFinished) as exc:
-        _fail(f"error: --resume: {exc}", 2)
-    except TrackingUnavailable as exc:
-        _fail(f"error: {exc}", 2)
-    except NonFiniteLoss as exc:
-        _fail(f"error: run stopped: {exc}", 1)
-    except (FileNotFoundError, ValueError, domain_registry.DomainError) as exc:
-        _fail(f"error: {exc}", 1)
-    except KeyboardInterrupt as exc:
-        _fail(f"interrupted: the run is marked KILLED; {exc or 'continue it with --resume RUN_ID'}", 130)
-    raise AssertionError  # unreachable
-
-
-@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.group(cls=Ctk, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
 @click.version_option(package_name="ctk", prog_name="ctk")
 def main() -> None:
     """ctk: one contrastive idea, every domain, runs you can compare.
@@ -114,40 +85,15 @@ def run(recipe: str, sets: tuple[str, ...], experiment: str | None, seed: int | 
       ctk run recipes/vision/quickstart.yaml --set budget.epochs=2 --seed 1
       ctk run recipes/vision/quickstart.yaml --precision bf16 --nproc 2
     """
-    extra = _cli_overrides(seed, experiment) + ([f"precision={precision}"] if precision else [])
+    from domains import commands
+    extra = commands.overrides(seed, experiment, precision)
     if nproc > 1 or nnodes > 1:
-        r = _load(recipe, sets, extra)
-        why = getattr(domain_registry.get(r.domain), "single_process_only", None)
-        if why:
-            _fail(f"error: --nproc {nproc} --nnodes {nnodes}: domain {r.domain!r} runs in one process only: {why}", 2)
-        from toolkit.training.distributed import launch
-        args = [recipe, *sum((["--set", s] for s in (*sets, *extra)), [])]
-        args += [a for a in (["--device", device] if device else []) + (["--resume", resume] if resume else [])
-                 + (["--extend"] if extend else []) + (["--quiet"] if quiet else [])]
-        try:
-            code = launch(nproc, str(Path(__file__).resolve()), ["run", *args], nnodes=nnodes,
-                          node_rank=node_rank, master_addr=master_addr, master_port=master_port)
-        except ValueError as exc:
-            _fail(f"error: {exc}", 2)
-        sys.exit(code)
-    r = _load(recipe, sets, extra)
-    dist = None
-    if int(os.environ.get("WORLD_SIZE", "1")) > 1:
-        from toolkit.training.distributed import Context
-        dist = Context.from_env(device or r.device)
-    start = time.perf_counter()
-    clean = False
-    try:
-        run_id, metrics = _execute(r, resume=resume, device=device, progress=not quiet, distributed=dist,
-                                   extend=extend)
-        clean = True
-    finally:
-        if dist is not None:
-            dist.close(clean)
-    if dist is None or dist.is_main:
-        click.echo(f"run {run_id} ({r.run_name}) finished in {time.perf_counter() - start:.1f} s")
-        for k, v in sorted(metrics.items()):
-            click.echo(f"  {k}: {v:.4f}")
+        sys.exit(commands.relaunch(recipe, sets, extra, str(Path(__file__).resolve()), nproc=nproc, nnodes=nnodes,
+                                   node_rank=node_rank, master_addr=master_addr, master_port=master_port,
+                                   device=device, resume=resume, extend=extend, quiet=quiet))
+    text = commands.run(recipe, sets, extra, device=device, resume=resume, extend=extend, quiet=quiet)
+    if text is not None:
+        click.echo(text)
 
 
 @main.command()
@@ -160,14 +106,8 @@ def show(recipe: str, sets: tuple[str, ...]) -> None:
     Example:
       ctk show recipes/vision/quickstart.yaml --set objective.loss.temperature=0.2
     """
-    r = _load(recipe, sets)
-    click.echo(f"# {recipe} -> run name {r.run_name}")
-    if r.precision == "auto":  # what a run here would pick (the recipe itself keeps 'auto')
-        from toolkit.runs import precision_choice
-        from toolkit.training.trainer import select_device
-        choice = precision_choice("auto", select_device(r.device), domain_registry.get(r.domain))
-        click.echo(f"# on this machine: {choice.line()}")
-    click.echo(yaml.safe_dump(r.resolved, sort_keys=False).rstrip())
+    from domains import commands
+    click.echo(commands.show(recipe, sets))
 
 
 @main.command("list")
@@ -178,40 +118,23 @@ def list_(what: str) -> None:
     \b
     Example:
       ctk list losses
+      ctk list schedules
     """
-    if what in ("losses", "selectors", "regularizers"):
-        import toolkit.objective  # noqa: F401 - registers everything
-        from toolkit.losses.modules import LOSSES
-        from toolkit.regularizers import REGULARIZERS
-        from toolkit.samplers import SELECTORS
-        reg = {"losses": LOSSES, "selectors": SELECTORS, "regularizers": REGULARIZERS}[what]
-        width = max(len(e.name) for e in reg)
-        for e in reg:
-            click.echo(f"{e.name.ljust(width)}  {e.description}")
-    elif what == "domains":
-        try:
-            specs = domain_registry.specs()
-        except domain_registry.DomainError as exc:
-            _fail(f"error: {exc}", 1)
-        for name, spec in sorted(specs.items()):
-            try:
-                desc = spec.load().description
-            except domain_registry.DomainError as exc:
-                desc = f"(unavailable: {exc})"
-            click.echo(f"{name.ljust(8)}  [{spec.origin}: {spec.target}]  {desc}")
+    if what in COMPONENTS:  # read from the source: no component (nor torch) is imported
+        from toolkit.registry import LISTED, declared
+        entries = declared(LISTED[what])
+        width = max(map(len, entries))
+        lines = [f"{name.ljust(width)}  {entries[name]}" for name in sorted(entries)]
+    elif what == "domains":  # loads every domain (torch): one that does not load says why
+        from domains.registry import describe
+        lines = [f"{name.ljust(8)}  [{spec.origin}: {spec.target}]  {desc}" for name, spec, desc in describe()]
     elif what == "recipes":
-        paths = [p for root in _recipe_roots() for p in Path(root).glob("**/*.yaml")]
-        for path in sorted(p for p in paths if "tables" not in p.parts):
-            try:
-                data = yaml.safe_load(path.read_text()) or {}
-            except yaml.YAMLError:
-                data = {}
-            desc = str(data.get("description", "") or "").strip().splitlines()
-            shown = path.relative_to(ROOT) if path.is_relative_to(ROOT) else path
-            click.echo(f"{shown}  {desc[0] if desc else ''}")
+        from domains.commands import recipes
+        lines = recipes(RECIPES)
     else:
-        for name, table in sorted(_tables().items()):
-            click.echo(f"{name}  {table.title}  ({len(table.rows)} rows)")
+        from domains.commands import tables
+        lines = [f"{name}  {t.title}  ({len(t.rows)} rows)" for name, t in sorted(tables(RECIPES).items())]
+    click.echo("\n".join(lines))
 
 
 def launch_options(command):
@@ -229,16 +152,6 @@ def launch_options(command):
     return command
 
 
-def _run_sweep(points: list, experiment: str, parent: str, grid: dict, launch: dict, quiet: bool) -> tuple:
-    from toolkit.studies.launch import LaunchError, run_sweep
-    try:
-        return run_sweep(points, domain_registry.get, experiment=experiment, parent_name=parent, grid=grid,
-                            progress=not quiet, echo=lambda m: click.echo(m, err=True), **launch)
-    except LaunchError as exc:
-        _fail(f"error: {exc}", 2)
-    raise AssertionError  # unreachable
-
-
 @main.command()
 @click.argument("recipe", type=click.Path(dir_okay=False))
 @click.option("--grid", multiple=True, required=True, metavar="KEY=V1,V2", help="A swept key and its values (repeatable: cartesian product).")
@@ -253,23 +166,13 @@ def sweep(recipe: str, grid: tuple[str, ...], sets: tuple[str, ...], experiment:
 
     \b
     Example:
-      ctk sweep recipes/toy/lmcl_clusters.yaml --grid objective.loss.temperature=0.1,0.5 --grid seed=0,1
-      ctk sweep recipes/toy/lmcl_clusters.yaml --grid seed=0,1,2,3 --jobs 2
+      ctk sweep recipes/toy/lmcl_three_bars_cl.yaml --grid objective.loss.temperature=0.1,0.5 --grid seed=0,1
+      ctk sweep recipes/toy/lmcl_three_bars_cl.yaml --grid seed=0,1,2,3 --jobs 2
     """
-    from toolkit.runs import expand_grid
-    from toolkit.studies.sweeps import grid_points, log_sweep_figure
-    try:
-        points = expand_grid(list(grid))
-    except rc.RecipeError as exc:
-        _fail(f"error: {exc}", 2)
-    experiment = experiment or f"sweep-{Path(recipe).stem}"
-    todo = grid_points(recipe, points, list(sets), experiment, _load)
-    code, _ = _run_sweep(todo, experiment, f"sweep-{Path(recipe).stem}",
-                         {"recipe": recipe, "grid": list(grid), "set": list(sets)}, launch, quiet)
-    comp = _print_comparison(experiment, todo[0].recipe.tracking.uri, soft=True)
-    if comp is not None:
-        log_sweep_figure(comp, experiment)
-    sys.exit(code)
+    from domains import commands, registry
+    from toolkit.studies.launch import sweep_grid
+    sys.exit(sweep_grid(recipe, list(grid), list(sets), experiment, commands.load, registry.get, click.echo, _err,
+                        progress=not quiet, **launch))
 
 
 @main.command()
@@ -342,35 +245,12 @@ def tune(recipe: str, space: tuple[str, ...], samples: int, metric: str, mode: s
       ctk tune recipes/toy/lmcl_three_bars_cl.yaml --space objective.loss.temperature=loguniform(0.05,1) \
         --samples 8 --metric kmeans_accuracy --set budget.eval_every=50
     """
-    from toolkit.studies.launch import LaunchError
+    from domains import commands, registry
     from toolkit.studies.tune import tune as run_tune
-    _load(recipe, sets)  # every recipe problem before Ray starts
-    try:
-        config, path = run_tune(recipe, list(sets), list(space), samples=samples, metric=metric, mode=mode,
-                                lookup=domain_registry.get, jobs=jobs, address=address,
-                                experiment=experiment, out=out)
-    except rc.RecipeError as exc:
-        _fail(f"error: {exc}", 2)
-    except LaunchError as exc:
-        _fail(f"error: {exc}", 2)
+    commands.load(recipe, sets)  # every recipe problem before Ray starts
+    config, path = run_tune(recipe, list(sets), list(space), samples=samples, metric=metric, mode=mode,
+                            lookup=registry.get, jobs=jobs, address=address, experiment=experiment, out=out)
     click.echo(f"best: {' '.join(f'{k}={v}' for k, v in config.items())}; recipe written to {path}")
-
-
-def _print_comparison(experiment: str, uri: str | None, fmt: str = "table", soft: bool = False, **kwargs):
-    """Print the comparison of ``experiment`` (and refresh its mlflow columns view); ``soft``:
-    a sweep with nothing to compare yet says so and goes on."""
-    import shutil
-
-    from toolkit.studies.comparison import comparison_text
-    try:
-        text, comp = comparison_text(experiment, uri, fmt, shutil.get_terminal_size().columns, **kwargs)
-    except ValueError as exc:
-        if soft:
-            click.echo(f"(no comparison: {exc})", err=True)
-            return None
-        _fail(f"error: {exc}", 1)
-    click.echo(text)
-    return comp
 
 
 @main.command()
@@ -384,7 +264,7 @@ def _print_comparison(experiment: str, uri: str | None, fmt: str = "table", soft
               help="Draw the first metric against a numeric swept key: a line per method, 95% bands.")
 @click.option("--x", "x_key", metavar="KEY", help="The plot's x key (default: the numeric swept key with most values).")
 @click.option("--curves", metavar="METRIC", help="Plot METRIC's learning curves instead: mean and 95% band over seeds per group.")
-@click.option("--uri", help="mlflow tracking URI (default: $MLFLOW_TRACKING_URI or ./mlflow.db).")
+@click.option("--uri", help=URI_HELP)
 @click.option("--per-run", is_flag=True, help="One row per run instead of grouping seeds.")
 def compare(experiment: str, by: tuple[str, ...], metrics: tuple[str, ...], baseline: str | None,
             fmt: str, plot: str | None, x_key: str | None, curves: str | None, uri: str | None,
@@ -398,23 +278,20 @@ def compare(experiment: str, by: tuple[str, ...], metrics: tuple[str, ...], base
       ctk compare sweep-quickstart --metric linear_top1 --baseline temperature=0.5
       ctk compare sweep-quickstart --format markdown --plot temperature.png
     """
-    from toolkit.studies.comparison import write_figure
-    comp = _print_comparison(experiment, uri, fmt, by=list(by) or None, metrics=list(metrics) or None,
-                             per_run=per_run, baseline=baseline)
+    import shutil
+
+    from toolkit.studies.comparison import comparison_text, figure_line, write_figure
+    text, comp = comparison_text(experiment, uri, fmt, shutil.get_terminal_size().columns, by=list(by) or None,
+                                 metrics=list(metrics) or None, per_run=per_run, baseline=baseline)
+    click.echo(text)
     if plot or curves:
-        try:
-            path, logged = write_figure(comp, plot, x_key, curves)
-        except ValueError as exc:
-            _fail(f"error: {exc}", 1)
-        where = f"; logged to parent run(s) {', '.join(logged)}" if logged else \
-            " (the experiment has no parent run to log it to)"
-        click.echo(f"figure: {path}{where}", err=True)
+        _err(figure_line(*write_figure(comp, plot, x_key, curves)))
 
 
 @main.command()
 @click.argument("run")
 @click.option("--out", type=click.Path(dir_okay=False), help="File to write (default: encoder-RUN.pt).")
-@click.option("--uri", help="mlflow tracking URI (default: $MLFLOW_TRACKING_URI or ./mlflow.db).")
+@click.option("--uri", help=URI_HELP)
 def export(run: str, out: str | None, uri: str | None) -> None:
     """Write the trained encoder of RUN (a run id or an encoder file) as data: CPU tensors,
     the resolved recipe, no pickled code. Load it with domains.export.load_encoder.
@@ -423,21 +300,13 @@ def export(run: str, out: str | None, uri: str | None) -> None:
     Example:
       ctk export 3f2a...c1 --out simclr.pt
     """
-    from domains.export import export_encoder
-    from toolkit.checkpoint import CheckpointError
-    target = out or f"encoder-{Path(run).stem}.pt"
-    try:
-        path = export_encoder(run, target, uri)
-    except (CheckpointError, rc.RecipeError) as exc:
-        _fail(f"error: {exc}", 2)
-    except FileNotFoundError as exc:
-        _fail(f"error: {exc}", 1)
-    click.echo(f"wrote {path} (load: from domains.export import load_encoder; load_encoder({str(path)!r}))")
+    from domains import commands
+    click.echo(commands.export(run, out, uri))
 
 
 @main.command("runs")
 @click.argument("experiment", required=False)
-@click.option("--uri", help="mlflow tracking URI (default: $MLFLOW_TRACKING_URI or ./mlflow.db).")
+@click.option("--uri", help=URI_HELP)
 @click.option("--limit", default=30, show_default=True, help="Newest runs shown.")
 def runs_(experiment: str | None, uri: str | None, limit: int) -> None:
     """List runs with their status, last heartbeat, last checkpoint and the command that
@@ -448,32 +317,7 @@ def runs_(experiment: str | None, uri: str | None, limit: int) -> None:
       ctk runs quickstart
     """
     from toolkit.studies.listing import runs_table
-    try:
-        click.echo(runs_table(experiment, uri, limit))
-    except ValueError as exc:
-        _fail(f"error: {exc}", 1)
-
-
-def _recipe_roots() -> list[Path]:
-    """The built-in recipes folder plus the folders plugin domains ship."""
-    roots = [RECIPES]
-    for spec in domain_registry.specs().values():
-        if spec.origin != "built-in":
-            try:
-                cls = spec.load()
-            except domain_registry.DomainError:
-                continue
-            roots += [Path(d) for d in cls.recipe_dirs]
-    return roots
-
-
-def _tables() -> dict:
-    from toolkit.studies.reproduce import discover_tables
-    try:
-        return discover_tables(_recipe_roots())
-    except (rc.RecipeError, ValueError) as exc:
-        _fail(f"error: {exc}", 2)
-    raise AssertionError
+    click.echo(runs_table(experiment, uri, limit))
 
 
 @main.command()
@@ -498,41 +342,19 @@ def reproduce(name: str | None, list_only: bool, seeds: str | None, sets: tuple[
       ctk reproduce ring-mi-toy --seeds 0,1,2
       ctk reproduce lmcl-table4-cpu --row QT --row "LMCL(QT+DP)"
     """
-    import shutil
-
-    from toolkit.studies.reproduce import reproduce_report
-    from toolkit.studies.sweeps import fill_measured, select_rows, table_points
-    from toolkit.studies.tables import render
-    from toolkit.tracking.store import client_for
-    from toolkit.studies.ui_view import publish_view
-    tables = _tables()
+    from domains import commands, registry
+    from toolkit.studies.reproduce import run_table
+    tables = commands.tables(RECIPES)
     if list_only or not name:
-        for n, t in sorted(tables.items()):
-            click.echo(f"{n}  {t.title}  ({len(t.rows)} rows x {len(t.seeds)} seeds)")
+        click.echo("\n".join(f"{n}  {t.title}  ({len(t.rows)} rows x {len(t.seeds)} seeds)"
+                             for n, t in sorted(tables.items())))
         return
-    if name not in tables:
-        _fail(f"error: no paper table {name!r}; expected one of: {', '.join(sorted(tables))}", 2)
-    table = tables[name]
-    table.seeds = [int(s) for s in seeds.split(",")] if seeds else table.seeds
-    try:
-        select_rows(table, name, list(rows)) if rows else None
-    except ValueError as exc:
-        _fail(f"error: {exc}", 2)
-    experiment = experiment or f"reproduce-{name}"
-    todo = table_points(table, name, list(sets), experiment, _load)
-    start = time.perf_counter()
-    code, outcomes = _run_sweep(todo, experiment, f"reproduce-{name}", {"table": name, "seeds": table.seeds,
-                                "set": list(sets), "rows": [row.label for row in table.rows]}, launch, quiet)
-    fill_measured(table, todo, outcomes)
-    click.echo(render(reproduce_report(table), fmt, shutil.get_terminal_size().columns))
-    click.echo(f"({len(todo)} runs in {time.perf_counter() - start:.0f} s; mlflow experiment {experiment!r})",
-               err=fmt in ("csv", "json"))  # stdout carries only the parseable report
-    publish_view(client_for(todo[0].recipe.tracking.uri), experiment)
-    sys.exit(code)
+    sys.exit(run_table(tables, name, seeds, list(rows), list(sets), experiment, fmt, commands.load, registry.get,
+                       click.echo, _err, progress=not quiet, **launch))
 
 
 @main.command()
-@click.option("--uri", help="mlflow tracking URI (default: $MLFLOW_TRACKING_URI or ./mlflow.db).")
+@click.option("--uri", help=URI_HELP)
 @click.option("--host", default="127.0.0.1", show_default=True,
               help="Address to listen on; anything but loopback exposes every run (a warning says how to protect it).")
 @click.option("--port", default=5000, show_default=True, type=int)
@@ -544,21 +366,8 @@ def ui(uri: str | None, host: str, port: int, basic_auth: bool) -> None:
     Example:
       ctk ui --port 5000   (then browse http://127.0.0.1:5000)
     """
-    from toolkit.tracking.servers import exposure_warning, mlflow_command
-    from toolkit.tracking.store import artifact_root, client_for, tracking_uri
-    from toolkit.studies.ui_view import prepare
-    store = tracking_uri(uri)
-    try:
-        cmd = mlflow_command("ui", store, host=host, port=port, artifacts=artifact_root(store),
-                             basic_auth=basic_auth)
-    except RuntimeError as exc:
-        _fail(f"error: {exc}", 2)
-    warning = exposure_warning(host, port, basic_auth)
-    if warning:
-        click.echo(warning, err=True)
-    click.echo(f"mlflow UI on http://{host}:{port} for {store}")
-    for name, route in prepare(client_for(store)):
-        click.echo(f"  {name}: http://{host}:{port}/{route}")
+    from toolkit.tracking.servers import ui_command
+    cmd = ui_command(uri, host, port, basic_auth, click.echo, _err)
     sys.stdout.flush()
     os.execvp(cmd[0], cmd)
 
@@ -579,10 +388,7 @@ def server(host: str, port: int, store: str | None, artifacts: str, basic_auth: 
     """
     from toolkit.tracking.servers import serve
     from toolkit.tracking.store import tracking_uri
-    try:
-        sys.exit(serve(tracking_uri(store), artifacts, host, port, basic_auth, echo=click.echo))
-    except RuntimeError as exc:
-        _fail(f"error: {exc}", 2)
+    sys.exit(serve(tracking_uri(store), artifacts, host, port, basic_auth, echo=click.echo))
 
 
 @main.command(context_settings={"ignore_unknown_options": True, "help_option_names": []})
@@ -599,6 +405,7 @@ def data(args: tuple[str, ...]) -> None:
     from toolkit.data.cli import main as data_main
     load_catalogues()
     sys.exit(data_main(list(args), prog="ctk data"))
+
 
 if __name__ == "__main__":
     main()

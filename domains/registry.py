@@ -1,15 +1,22 @@
 """Finding domains: the built-in ones and those installed packages declare in the
 ``ctk.domains`` entry-point group (``[project.entry-points."ctk.domains"] tabular =
 "ctk_tabular:TabularDomain"``). Nothing in ``toolkit/`` or ``cli.py`` names a plugin.
+
+Finding a domain imports nothing heavy: a domain's module (and torch with it) is imported when the
+domain is loaded (:meth:`DomainSpec.load`, :func:`get`), so commands that need no domain start at once.
 """
 from __future__ import annotations
 
 import importlib
 from dataclasses import dataclass
 from importlib.metadata import entry_points
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
-from domains.base import Domain
+from toolkit.errors import CtkError
+
+if TYPE_CHECKING:
+    from domains.base import Domain
 
 GROUP = "ctk.domains"
 BUILTIN = {
@@ -20,8 +27,8 @@ BUILTIN = {
 }
 
 
-class DomainError(Exception):
-    """A domain cannot be found or loaded; the message says which and why."""
+class DomainError(CtkError):
+    """A domain cannot be found or loaded; the message says which and why (exit status 1)."""
 
 
 @dataclass(frozen=True)
@@ -31,6 +38,7 @@ class DomainSpec:
     origin: str  # "built-in" or "<distribution> <version>"
 
     def load(self) -> type[Domain]:
+        from domains.base import Domain
         module_name, _, attr = self.target.partition(":")
         try:
             obj: Any = importlib.import_module(module_name)
@@ -66,3 +74,30 @@ def get(name: str) -> type[Domain]:
     if name not in known:
         raise DomainError(f"unknown domain {name!r}; expected one of: {', '.join(sorted(known))}")
     return known[name].load()
+
+
+def describe() -> list[tuple[str, DomainSpec, str]]:
+    """(name, spec, description) of every domain, by name; a domain that does not load is
+    described by why (``ctk list domains``: this loads every domain, torch included)."""
+    out = []
+    for name, spec in sorted(specs().items()):
+        try:
+            desc = spec.load().description
+        except DomainError as exc:
+            desc = f"(unavailable: {exc})"
+        out.append((name, spec, desc))
+    return out
+
+
+def recipe_roots(builtin: Path) -> list[Path]:
+    """The built-in recipes folder plus the folders plugin domains ship (loading the plugins
+    only: the built-in domains' recipes are all under ``builtin``)."""
+    roots = [builtin]
+    for spec in specs().values():
+        if spec.origin != "built-in":
+            try:
+                cls = spec.load()
+            except DomainError:
+                continue
+            roots += [Path(d) for d in cls.recipe_dirs]
+    return roots

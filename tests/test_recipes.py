@@ -41,3 +41,25 @@ def test_table_rows_validate(path):
     for row in table.rows:
         assert row.recipe.is_file(), row.recipe
         load_recipe(row.recipe, row.overrides, registry.get)
+
+
+HEADER_LINES = 6
+
+
+def _header_lines(path: Path) -> int:
+    """The comment lines above a recipe plus the lines of its ``description`` (its key's line and
+    the indented lines of a folded block after it)."""
+    lines = path.read_text(encoding="utf-8").splitlines()
+    count = next((i for i, line in enumerate(lines) if not line.startswith("#")), len(lines))
+    for i, line in enumerate(lines):
+        if line.startswith("description:"):
+            rest = lines[i + 1:]
+            count += 1 + next((j for j, x in enumerate(rest) if not x.startswith("  ")), len(rest))
+    return count
+
+
+@pytest.mark.parametrize("path", RECIPES, ids=lambda p: str(p.relative_to(ROOT)))
+def test_recipe_header_is_a_few_lines(path):
+    """What the recipe is and what it reaches; the tuning history lives in docs/time-to-accuracy.md."""
+    n = _header_lines(path)
+    assert n <= HEADER_LINES, f"{path.name}: {n} header lines (comments + description), at most {HEADER_LINES}"

@@ -7,7 +7,14 @@ appendices), ``encoders`` (ResNet, small AlexNet, conv net, projection head), ``
 (linear probe, weighted kNN), ``evaluation`` (metrics, baselines, online monitor),
 ``diagnostics`` (alignment, uniformity, tolerance, H(X-|X), LMCL margin, figures),
 ``config`` (recipe sections), ``domain`` (the ``VisionDomain`` adapter).
-"""
-from domains.vision.domain import VisionDomain
 
+``VisionDomain`` is imported when first asked for, so the catalogue (``packaged``) loads without torch.
+"""
 __all__ = ["VisionDomain"]
+
+
+def __getattr__(name: str):
+    if name == "VisionDomain":
+        from domains.vision.domain import VisionDomain
+        return VisionDomain
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -13,14 +13,14 @@ Every function returns a :class:`matplotlib.figure.Figure` (save it with ``fig.s
 """
 from __future__ import annotations
 
-from typing import Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
-from torch import Tensor
 
-from toolkit.evaluation import metrics
+if TYPE_CHECKING:  # torch only where a figure is drawn from tensors: ctk compare --plot needs none
+    from torch import Tensor
 
 __all__ = ["distance_histogram_figure", "similarity_profile_figure", "loss_curve_figure",
            "curve_figure", "band_figure"]
@@ -47,6 +47,7 @@ def distance_histogram_figure(f: Tensor, labels: Tensor | None = None, bins: int
     ``d_plus`` and ``d_minus`` and the margin between them is shaded; the legend gives the
     share of pairs inside the margin.
     """
+    from toolkit.evaluation import metrics
     fig, ax = _figure()
     if labels is None:
         h = metrics.distance_histogram(f, bins=bins, d_plus=d_plus, d_minus=d_minus)

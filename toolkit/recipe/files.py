@@ -15,11 +15,16 @@ from typing import Any, Mapping
 
 import yaml
 
+from toolkit.errors import CtkError
+
 __all__ = ["RecipeError", "load_yaml", "parse_yaml", "apply_overrides", "get_path", "MAX_DEPTH", "MAX_VALUES"]
 
 
-class RecipeError(Exception):
-    """One or more problems in a recipe: ``problems`` is a list of (yaml path, message)."""
+class RecipeError(CtkError):
+    """One or more problems in a recipe: ``problems`` is a list of (yaml path, message). A command
+    reporting one exits with 2."""
+
+    exit_code = 2
 
     def __init__(self, problems: list[tuple[str, str]], source: str = "recipe") -> None:
         self.problems = problems

@@ -11,6 +11,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from toolkit.errors import CtkError
 from toolkit.studies import stats
 from toolkit.studies.runsets import (
     eval_metrics,
@@ -20,7 +21,11 @@ from toolkit.studies.runsets import (
 )
 from toolkit.studies.tables import Column, Report, interval, num, render
 from toolkit.studies.ui_view import publish_view
-from toolkit.tracking.store import client_for
+from toolkit.tracking.store import client_for, find_experiment, reading_client
+
+
+class ComparisonError(CtkError, ValueError):
+    """Nothing to compare, plot or test as asked; the message says what there is (exit status 1)."""
 
 
 @dataclass
@@ -57,7 +62,7 @@ class Comparison:
                      ",".join(f"{k}={v}" for k, v in zip(self.by, g.values))}
             if want in {_norm(n) for n in names}:
                 return g
-        raise ValueError(f"--baseline {text!r} is not a group of {self.experiment!r}; expected one "
+        raise ComparisonError(f"--baseline {text!r} is not a group of {self.experiment!r}; expected one "
                          f"of: {', '.join(repr(g.label) for g in self.groups)}")
 
 
@@ -96,12 +101,8 @@ def _sort_key(values: tuple[str, ...]) -> tuple:
 def collect(experiment: str, uri: str | None = None, by: list[str] | None = None,
             metrics: list[str] | None = None, per_run: bool = False) -> Comparison:
     """Read ``experiment`` and group its finished runs (parents of a sweep left out)."""
-    client = client_for(uri)
-    exp = client.get_experiment_by_name(experiment)
-    if exp is None:
-        names = [e.name for e in client.search_experiments()]
-        raise ValueError(f"no experiment {experiment!r} in {client.tracking_uri}; experiments: "
-                         f"{', '.join(names) or 'none'}")
+    client = reading_client(uri)
+    exp = find_experiment(client, experiment, uri)
     children, parents = split_parents(client.search_runs([exp.experiment_id], max_results=5000))
     runs = [r for r in children if r.info.status == "FINISHED"]
     notes = []
@@ -110,11 +111,11 @@ def collect(experiment: str, uri: str | None = None, by: list[str] | None = None
         notes.append(f"{len(children) - len(runs)} run(s) not finished ({', '.join(states)}) "
                      "are left out")
     if not runs:
-        raise ValueError(f"experiment {experiment!r} has no finished runs")
+        raise ComparisonError(f"experiment {experiment!r} has no finished runs")
     known = sorted({k for r in runs for k in r.data.params})
     for k in by or []:
         if k not in known:
-            raise ValueError(f"--by {k!r} is not a recipe key of the runs in {experiment!r}; "
+            raise ComparisonError(f"--by {k!r} is not a recipe key of the runs in {experiment!r}; "
                              f"swept keys: {', '.join(varying_params(runs)) or 'none'}")
     keys = list(by) if by else [k for k in varying_params(runs) if k != "seed"]
     metrics = list(metrics) if metrics else eval_metrics(runs)
@@ -210,11 +211,11 @@ def numeric_key(comp: Comparison, x: str | None = None) -> str:
         candidates.append((len(values), k))
     if x is not None:
         if x not in [k for _, k in candidates]:
-            raise ValueError(f"--x {x!r}: expected a numeric swept key, one of: "
+            raise ComparisonError(f"--x {x!r}: expected a numeric swept key, one of: "
                              f"{', '.join(k for _, k in candidates) or 'none'}")
         return x
     if not candidates:
-        raise ValueError(f"--plot: no numeric swept key among {', '.join(comp.by) or 'none'} "
+        raise ComparisonError(f"--plot: no numeric swept key among {', '.join(comp.by) or 'none'} "
                          "(sweep a number, e.g. objective.loss.temperature)")
     return max(candidates)[1]
 
@@ -248,7 +249,7 @@ def curve_series(comp: Comparison, metric: str) -> dict[str, tuple[list[int], li
         if kept:
             out[g.label] = ([s for s, _ in kept], [x for _, x in kept])
     if not out:
-        raise ValueError(f"--curves {metric!r}: no run of {comp.experiment!r} logged it; "
+        raise ComparisonError(f"--curves {metric!r}: no run of {comp.experiment!r} logged it; "
                          f"metrics: {', '.join(sorted({k for g in comp.groups for r in g.runs for k in r.data.metrics}))}")
     return out
 
@@ -266,11 +267,13 @@ def write_figure(comp: Comparison, path: str | None, x: str | None = None,
         path = path or "curves-" + re.sub(r"[^A-Za-z0-9._-]+", "_", curves) + ".png"
     else:
         if not comp.metrics:
-            raise ValueError(f"--plot: experiment {comp.experiment!r} has no evaluation metric")
+            raise ComparisonError(f"--plot: experiment {comp.experiment!r} has no evaluation metric")
         key = numeric_key(comp, x)
         metric = comp.metrics[0]
-        fig = band_figure(sweep_series(comp, metric, key), key, metric,
-                          title=f"{comp.experiment}: {metric} (mean, 95% CI over seeds)")
+        series = sweep_series(comp, metric, key)
+        if not series:
+            raise ComparisonError(f"--plot: no finished run of {comp.experiment!r} has {metric!r}")
+        fig = band_figure(series, key, metric, title=f"{comp.experiment}: {metric} (mean, 95% CI over seeds)")
     fig.savefig(path, dpi=120)
     client = client_for(comp.uri)
     logged = []
@@ -278,3 +281,10 @@ def write_figure(comp: Comparison, path: str | None, x: str | None = None,
         client.log_artifact(parent.info.run_id, path, "figures")
         logged.append(parent.info.run_id)
     return path, logged
+
+
+def figure_line(path: str, logged: list[str]) -> str:
+    """What ``ctk compare --plot/--curves`` says about the figure :func:`write_figure` wrote."""
+    where = f"; logged to parent run(s) {', '.join(logged)}" if logged else \
+        " (the experiment has no parent run to log it to)"
+    return f"figure: {path}{where}"

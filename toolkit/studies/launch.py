@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
+from toolkit.errors import CtkError
 from toolkit.studies.sweeps import POINT_TAG, decide, find_point_runs
 
 __all__ = ["PointSpec", "Outcome", "LaunchError", "run_point", "run_points", "refuse_local_store"]
@@ -36,8 +37,10 @@ RAY_TASK_TAG = "ctk.ray_task"
 STOP_WAIT_S = 120.0
 
 
-class LaunchError(RuntimeError):
-    """The sweep cannot be launched as asked (the message says what to change)."""
+class LaunchError(CtkError, RuntimeError):
+    """The sweep cannot be launched as asked (the message says what to change; exit status 2)."""
+
+    exit_code = 2
 
 
 @dataclass
@@ -335,3 +338,29 @@ def run_sweep(points: list[Any], lookup: Callable[[str], Any], *, experiment: st
     close_parent(client, parent, table, {**counts, "killed": counts["killed"] + (1 if interrupted else 0)})
     code = 130 if interrupted else 1 if counts["failed"] else 0
     return code, outcomes
+
+
+def sweep_grid(recipe: str, grid: list[str], sets: list[str], experiment: str | None, load: Callable[..., Any],
+               lookup: Callable[[str], Any], echo: Callable[[str], None], note: Callable[[str], None],
+               progress: bool = True, **launch: Any) -> int:
+    """``ctk sweep``: one point per combination of ``grid`` (``key=v1,v2``), run as
+    :func:`run_sweep` (``launch``: its jobs, address, cpus, gpus, retry_failed), then the
+    comparison printed with ``echo`` and its plot logged to the parent run; returns the exit status."""
+    import shutil
+
+    from toolkit.runs import expand_grid
+    from toolkit.studies.comparison import comparison_text
+    from toolkit.studies.sweeps import grid_points, log_sweep_figure
+    points = expand_grid(grid)
+    experiment = experiment or f"sweep-{Path(recipe).stem}"
+    todo = grid_points(recipe, points, sets, experiment, load)
+    code, _ = run_sweep(todo, lookup, experiment=experiment, parent_name=f"sweep-{Path(recipe).stem}",
+                        grid={"recipe": recipe, "grid": grid, "set": sets}, progress=progress, echo=note, **launch)
+    try:
+        text, comp = comparison_text(experiment, todo[0].recipe.tracking.uri, "table", shutil.get_terminal_size().columns)
+    except ValueError as exc:  # nothing finished yet: said, and the sweep's own status stands
+        note(f"(no comparison: {exc})")
+        return code
+    echo(text)
+    log_sweep_figure(comp, experiment)
+    return code

@@ -4,27 +4,24 @@ from __future__ import annotations
 
 import time
 
-from toolkit import checkpoint as ckpt
 from toolkit.studies.tables import aligned
 from toolkit.tracking.health import mark_dead_runs
-from toolkit.tracking.store import client_for
+from toolkit.tracking.store import find_experiment, reading_client, tracking_uri
 
 
 def runs_table(experiment: str | None = None, uri: str | None = None, limit: int = 30) -> str:
     """The newest runs (of ``experiment``, else of every experiment): status, heartbeat age,
     last checkpoint and the command that resumes a KILLED or FAILED one. Dead RUNNING runs are
-    marked first."""
-    client = client_for(uri)
+    marked first. A local store that does not exist is not created (NoSuchExperiment when
+    ``experiment`` is named)."""
+    client = reading_client(uri)
     if experiment is not None:
-        exp = client.get_experiment_by_name(experiment)
-        if exp is None:
-            names = ", ".join(sorted(e.name for e in client.search_experiments())) or "(none)"
-            raise ValueError(f"no experiment {experiment!r} in {client.tracking_uri}; expected one of: {names}")
-        ids = [exp.experiment_id]
+        ids = [find_experiment(client, experiment, uri).experiment_id]
     else:
-        ids = [e.experiment_id for e in client.search_experiments()]
-    if not ids:
-        return f"no runs in {client.tracking_uri}"
+        ids = [e.experiment_id for e in client.search_experiments()] if client is not None else []
+    if client is None or not ids:
+        return f"no runs in {tracking_uri(uri)}"
+    from toolkit import checkpoint as ckpt  # (torch) only when there are runs whose checkpoints to find
     mark_dead_runs(client, ids)
     runs = client.search_runs(ids, order_by=["attributes.start_time DESC"], max_results=limit)
     now = time.time()

@@ -7,10 +7,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable
+from typing import Any, Callable, Iterable
 
 from toolkit import recipe as rc
-from toolkit.studies import stats
+from toolkit.errors import CtkError
 from toolkit.studies.tables import Column, Report, interval, num
 
 # ---------------------------------------------------------------------------------------
@@ -60,18 +60,60 @@ def load_table(path: str | Path) -> PaperTable:
 
 
 def discover_tables(roots: Iterable[Path]) -> dict[str, PaperTable]:
+    """Every paper table under ``roots`` by name; a table that cannot be read, or a name
+    defined twice, is a CtkError (exit status 2)."""
     found: dict[str, PaperTable] = {}
     for root in roots:
         for path in sorted(Path(root).glob("**/tables/*.yaml")):
-            table = load_table(path)
+            try:
+                table = load_table(path)
+            except (TypeError, ValueError) as exc:  # a number or a list that is not one
+                raise CtkError(f"{path}: {exc}", 2) from exc
             if table.name in found:
-                raise ValueError(f"reproduce table {table.name!r} is defined twice: {found[table.name].path} and {path}")
+                raise CtkError(f"reproduce table {table.name!r} is defined twice: {found[table.name].path} and {path}", 2)
             found[table.name] = table
     return found
 
 
+def run_table(tables: dict[str, PaperTable], name: str, seeds: str | None, rows: list[str], sets: list[str],
+              experiment: str | None, fmt: str, load: Callable[..., Any], lookup: Callable[[str], Any],
+              echo: Callable[[str], None], note: Callable[[str], None], progress: bool = True,
+              **launch: Any) -> int:
+    """``ctk reproduce NAME``: run the table's rows (all, or ``rows``) once per seed as a sweep
+    (``launch``: see :func:`toolkit.studies.launch.run_sweep`), print the report with ``echo`` (in
+    ``fmt``) and return the exit status. Only the parseable report goes to ``echo`` for csv/json."""
+    if name not in tables:
+        raise CtkError(f"no paper table {name!r}; expected one of: {', '.join(sorted(tables))}", 2)
+    import shutil
+    import time
+
+    from toolkit.studies.launch import run_sweep
+    from toolkit.studies.sweeps import fill_measured, select_rows, table_points
+    from toolkit.studies.tables import render
+    from toolkit.studies.ui_view import publish_view
+    from toolkit.tracking.store import client_for
+    table = tables[name]
+    table.seeds = [int(s) for s in seeds.split(",")] if seeds else table.seeds
+    if rows:
+        select_rows(table, name, rows)
+    experiment = experiment or f"reproduce-{name}"
+    todo = table_points(table, name, sets, experiment, load)
+    start = time.perf_counter()
+    code, outcomes = run_sweep(todo, lookup, experiment=experiment, parent_name=f"reproduce-{name}",
+                               grid={"table": name, "seeds": table.seeds, "set": sets,
+                                     "rows": [row.label for row in table.rows]},
+                               progress=progress, echo=note, **launch)
+    fill_measured(table, todo, outcomes)
+    echo(render(reproduce_report(table), fmt, shutil.get_terminal_size().columns))
+    (note if fmt in ("csv", "json") else echo)(
+        f"({len(todo)} runs in {time.perf_counter() - start:.0f} s; mlflow experiment {experiment!r})")
+    publish_view(client_for(todo[0].recipe.tracking.uri), experiment)
+    return code
+
+
 def reproduce_report(table: PaperTable) -> Report:
     """One record per (row, metric): measured summary, paper number, verdict."""
+    from toolkit.studies import stats  # (scipy) not for listing the tables
     records = []
     for row in table.rows:
         got = table.measured.get(row.label, {})

@@ -30,6 +30,7 @@ from typing import Any
 import yaml
 
 from toolkit.checkpoint import checkpoint_dir, recipe_hash
+from toolkit.errors import CtkError
 from toolkit.training.trainer import RESUME_FREE_KEYS
 
 __all__ = ["Point", "point_key", "decide", "find_point_runs", "open_parent", "close_parent",
@@ -156,8 +157,7 @@ def summary_table(rows: list[tuple[str, str, str, str, str]]) -> str:
 
 
 # -- the points of ``ctk sweep`` and ``ctk reproduce`` --------------------------------------
-# ``load(path, overrides, extra)`` validates a recipe (the command line passes its own loader,
-# which reports a bad recipe and exits 2).
+# ``load(path, overrides, extra)`` validates a recipe (a RecipeError names every problem).
 
 def grid_points(recipe: str, grid: list[list[str]], sets: list[str], experiment: str, load: Any) -> list[Point]:
     """One point per grid combination, named by its swept values (a run name the recipe sets wins)."""
@@ -175,12 +175,12 @@ def grid_points(recipe: str, grid: list[list[str]], sets: list[str], experiment:
 
 
 def select_rows(table: Any, name: str, rows: list[str]) -> None:
-    """Keep only ``rows`` of a paper table; a ValueError names the rows there are."""
+    """Keep only ``rows`` of a paper table; a CtkError (exit status 2) names the rows there are."""
     labels = [row.label for row in table.rows]
     unknown = [r for r in rows if r not in labels]
     if unknown:
-        raise ValueError(f"--row {unknown[0]!r} is not a row of {name}; expected one of: "
-                         f"{', '.join(repr(lab) for lab in labels)}")
+        raise CtkError(f"--row {unknown[0]!r} is not a row of {name}; expected one of: "
+                       f"{', '.join(repr(lab) for lab in labels)}", 2)
     table.rows = [row for row in table.rows if row.label in rows]
 
 

@@ -24,6 +24,8 @@ import urllib.request
 from pathlib import Path
 from typing import Any, Callable, TypeVar
 
+from toolkit.errors import CtkError
+
 T = TypeVar("T")
 
 __all__ = ["TrackingUnavailable", "check_store", "retrying", "HEARTBEAT_S", "STALE_AFTER_S",
@@ -35,8 +37,10 @@ _TRANSIENT = ("database is locked", "database table is locked", "connection", "t
               "temporarily unavailable", "503", "502", "504", "UNIQUE constraint failed")
 
 
-class TrackingUnavailable(RuntimeError):
-    """The tracking store cannot be used; the message is one line naming the URI."""
+class TrackingUnavailable(CtkError, RuntimeError):
+    """The tracking store cannot be used; the message is one line naming the URI (exit status 2)."""
+
+    exit_code = 2
 
 
 _SCHEMES = ("sqlite", "http", "https", "postgresql", "mysql", "mssql", "file", "databricks")

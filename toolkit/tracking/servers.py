@@ -23,7 +23,9 @@ import urllib.request
 from pathlib import Path
 from typing import Callable
 
-__all__ = ["LOOPBACK", "is_loopback", "exposure_warning", "mlflow_command", "serve"]
+from toolkit.errors import CtkError
+
+__all__ = ["LOOPBACK", "is_loopback", "exposure_warning", "mlflow_command", "ui_command", "serve"]
 
 LOOPBACK = "127.0.0.1"
 
@@ -61,8 +63,9 @@ def mlflow_command(kind: str, store: str, *, host: str, port: int, artifacts: st
     the server stores artifacts under ``artifacts`` and serves them over HTTP (clients on
     other machines never need the folder).
 
-    Raises ``ValueError`` for an unknown ``kind`` and ``RuntimeError`` when ``basic_auth`` is
-    asked for but mlflow's auth extra (Flask-WTF) is missing, before anything starts.
+    Raises ``ValueError`` for an unknown ``kind`` and a CtkError (exit status 2) when
+    ``basic_auth`` is asked for but mlflow's auth extra (Flask-WTF) is missing, before anything
+    starts.
     """
     if kind not in ("ui", "server"):
         raise ValueError(f"kind must be 'ui' or 'server', got {kind!r}")
@@ -77,9 +80,26 @@ def mlflow_command(kind: str, store: str, *, host: str, port: int, artifacts: st
         cmd += ["--allowed-hosts", ",".join(sorted(f"{n}:{port}" for n in names))]
     if basic_auth:
         if importlib.util.find_spec("flask_wtf") is None:
-            raise RuntimeError("--basic-auth needs mlflow's auth extra (Flask-WTF): "
-                               "pip install 'mlflow[auth]'")
+            raise CtkError("--basic-auth needs mlflow's auth extra (Flask-WTF): pip install 'mlflow[auth]'", 2)
         cmd += ["--app-name", "basic-auth"]
+    return cmd
+
+
+def ui_command(uri: str | None, host: str, port: int, basic_auth: bool, echo: Callable[[str], None] = print,
+               warn: Callable[[str], None] = print) -> list[str]:
+    """``ctk ui``: the ``mlflow ui`` command line to run on the store at ``uri`` (see
+    :func:`~toolkit.tracking.store.tracking_uri`); says where it will listen (with ``echo``; the
+    exposure warning with ``warn``) and sets up the saved views it links to."""
+    from toolkit.studies.ui_view import prepare
+    from toolkit.tracking.store import artifact_root, client_for, tracking_uri
+    store = tracking_uri(uri)
+    cmd = mlflow_command("ui", store, host=host, port=port, artifacts=artifact_root(store), basic_auth=basic_auth)
+    warning = exposure_warning(host, port, basic_auth)
+    if warning:
+        warn(warning)
+    echo(f"mlflow UI on http://{host}:{port} for {store}")
+    for name, route in prepare(client_for(store)):
+        echo(f"  {name}: http://{host}:{port}/{route}")
     return cmd
 
 

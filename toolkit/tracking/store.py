@@ -10,7 +10,7 @@ import contextlib
 import os
 import subprocess
 from pathlib import Path
-from typing import Iterator
+from typing import TYPE_CHECKING, Iterator
 
 os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
 os.environ.setdefault("DO_NOT_TRACK", "true")
@@ -20,10 +20,12 @@ os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "2")
 os.environ.setdefault("MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR", "1")
 os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "20")
 
-from mlflow.tracking import MlflowClient  # noqa: E402
-
+from toolkit.errors import CtkError  # noqa: E402
 from toolkit.locking import file_lock  # noqa: E402
 from toolkit.tracking.health import retrying  # noqa: E402
+
+if TYPE_CHECKING:  # mlflow is imported by the first client: a store-less answer does not wait for it
+    from mlflow.tracking import MlflowClient
 
 DEFAULT_DB = "mlflow.db"
 DEFAULT_ARTIFACTS = "mlartifacts"
@@ -54,6 +56,29 @@ def sqlite_path(uri: str) -> Path | None:
     return None
 
 
+class NoSuchExperiment(CtkError, ValueError):
+    """A command names an experiment the store does not have (exit status 1)."""
+
+
+def reading_client(uri: str | None = None) -> MlflowClient | None:
+    """A client of the store at ``uri`` for a command that only reads it; None for a SQLite store
+    whose file does not exist (nothing was ever logged there): it is not created, and the answer
+    comes without importing mlflow."""
+    path = sqlite_path(tracking_uri(uri))
+    return None if path is not None and not path.exists() else client_for(uri)
+
+
+def find_experiment(client: MlflowClient | None, name: str, uri: str | None = None):
+    """The experiment ``name`` of ``client``'s store (None: the store at ``uri`` does not exist
+    yet), else NoSuchExperiment naming the experiments there are."""
+    exp = client.get_experiment_by_name(name) if client is not None else None
+    if exp is None:
+        names = sorted(e.name for e in client.search_experiments()) if client is not None else []
+        where = client.tracking_uri if client is not None else tracking_uri(uri)
+        raise NoSuchExperiment(f"no experiment {name!r} in {where}; experiments: {', '.join(names) or 'none'}")
+    return exp
+
+
 _SET_UP: set[str] = set()  # SQLite stores this process created or found migrated
 
 
@@ -76,6 +101,7 @@ def client_for(uri: str | None = None) -> MlflowClient:
     "expected to match one row", UNIQUE constraint on the default experiment). The first client
     of each SQLite store in a process is therefore made under :func:`store_lock`, so one process
     sets the schema up and the others find it done."""
+    from mlflow.tracking import MlflowClient
     uri = tracking_uri(uri)
     if uri in _SET_UP:
         return MlflowClient(tracking_uri=uri)

@@ -1,0 +1,154 @@
+"""What the commands that need the domain registry do behind their options (cli.py parses the
+options and calls these): ``ctk run`` (in this process or relaunched under torchrun), ``ctk
+show``, ``ctk export``, ``ctk list domains|recipes|tables``.
+
+The run path's own failures (a checkpoint, the trainer, Ctrl-C) become a
+:class:`~toolkit.errors.CtkError` here, with the exit status the command ends with; the
+toolkit's errors already are one. Nothing here imports torch before a recipe is loaded.
+"""
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from domains import registry
+from toolkit.errors import CtkError
+
+__all__ = ["load", "overrides", "relaunch", "run", "execute", "summary", "show", "export", "recipes", "tables"]
+
+
+def load(recipe: str, sets: tuple[str, ...] | list[str] = (), extra: list[str] | None = None) -> Any:
+    """The validated recipe (a RecipeError, exit status 2, lists every problem)."""
+    from toolkit.runs import load_recipe
+    return load_recipe(recipe, [*sets, *(extra or [])], registry.get)
+
+
+def overrides(seed: int | None, experiment: str | None, precision: str | None = None) -> list[str]:
+    """The ``--set`` values that ``--seed``, ``--experiment`` and ``--precision`` stand for."""
+    return ([f"seed={seed}"] if seed is not None else []) + \
+        ([f"tracking.experiment={experiment}"] if experiment else []) + \
+        ([f"precision={precision}"] if precision else [])
+
+
+def relaunch(recipe: str, sets: tuple[str, ...], extra: list[str], cli: str, *, nproc: int, nnodes: int,
+             node_rank: int, master_addr: str, master_port: int, device: str | None, resume: str | None,
+             extend: bool, quiet: bool) -> int:
+    """``ctk run --nproc/--nnodes``: check the recipe, then run ``cli run ...`` once per process
+    under torchrun; returns torchrun's exit status."""
+    r = load(recipe, sets, extra)
+    why = getattr(registry.get(r.domain), "single_process_only", None)
+    if why:
+        raise CtkError(f"--nproc {nproc} --nnodes {nnodes}: domain {r.domain!r} runs in one process only: {why}", 2)
+    from toolkit.training.distributed import launch
+    args = [recipe, *(word for s in (*sets, *extra) for word in ("--set", s))]
+    args += (["--device", device] if device else []) + (["--resume", resume] if resume else []) \
+        + (["--extend"] if extend else []) + (["--quiet"] if quiet else [])
+    try:
+        return launch(nproc, cli, ["run", *args], nnodes=nnodes, node_rank=node_rank,
+                      master_addr=master_addr, master_port=master_port)
+    except ValueError as exc:
+        raise CtkError(str(exc), 2) from exc
+
+
+def run(recipe: str, sets: tuple[str, ...], extra: list[str], *, device: str | None, resume: str | None,
+        extend: bool, quiet: bool) -> str | None:
+    """``ctk run`` in this process (one rank of a torchrun launch when ``WORLD_SIZE`` > 1): what
+    it prints at the end (None on the ranks other than 0)."""
+    r = load(recipe, sets, extra)
+    dist = None
+    if int(os.environ.get("WORLD_SIZE", "1")) > 1:
+        from toolkit.training.distributed import Context
+        dist = Context.from_env(device or r.device)
+    start = time.perf_counter()
+    clean = False
+    try:
+        run_id, metrics = execute(r, resume=resume, device=device, progress=not quiet, distributed=dist,
+                                  extend=extend)
+        clean = True
+    finally:
+        if dist is not None:
+            dist.close(clean)
+    if dist is None or dist.is_main:
+        return summary(run_id, r.run_name, time.perf_counter() - start, metrics)
+    return None
+
+
+def execute(recipe: Any, **kwargs: Any) -> tuple[str | None, dict[str, float]]:
+    """:func:`toolkit.runs.execute` with the domain registry, its failures as CtkError: a
+    ``--resume`` target that does not fit exits 2; a run stopped by a non-finite loss, or
+    refused by its data or an argument, exits 1; Ctrl-C exits 130 (the run is marked KILLED)."""
+    from toolkit.checkpoint import CheckpointError
+    from toolkit.runs import RunFinished
+    from toolkit.runs import execute as execute_recipe
+    from toolkit.training.trainer import NonFiniteLoss, RecipeMismatch
+    try:
+        return execute_recipe(recipe, registry.get, **kwargs)
+    except CtkError:
+        raise
+    except (CheckpointError, RecipeMismatch, RunFinished) as exc:
+        raise CtkError(f"--resume: {exc}", 2) from exc
+    except NonFiniteLoss as exc:
+        raise CtkError(f"run stopped: {exc}", 1) from exc
+    except (FileNotFoundError, ValueError) as exc:
+        raise CtkError(str(exc), 1) from exc
+    except KeyboardInterrupt as exc:
+        raise CtkError(f"the run is marked KILLED; {exc or 'continue it with --resume RUN_ID'}", 130,
+                       label="interrupted") from exc
+
+
+def summary(run_id: str | None, run_name: str, seconds: float, metrics: dict[str, float]) -> str:
+    """The lines ``ctk run`` ends with: the run, its time, its final metrics."""
+    return "\n".join([f"run {run_id} ({run_name}) finished in {seconds:.1f} s",
+                      *(f"  {k}: {v:.4f}" for k, v in sorted(metrics.items()))])
+
+
+def show(recipe: str, sets: tuple[str, ...]) -> str:
+    """``ctk show``: the recipe resolved, with the precision a run on this machine would pick."""
+    r = load(recipe, sets)
+    lines = [f"# {recipe} -> run name {r.run_name}"]
+    if r.precision == "auto":  # what a run here would pick (the recipe itself keeps 'auto')
+        from toolkit.runs import precision_choice
+        from toolkit.training.trainer import select_device
+        choice = precision_choice("auto", select_device(r.device), registry.get(r.domain))
+        lines.append(f"# on this machine: {choice.line()}")
+    return "\n".join([*lines, yaml.safe_dump(r.resolved, sort_keys=False).rstrip()])
+
+
+def export(run_or_file: str, out: str | None, uri: str | None) -> str:
+    """``ctk export``: write the encoder; the line saying where and how to load it."""
+    from domains.export import export_encoder
+    from toolkit.checkpoint import CheckpointError
+    try:
+        path = export_encoder(run_or_file, out or f"encoder-{Path(run_or_file).stem}.pt", uri)
+    except CheckpointError as exc:
+        raise CtkError(str(exc), 2) from exc
+    except FileNotFoundError as exc:
+        raise CtkError(str(exc), 1) from exc
+    return f"wrote {path} (load: from domains.export import load_encoder; load_encoder({str(path)!r}))"
+
+
+def recipes(builtin: Path) -> list[str]:
+    """``ctk list recipes``: every recipe file (paper tables aside) and its description's first
+    line; paths under the folder above ``builtin`` are shown relative to it."""
+    base = builtin.parent
+    paths = [p for root in registry.recipe_roots(builtin) for p in Path(root).glob("**/*.yaml")]
+    lines = []
+    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml's, when there: 5x faster
+    for path in sorted(p for p in paths if "tables" not in p.parts):
+        try:
+            data = yaml.load(path.read_text(), Loader=loader) or {}
+        except yaml.YAMLError:
+            data = {}
+        desc = str(data.get("description", "") or "").strip().splitlines()
+        lines.append(f"{path.relative_to(base) if path.is_relative_to(base) else path}  {desc[0] if desc else ''}")
+    return lines
+
+
+def tables(builtin: Path) -> dict[str, Any]:
+    """The paper tables of ``ctk reproduce``, of the built-in recipes and of plugin domains."""
+    from toolkit.studies.reproduce import discover_tables
+    return discover_tables(registry.recipe_roots(builtin))

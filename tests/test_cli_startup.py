@@ -1,0 +1,86 @@
+"""The command line answers at once: the commands that need no tensors import no torch.
+
+Each command runs as users run it, ``python cli.py ...`` in an empty folder, under ``-X importtime``,
+whose report names every module the process imported; torch (a few seconds to import) must not
+be among them. ``ctk runs`` there must not create a store either. bench/cli_startup.py times them.
+"""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+CLI = str(ROOT / "cli.py")
+
+# (arguments, exit status): the commands that need no tensors, and failures they report
+TORCH_FREE = [
+    (["--help"], 0), (["--version"], 0),
+    (["list", "losses"], 0), (["list", "selectors"], 0), (["list", "regularizers"], 0),
+    (["list", "schedules"], 0), (["list", "recipes"], 0), (["list", "tables"], 0),
+    (["runs"], 0), (["runs", "nope"], 1), (["compare", "--help"], 0), (["compare", "nope"], 1),
+    (["reproduce", "--list"], 0), (["reproduce", "nope"], 2), (["ui", "--help"], 0),
+    (["server", "--help"], 0), (["data", "list"], 0), (["run", "--help"], 0), (["sweep", "--help"], 0),
+]
+
+
+def _env() -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in ("MLFLOW_TRACKING_URI", "CTK_DATA", "PYTHONPATH")}
+    return {**env, "PYTHONPATH": str(ROOT)}
+
+
+def imported(args: list[str], cwd: Path) -> tuple[subprocess.CompletedProcess, set[str]]:
+    """Run ``python -X importtime ARGS`` in ``cwd``: the process and the modules it imported."""
+    proc = subprocess.run([sys.executable, "-X", "importtime", *args], cwd=cwd, env=_env(),
+                          capture_output=True, text=True, timeout=300)
+    modules = {line.rsplit("|", 1)[1].strip() for line in proc.stderr.splitlines()
+               if line.startswith("import time:") and line.count("|") == 2}
+    return proc, modules
+
+
+def _torch(modules: set[str]) -> list[str]:
+    return sorted(m for m in modules if m == "torch" or m.startswith("torch."))
+
+
+def test_the_probe_sees_torch_when_it_is_imported(tmp_path):
+    proc, modules = imported(["-c", "import torch"], tmp_path)
+    assert proc.returncode == 0 and "torch" in modules
+
+
+def test_importing_the_cli_imports_no_torch(tmp_path):
+    probe = "import cli, sys; assert 'torch' not in sys.modules, sorted(m for m in sys.modules if 'torch' in m)[:5]"
+    proc = subprocess.run([sys.executable, "-c", probe], cwd=tmp_path, env=_env(), capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+
+
+@pytest.mark.parametrize("module", ["toolkit.studies.comparison", "toolkit.evaluation.plots", "toolkit.studies.listing",
+                                    "toolkit.tracking.servers", "toolkit.studies.ui_view", "domains.packaged"])
+def test_what_compare_runs_ui_and_data_import_needs_no_torch(tmp_path, module):
+    """The modules behind ctk compare (--plot included), runs, ui, server and data."""
+    proc, modules = imported(["-c", f"import {module}"], tmp_path)
+    assert proc.returncode == 0 and not _torch(modules), (module, _torch(modules)[:3])
+
+
+@pytest.mark.parametrize("args,code", TORCH_FREE, ids=[" ".join(a) for a, _ in TORCH_FREE])
+def test_commands_without_tensors_import_no_torch(tmp_path, args, code):
+    proc, modules = imported([CLI, *args], tmp_path)
+    errors = "\n".join(line for line in proc.stderr.splitlines() if not line.startswith("import time:"))
+    assert proc.returncode == code, errors[-2000:]
+    assert not _torch(modules), f"ctk {' '.join(args)} imported torch ({_torch(modules)[:3]}...)"
+    assert code == 0 or errors.startswith("error: "), errors
+
+
+def test_runs_in_an_empty_folder_creates_no_store(tmp_path):
+    proc, _ = imported([CLI, "runs"], tmp_path)
+    assert proc.returncode == 0 and proc.stdout.startswith("no runs in sqlite:///"), proc.stdout
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_list_schedules_names_every_registered_schedule(tmp_path):
+    from toolkit.samplers import SCHEDULES
+    proc, _ = imported([CLI, "list", "schedules"], tmp_path)
+    assert [line.split()[0] for line in proc.stdout.splitlines()] == SCHEDULES.names()
