@@ -194,33 +194,10 @@ def study(study_file: str, seeds: str | None, fmt: str, plot: str | None, dry_ru
       ctk study studies/lmcl-dp.yaml --jobs 2
       ctk study studies/hard-negatives.yaml --seeds 0,1,2,3,4 --format markdown --plot forest.png
     """
-    from toolkit.runs import load_recipe
-    from toolkit.studies.study import forest_figure, load_study, run_study
-    from toolkit.studies.tables import render
-
-    def load(path: str, sets: list[str]) -> rc.Recipe:
-        return load_recipe(path, sets, domain_registry.get)
-    try:
-        chosen = [int(s) for s in seeds.split(",")] if seeds else None
-    except ValueError:
-        _fail(f"error: --seeds {seeds!r}: expected integers separated by commas, e.g. 0,1,2", 2)
-    try:
-        spec = load_study(study_file, load, domain_registry.get, chosen)
-    except rc.RecipeError as exc:
-        _fail(f"error: {exc}", 2)
-    if dry_run:
-        click.echo(f"study {spec.spec.name}: {len(spec.recipes)} domains x {len(spec.arms)} arms x "
-                   f"{len(spec.seeds)} seeds, experiment {spec.experiment!r}; every recipe is valid")
-        for (domain, arm), sets in spec.overrides.items():
-            click.echo(f"  {domain:<14} {arm:<12} {spec.recipes[domain]} {' '.join(sets) or '(as written)'}")
-        return
-    code, report, _ = run_study(spec, load, domain_registry.get, progress=not quiet,
-                                echo=lambda m: click.echo(m, err=True), **launch)
-    click.echo(render(report, fmt, shutil.get_terminal_size().columns if fmt == "table" else None))
-    if plot:
-        forest_figure(report).savefig(plot, dpi=120)
-        click.echo(f"forest plot: {plot}", err=True)
-    sys.exit(code)
+    from domains import commands, registry
+    from toolkit.studies.study import study_command
+    sys.exit(study_command(study_file, seeds, fmt, plot, dry_run, commands.load, registry.get, click.echo, _err,
+                           progress=not quiet, width=shutil.get_terminal_size().columns, **launch))
 
 
 @main.command()

@@ -322,3 +322,29 @@ def run_study(study: Study, load: Loader, lookup: Callable[[str], Any], *, jobs:
         plt.close(fig)
         client.log_metric(parent, "study/wall_minutes", (time.time() - started) / 60)
     return code, report, parent or ""
+
+
+def study_command(path: str, seeds: str | None, fmt: str, plot: str | None, dry_run: bool, load: Loader,
+                  lookup: Callable[[str], Any], out: Callable[[str], None], err: Callable[[str], None], *,
+                  progress: bool = True, width: int | None = None, **launch: Any) -> int:
+    """``ctk study``: load and check the study (a RecipeError, exit status 2, lists every
+    problem), list its points (``dry_run``) or run them and print the table; the exit status."""
+    from toolkit.errors import CtkError
+    from toolkit.studies.tables import render
+    try:
+        chosen = [int(s) for s in seeds.split(",")] if seeds else None
+    except ValueError:
+        raise CtkError(f"--seeds {seeds!r}: expected integers separated by commas, e.g. 0,1,2", 2) from None
+    study = load_study(path, load, lookup, chosen)
+    if dry_run:
+        out(f"study {study.spec.name}: {len(study.recipes)} domains x {len(study.arms)} arms x "
+            f"{len(study.seeds)} seeds, experiment {study.experiment!r}; every recipe is valid")
+        for (domain, arm), sets in study.overrides.items():
+            out(f"  {domain:<14} {arm:<12} {study.recipes[domain]} {' '.join(sets) or '(as written)'}")
+        return 0
+    code, report, _ = run_study(study, load, lookup, progress=progress, echo=err, **launch)
+    out(render(report, fmt, width if fmt == "table" else None))
+    if plot:
+        forest_figure(report).savefig(plot, dpi=120)
+        err(f"forest plot: {plot}")
+    return code
