@@ -59,12 +59,12 @@ def _execute(recipe: rc.Recipe, **kwargs) -> tuple[str | None, dict[str, float]]
     from toolkit.checkpoint import CheckpointError
     from toolkit.runs import RunFinished, execute
     from toolkit.tracking.health import TrackingUnavailable
-    from toolkit.training.trainer import NonFiniteLoss, RecipeMismatch
+    from toolkit.training.trainer import NonFiniteLoss
     try:
         return execute(recipe, domain_registry.get, **kwargs)
     except rc.RecipeError as exc:
         _fail(f"error: {exc}", 2)
-    except (CheckpointError, RecipeMismatch, RunFinished) as exc:
+    except (CheckpointError, RunFinished) as exc:  # RecipeMismatch is a CheckpointError
         _fail(f"error: --resume: {exc}", 2)
     except TrackingUnavailable as exc:
         _fail(f"error: {exc}", 2)
