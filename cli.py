@@ -61,7 +61,7 @@ def _execute(recipe: rc.Recipe, **kwargs) -> tuple[str | None, dict[str, float]]
     from toolkit.tracking.health import TrackingUnavailable
     from toolkit.training.trainer import NonFiniteLoss
     try:
-        return execute(recipe, domain_registry.get, **kwargs)
+        return execute(recipe, **kwargs)
     except rc.RecipeError as exc:
         _fail(f"error: {exc}", 2)
     except (CheckpointError, RunFinished) as exc:  # RecipeMismatch is a CheckpointError

@@ -1,7 +1,13 @@
 """Running recipes: load + validate, execute one run, expand sweeps.
 
-The domain lookup is passed in (``cli.py`` passes ``domains.registry.get``), so the toolkit
-stays free of any domain.
+The handshake with a domain happens once, in :func:`load_recipe`: the domain lookup is passed in
+(``cli.py`` passes ``domains.registry.get``, so the toolkit stays free of any domain), called
+once, and the recipe is validated against that domain's sections and rules once; the recipe
+keeps the class (``recipe.domain_class``). :func:`execute` builds the domain from it and checks
+nothing again::
+
+    recipe = load_recipe(path, overrides, lookup)   # lookup, schema, objective, Domain.check, precision
+    execute(recipe)                                 # domain = recipe.domain_class(recipe); trainer; fit
 """
 from __future__ import annotations
 
@@ -28,7 +34,8 @@ DomainLookup = Callable[[str], Any]
 
 def load_recipe(path: str | Path, overrides: list[str] | None, lookup: DomainLookup,
                 data: dict[str, Any] | None = None) -> rc.Recipe:
-    """Read, override and validate a recipe; every problem is a RecipeError with its path."""
+    """Read, override and validate a recipe for its domain (``lookup(name)``, called once); every
+    problem is a RecipeError with its path. ``ctk show`` and ``ctk run`` both validate here."""
     source = str(path)
     raw = rc.load_yaml(path) if data is None else data
     raw = rc.apply_overrides(raw, list(overrides or []), source)
@@ -47,7 +54,7 @@ def load_recipe(path: str | Path, overrides: list[str] | None, lookup: DomainLoo
     def domain_check(raw: dict[str, Any], sections: Any) -> list[tuple[str, str]]:
         return list(domain_cls.check(raw, sections)) + precision_problems(raw)
     return rc.validate(raw, domain_cls.sections(), objective_mod.check, source, overrides,
-                       domain_check=domain_check)
+                       domain_check=domain_check, domain_class=domain_cls)
 
 
 def precision_problems(raw: dict[str, Any]) -> list[tuple[str, str]]:
@@ -77,13 +84,13 @@ class RunFinished(ValueError):
     """``--resume`` of a run that already FINISHED (it is never modified)."""
 
 
-def execute(recipe: rc.Recipe, lookup: DomainLookup, *, resume: str | None = None,
+def execute(recipe: rc.Recipe, *, resume: str | None = None,
             device: str | None = None, progress: bool = True, distributed: Any = None,
             hooks: list[Callable[[int], None]] | None = None, extend: bool = False,
             extra_tags: dict[str, str] | None = None,
             on_metrics: Callable[[dict[str, float], int], None] | None = None) -> tuple[str | None, dict[str, float]]:
-    """Run a validated recipe through its domain's trainer; returns (mlflow run id, final
-    metrics).
+    """Run a recipe :func:`load_recipe` validated through its domain's trainer; returns (mlflow
+    run id, final metrics).
 
     ``resume`` is a run id (its newest readable checkpoint, in the folder the run recorded or
     under ``./checkpoints/<run id>/``: :func:`toolkit.checkpoint.find`) or a checkpoint path; the run continues in the same mlflow run. ``extend`` lets a resume
@@ -94,9 +101,12 @@ def execute(recipe: rc.Recipe, lookup: DomainLookup, *, resume: str | None = Non
     """
     from toolkit.tracking.store import tracking_uri
     from toolkit.tracking.health import check_store
+    domain_cls = recipe.domain_class
+    if domain_cls is None:
+        raise ValueError(f"{recipe.source}: the recipe was validated without its domain; load it with "
+                         "toolkit.runs.load_recipe")
     check_store(tracking_uri(recipe.tracking.uri))
-    domain_cls = lookup(recipe.domain)
-    domain = domain_cls(recipe)
+    domain = domain_cls(recipe)  # validated by load_recipe: nothing is checked again
     dev = select_device(device or recipe.device)
     is_main = distributed is None or distributed.is_main
     resolve_precision(recipe, dev, domain_cls, announce=is_main)
