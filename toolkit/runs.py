@@ -93,8 +93,8 @@ def execute(recipe: rc.Recipe, *, resume: str | None = None,
     run id, final metrics).
 
     ``resume`` is a run id (its newest readable checkpoint, in the folder the run recorded or
-    under ``./checkpoints/<run id>/``: :func:`toolkit.checkpoint.find`) or a checkpoint path; the run continues in the same mlflow run. ``extend`` lets a resume
-    change the budget. The tracking store is checked first (one line, within seconds), then
+    under ``./checkpoints/<run id>/``: :func:`toolkit.checkpoint.find`) or a checkpoint path;
+    the run continues in the same mlflow run. ``extend`` lets a resume change the budget. The tracking store is checked first (one line, within seconds), then
     the data (``Domain.check_data``): neither problem leaves a run in the store.
     ``on_metrics(metrics, step)`` sees every batch of metrics the run logs (``ctk tune``
     reports the periodic evaluation to Ray Tune through it).
