@@ -4,8 +4,8 @@ A domain knows its data, its encoder and its evaluation; the toolkit knows the o
 negative sources, the trainer and the tracking. A domain is built from its validated recipe and
 hands back one trainer::
 
-    recipe = load_recipe(path, overrides)       # common sections + the domain's sections
-    domain = DomainClass(recipe)                # domain-specific checks (all at once), nothing built
+    recipe = load_recipe(path, overrides, lookup)  # the class, its sections and Domain.check, once
+    domain = recipe.domain_class(recipe)           # keeps the recipe; checks nothing again, builds nothing
     trainer = domain.trainer(recipe, tracker, options)
     trainer.fit(); metrics = trainer.evaluate()
 
@@ -77,8 +77,9 @@ class Encoder(nn.Module):
 class Domain:
     """Base of domain adapters. Subclasses set ``name`` and ``description`` and override the
     builders; the three ``*Config`` models validate the recipe's domain-owned sections and
-    :meth:`check` the rules between sections. ``Domain(recipe)`` checks and keeps the recipe;
-    it builds nothing (the trainer does)."""
+    :meth:`check` the rules between sections, both run once when the recipe is loaded
+    (``toolkit.runs.load_recipe``). ``Domain(recipe)`` keeps that validated recipe; it checks
+    nothing again and builds nothing (the trainer does)."""
 
     name: ClassVar[str] = ""
     description: ClassVar[str] = ""
@@ -105,9 +106,6 @@ class Domain:
                 "evaluation": cls.EvaluationConfig, **cls.ExtraSections}
 
     def __init__(self, recipe: rc.Recipe) -> None:
-        problems = self.check(recipe.raw, recipe.sections)
-        if problems:
-            raise rc.RecipeError(problems, recipe.source)
         self.recipe = recipe
 
     @classmethod

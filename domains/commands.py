@@ -84,12 +84,12 @@ def execute(recipe: Any, **kwargs: Any) -> tuple[str | None, dict[str, float]]:
     from toolkit.checkpoint import CheckpointError
     from toolkit.runs import RunFinished
     from toolkit.runs import execute as execute_recipe
-    from toolkit.training.trainer import NonFiniteLoss, RecipeMismatch
+    from toolkit.training.trainer import NonFiniteLoss
     try:
-        return execute_recipe(recipe, registry.get, **kwargs)
+        return execute_recipe(recipe, **kwargs)
     except CtkError:
         raise
-    except (CheckpointError, RecipeMismatch, RunFinished) as exc:
+    except (CheckpointError, RunFinished) as exc:  # RecipeMismatch is a CheckpointError
         raise CtkError(f"--resume: {exc}", 2) from exc
     except NonFiniteLoss as exc:
         raise CtkError(f"run stopped: {exc}", 1) from exc

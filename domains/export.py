@@ -39,7 +39,7 @@ def export_encoder(source: str | Path, out: str | Path, uri: str | None = None) 
 
 def _rebuild(art: dict[str, Any], source: str | Path) -> nn.Module:
     recipe = load_recipe(f"{source} (stored recipe)", [], registry.get, data=art["recipe"])
-    domain = registry.get(recipe.domain)(recipe)
+    domain = recipe.domain_class(recipe)
     encoder = domain.rebuild_encoder(art["extras"])
     encoder.load_state_dict(art["state_dict"])
     return encoder

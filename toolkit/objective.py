@@ -165,9 +165,9 @@ def build(obj: rc.ObjectiveSection) -> Objective:
 
 
 def from_recipe(recipe: rc.Recipe) -> Objective:
-    """The objective a recipe's validation built (taken, so a second call builds afresh)."""
-    built = recipe.built.pop("objective", None)
-    return built if built is not None else build(recipe.objective)
+    """Build the objective of a recipe that validation checked (each call builds a new one: the
+    trainer builds its own, in its seeded order)."""
+    return build(recipe.objective)
 
 
 def _build_selector(sel: rc.SelectorSection, path: str) -> tuple[Any, list[tuple[str, str]]]:

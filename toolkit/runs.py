@@ -1,7 +1,13 @@
 """Running recipes: load + validate, execute one run, expand sweeps.
 
-The domain lookup is passed in (``cli.py`` passes ``domains.registry.get``), so the toolkit
-stays free of any domain.
+The handshake with a domain happens once, in :func:`load_recipe`: the domain lookup is passed in
+(``cli.py`` passes ``domains.registry.get``, so the toolkit stays free of any domain), called
+once, and the recipe is validated against that domain's sections and rules once; the recipe
+keeps the class (``recipe.domain_class``). :func:`execute` builds the domain from it and checks
+nothing again::
+
+    recipe = load_recipe(path, overrides, lookup)   # lookup, schema, objective, Domain.check, precision
+    execute(recipe)                                 # domain = recipe.domain_class(recipe); trainer; fit
 """
 from __future__ import annotations
 
@@ -21,14 +27,15 @@ from toolkit import recipe as rc
 from toolkit.tracking.store import client_for, git_commit
 from toolkit.tracking.tracker import Tracker
 from toolkit.training import precision as precision_mod
-from toolkit.training.trainer import RunOptions, read_checkpoint, select_device
+from toolkit.training.trainer import RunOptions, select_device
 
 DomainLookup = Callable[[str], Any]
 
 
 def load_recipe(path: str | Path, overrides: list[str] | None, lookup: DomainLookup,
                 data: dict[str, Any] | None = None) -> rc.Recipe:
-    """Read, override and validate a recipe; every problem is a RecipeError with its path."""
+    """Read, override and validate a recipe for its domain (``lookup(name)``, called once); every
+    problem is a RecipeError with its path. ``ctk show`` and ``ctk run`` both validate here."""
     source = str(path)
     raw = rc.load_yaml(path) if data is None else data
     raw = rc.apply_overrides(raw, list(overrides or []), source)
@@ -47,7 +54,7 @@ def load_recipe(path: str | Path, overrides: list[str] | None, lookup: DomainLoo
     def domain_check(raw: dict[str, Any], sections: Any) -> list[tuple[str, str]]:
         return list(domain_cls.check(raw, sections)) + precision_problems(raw)
     return rc.validate(raw, domain_cls.sections(), objective_mod.check, source, overrides,
-                       domain_check=domain_check)
+                       domain_check=domain_check, domain_class=domain_cls)
 
 
 def precision_problems(raw: dict[str, Any]) -> list[tuple[str, str]]:
@@ -77,36 +84,43 @@ class RunFinished(ValueError):
     """``--resume`` of a run that already FINISHED (it is never modified)."""
 
 
-def execute(recipe: rc.Recipe, lookup: DomainLookup, *, resume: str | None = None,
+def execute(recipe: rc.Recipe, *, resume: str | None = None,
             device: str | None = None, progress: bool = True, distributed: Any = None,
             hooks: list[Callable[[int], None]] | None = None, extend: bool = False,
             extra_tags: dict[str, str] | None = None,
             on_metrics: Callable[[dict[str, float], int], None] | None = None) -> tuple[str | None, dict[str, float]]:
-    """Run a validated recipe through its domain's trainer; returns (mlflow run id, final
-    metrics).
+    """Run a recipe :func:`load_recipe` validated through its domain's trainer; returns (mlflow
+    run id, final metrics).
 
-    ``resume`` is a run id (its newest readable checkpoint under ``./checkpoints/<run id>/``)
-    or a checkpoint path; the run continues in the same mlflow run. ``extend`` lets a resume
-    change the budget. The tracking store is checked first (one line, within seconds), then
+    ``resume`` is a run id (its newest readable checkpoint, in the folder the run recorded or
+    under ``./checkpoints/<run id>/``: :func:`toolkit.checkpoint.find`) or a checkpoint path;
+    the run continues in the same mlflow run. ``extend`` lets a resume change the budget. The tracking store is checked first (one line, within seconds), then
     the data (``Domain.check_data``): neither problem leaves a run in the store.
     ``on_metrics(metrics, step)`` sees every batch of metrics the run logs (``ctk tune``
     reports the periodic evaluation to Ray Tune through it).
     """
     from toolkit.tracking.store import tracking_uri
     from toolkit.tracking.health import check_store
+    domain_cls = recipe.domain_class
+    if domain_cls is None:
+        raise ValueError(f"{recipe.source}: the recipe was validated without its domain; load it with "
+                         "toolkit.runs.load_recipe")
     check_store(tracking_uri(recipe.tracking.uri))
-    domain_cls = lookup(recipe.domain)
-    domain = domain_cls(recipe)
+    domain = domain_cls(recipe)  # validated by load_recipe: nothing is checked again
     dev = select_device(device or recipe.device)
     is_main = distributed is None or distributed.is_main
     resolve_precision(recipe, dev, domain_cls, announce=is_main)
     saved = None
     run_id = None
     if resume:  # read and checked before the store or the run are touched
-        run_id, resume_path, saved = _resume_target(resume, recipe.resolved, extend, recipe.tracking.uri)
+        # a run id: its checkpoints are in the folder the run recorded or in this directory's
+        stored = None if Path(resume).is_file() else _stored_run(recipe.tracking.uri, resume)
+        run_id, resume_path, saved = ckpt.for_resume(resume, recipe.resolved, extend,
+                                                     stored.data.tags if stored is not None else None)
         run_id = saved.get("run_id") or run_id
-        if run_id and (distributed is None or distributed.is_main):
-            stored = _stored_run(recipe.tracking.uri, run_id)
+        if run_id and is_main:
+            if stored is None or stored.info.run_id != run_id:
+                stored = _stored_run(recipe.tracking.uri, run_id)
             if stored is not None and stored.info.status == "FINISHED" and not extend:
                 raise RunFinished(f"run {run_id} FINISHED; it is never modified (a longer budget "
                                   "continues it with --extend)")
@@ -137,7 +151,7 @@ def execute(recipe: rc.Recipe, lookup: DomainLookup, *, resume: str | None = Non
                              checkpoint_dir=ckpt.checkpoint_dir(run_id or "local"), hooks=list(hooks or []))
         # where this run's checkpoints go, recorded before the first one is written, so that
         # `ctk runs` and `--resume RUN_ID` find them from any working directory
-        run_tags = {"ctk.checkpoint_dir": str(options.checkpoint_dir.resolve())}
+        run_tags = ckpt.folder_tags(options.checkpoint_dir)
         if recipe.paper is not None:
             run_tags["ctk.paper"] = recipe.paper.source
         tracker.set_tags(run_tags)
@@ -186,35 +200,6 @@ def _stored_run(uri: str | None, run_id: str) -> Any:
         return client_for(uri).get_run(run_id)
     except Exception:  # noqa: BLE001 - see above
         return None
-
-
-def _resume_target(resume: str, resolved: dict[str, Any], extend: bool,
-                   uri: str | None = None) -> tuple[str, Path, dict[str, Any]]:
-    """(run id, checkpoint path, its checked content) of ``--resume RUN_ID | FILE``. For a run
-    id, the newest checkpoint that reads, in ``./checkpoints/RUN_ID`` (or under
-    ``$CTK_CHECKPOINTS``), else in the folder the run recorded in the store
-    (``ctk.checkpoint_dir``); a damaged newer one is reported and skipped."""
-    p = Path(resume)
-    if p.is_file():
-        return p.parent.name, p, read_checkpoint(p, resolved, extend)
-    folder = ckpt.checkpoint_dir(resume)
-    if not folder.is_dir():
-        stored = _stored_run(uri, resume)
-        recorded = stored.data.tags.get("ctk.checkpoint_dir") if stored is not None else None
-        folder = Path(recorded) if recorded else folder
-    found = sorted((c for c in folder.glob("*.pt") if c.is_file()), key=lambda c: c.stat().st_mtime_ns,
-                   reverse=True) if folder.is_dir() else []
-    if not found:
-        raise FileNotFoundError(f"--resume {resume}: no checkpoint in {folder} (and the store "
-                                "records no other folder for it: give a checkpoint file)")
-    for i, path in enumerate(found):
-        try:
-            return resume, path, read_checkpoint(path, resolved, extend)
-        except ckpt.CorruptCheckpoint as exc:
-            if i == len(found) - 1:
-                raise
-            print(f"[ctk] warning: {exc}; trying the previous checkpoint", file=sys.stderr, flush=True)
-    raise AssertionError("unreachable")
 
 
 def expand_grid(grid: list[str]) -> list[list[str]]:

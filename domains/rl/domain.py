@@ -16,12 +16,11 @@ import torch
 from domains.base import Domain
 from domains.rl.config import AgentConfig, DataConfig, EncoderConfig, EvaluationConfig
 from domains.rl.envs import task_problem
-from domains.rl.workspace import Settings, Workspace
-from toolkit import objective as objective_mod
+from domains.rl.workspace import Workspace
 from toolkit import recipe as rc
 from toolkit.training.trainer import RunOptions
 
-__all__ = ["RLDomain", "settings_from_recipe"]
+__all__ = ["RLDomain"]
 
 
 def rl_problems(raw: Mapping[str, Any]) -> list[tuple[str, str]]:
@@ -68,20 +67,6 @@ def task_problems(raw: Mapping[str, Any], sections: Mapping[str, Any]) -> list[t
     return [("data.renderer" if problem.startswith("cannot list") else "data.task", problem)]
 
 
-def settings_from_recipe(recipe: rc.Recipe) -> Settings:
-    """The loop's settings from a validated rl recipe (a RecipeError lists what does not fit)."""
-    problems = rl_problems(recipe.raw or recipe.resolved)
-    if problems:
-        raise rc.RecipeError(problems, recipe.source)
-    budget = recipe.budget
-    return Settings(data=recipe.data, encoder=recipe.encoder, evaluation=recipe.evaluation,
-                    agent=recipe.section("agent"), total_env_steps=budget.steps, batch_size=budget.batch_size,
-                    lr=recipe.optimizer.lr, betas=tuple(recipe.optimizer.betas), seed=recipe.seed,
-                    log_every=budget.log_every,
-                    checkpoint_every=(10_000 if budget.checkpoint_every is None else budget.checkpoint_every) or None,
-                    name=recipe.run_name, precision=recipe.precision, minutes=budget.minutes)
-
-
 class RLDomain(Domain):
     """CURL: SAC from pixels on DMControl, any core loss as the contrastive term."""
 
@@ -123,13 +108,10 @@ class RLDomain(Domain):
                             channels_last=bool(extras.get("channels_last", True)))
 
     def trainer(self, recipe: rc.Recipe, tracker: Any, options: RunOptions | None = None) -> Workspace:
-        """The RL workspace (checkpoints in ``options.checkpoint_dir``)."""
+        """The RL workspace, reading the validated recipe (checkpoints in ``options.checkpoint_dir``)."""
         options = options or RunOptions()
         if options.distributed is not None:
             raise ValueError(self.single_process_only)
-        objective = objective_mod.from_recipe(recipe) if recipe.objective is not None else None
-        device = options.device if options.device is not None else torch.device("cpu")
-        options.device = device
-        if objective is not None:
-            objective = objective.to(device)
-        return Workspace(settings_from_recipe(recipe), tracker, objective, options, recipe=recipe)
+        if options.device is None:
+            options.device = torch.device("cpu")
+        return Workspace(recipe, tracker, options)

@@ -12,9 +12,12 @@ after that, each agent step samples an action from the policy (centre crop), mak
 and fixed episode seeds (:mod:`domains.rl.evaluation`).
 
 The workspace is the RL domain's :class:`~toolkit.training.trainer.Trainer` (``fit``,
-``evaluate``, ``state_dict`` / ``load_state_dict``).
+``evaluate``, ``state_dict`` / ``load_state_dict``), built by ``RLDomain.trainer`` from the
+validated recipe, which is the one source of what it does: it reads the recipe's sections
+(``data``, ``encoder``, ``agent``, ``evaluation``, ``objective``, ``optimizer``, ``budget``,
+``seed``, the resolved ``precision``) where it needs them.
 
-Time to accuracy: ``Counters.train_seconds`` is the wall time spent training in ``fit``,
+Time to accuracy: ``Workspace.counters.train_seconds`` is the wall time spent training in ``fit``,
 evaluations excluded, kept in the checkpoint so a resumed run continues the clock. Each
 evaluation is kept as ``(env_steps, mean, std, train_seconds)``; ``train/wall_seconds`` is
 logged with the training metrics and with each evaluation, and the final ``evaluate`` logs a
@@ -43,9 +46,9 @@ import numpy as np
 import torch
 
 from domains.rl.agent import CurlSacAgent
-from domains.rl.config import AgentConfig, DataConfig, EncoderConfig, EvaluationConfig
 from toolkit import checkpoint as ckpt
-from toolkit.objective import Objective
+from toolkit import objective as objective_mod
+from toolkit import recipe as rc
 from toolkit.training.precision import autocast_dtype
 from toolkit.training.trainer import RunOptions, StopAfterStep, Trainer
 from domains.rl.envs import make_env
@@ -53,27 +56,10 @@ from domains.rl.evaluation import (episode_seeds, random_policy, return_curve, r
                                    save_episode_frames)
 from domains.rl.replay import FrameReplayBuffer
 
-__all__ = ["Settings", "Counters", "Workspace"]
+__all__ = ["Counters", "Workspace", "DEFAULT_CHECKPOINT_EVERY"]
 
-
-@dataclass
-class Settings:
-    """Everything the loop needs, taken from a validated recipe (see ``RLDomain.run``)."""
-
-    data: DataConfig
-    encoder: EncoderConfig
-    evaluation: EvaluationConfig
-    agent: AgentConfig
-    total_env_steps: int
-    batch_size: int = 512
-    lr: float = 1e-3
-    betas: tuple[float, float] = (0.9, 0.999)
-    seed: int = 0
-    log_every: int = 1000
-    checkpoint_every: int | None = None
-    name: str = "rl"
-    precision: str = "fp32"  # fp32, or bf16: convolutions and hidden MLP layers (see CurlSacAgent)
-    minutes: float | None = None  # budget.minutes: stop training after this much training wall time
+# budget.checkpoint_every unset: a checkpoint every this many environment steps (0: none)
+DEFAULT_CHECKPOINT_EVERY = 10_000
 
 
 @dataclass
@@ -90,53 +76,65 @@ class Counters:
 
 
 class Workspace(Trainer):
-    """Owns one run: ``Workspace(settings, tracker, objective, options).fit()``, then
-    ``evaluate()`` for the final metrics. ``options.checkpoint_dir`` (None: no checkpoints)
-    holds the checkpoints and their buffer folders; ``step_hook`` is called after every agent
-    step (tests use it to stop a run part-way, as a kill would)."""
+    """Owns one run: ``Workspace(recipe, tracker, options).fit()``, then ``evaluate()`` for the
+    final metrics. ``recipe`` is a validated rl recipe with its precision resolved (without an
+    ``objective`` the agent is plain pixel SAC); ``options.checkpoint_dir`` (None: no
+    checkpoints) holds the checkpoints and their buffer folders; ``step_hook`` is called after
+    every agent step (tests use it to stop a run part-way, as a kill would)."""
 
-    def __init__(self, settings: Settings, tracker: Any, objective: Objective | None,
-                 options: RunOptions | None = None, step_hook: Callable[["Workspace"], None] | None = None,
-                 recipe: Any = None) -> None:
+    def __init__(self, recipe: rc.Recipe, tracker: Any, options: RunOptions | None = None,
+                 step_hook: Callable[["Workspace"], None] | None = None) -> None:
         super().__init__(recipe, tracker, options)
-        self.s = settings
         self.device = self.options.device or torch.device("cpu")
+        # built before anything is seeded (building draws no random numbers)
+        objective = objective_mod.from_recipe(recipe).to(self.device) if recipe.objective is not None else None
         self.step_hook = step_hook
         self._buffer_name: str | None = None
         self._resume_folder: Path | None = None
-        d = settings.data
-        random.seed(settings.seed)
-        np.random.seed(settings.seed)
-        torch.manual_seed(settings.seed)
+        d, agent, seed = recipe.data, recipe.section("agent"), recipe.seed
+        random.seed(seed)
+        np.random.seed(seed)
+        torch.manual_seed(seed)
         env_args = dict(action_repeat=d.repeat, frame_stack=d.frame_stack, image_size=d.image_size,
                         camera_id=d.camera_id, renderer=d.renderer, shadow_size=d.shadow_size)
-        self.env = make_env(d.task, seed=settings.seed, **env_args)
-        self.eval_env = make_env(d.task, seed=settings.seed + 1, **env_args)
+        self.env = make_env(d.task, seed=seed, **env_args)
+        self.eval_env = make_env(d.task, seed=seed + 1, **env_args)
         self.action_dim = self.env.action_space.shape[0]
         obs_shape = (3 * d.frame_stack, d.crop_size, d.crop_size)
-        self.agent = CurlSacAgent(obs_shape, self.action_dim, encoder=settings.encoder,
-                                  agent=settings.agent, objective=objective, lr=settings.lr,
-                                  betas=settings.betas,
-                                  compute_dtype=autocast_dtype(settings.precision) or torch.float32).to(self.device)
-        self.rng = np.random.default_rng(settings.seed)
+        self.agent = CurlSacAgent(obs_shape, self.action_dim, encoder=recipe.encoder, agent=agent,
+                                  objective=objective, lr=recipe.optimizer.lr, betas=tuple(recipe.optimizer.betas),
+                                  compute_dtype=autocast_dtype(recipe.precision) or torch.float32).to(self.device)
+        self.rng = np.random.default_rng(seed)
         self.buffer = FrameReplayBuffer(self._buffer_frames(), (3, d.image_size, d.image_size),
                                         self.action_dim, d.frame_stack)
-        init = settings.agent.init_env_steps
-        self.init_env_steps = 1000 * d.repeat if init is None else init
-        self.c = Counters(next_checkpoint=settings.checkpoint_every)
+        self.init_env_steps = 1000 * d.repeat if agent.init_env_steps is None else agent.init_env_steps
+        self.counters = Counters(next_checkpoint=self.checkpoint_every)
         self._records: dict[str, float] = {}
         self._num_records = 0
+
+    @property
+    def total_env_steps(self) -> int:
+        """The budget: ``budget.steps``, in environment steps."""
+        return self.recipe.budget.steps
+
+    @property
+    def checkpoint_every(self) -> int | None:
+        """Environment steps between checkpoints (``budget.checkpoint_every``; unset:
+        :data:`DEFAULT_CHECKPOINT_EVERY`; 0: None, no periodic checkpoints)."""
+        every = self.recipe.budget.checkpoint_every
+        return (DEFAULT_CHECKPOINT_EVERY if every is None else every) or None
 
     def _buffer_frames(self) -> int:
         """Frame slots: the capacity, or what the whole run can fill if that is less (one
         frame per agent step plus one per episode; DMC episodes are 1000 environment steps)."""
-        agent_steps = -(-self.s.total_env_steps // self.s.data.repeat)
-        episodes = -(-self.s.total_env_steps // 1000) + 1
-        return max(self.s.data.frame_stack + 1, min(self.s.agent.replay_capacity, agent_steps + episodes + 1))
+        data = self.recipe.data
+        agent_steps = -(-self.total_env_steps // data.repeat)
+        episodes = -(-self.total_env_steps // 1000) + 1
+        return max(data.frame_stack + 1, min(self.recipe.section("agent").replay_capacity, agent_steps + episodes + 1))
 
     @property
     def step(self) -> int:  # type: ignore[override]
-        return self.c.env_steps
+        return self.counters.env_steps
 
     @property
     def encoder(self) -> torch.nn.Module:  # type: ignore[override]
@@ -146,69 +144,72 @@ class Workspace(Trainer):
     # -- the loop --------------------------------------------------------------------------
     def fit(self) -> None:
         """Train to ``total_env_steps`` (periodic evaluations, logs and checkpoints inside)."""
-        if self.c.env_steps == 0 and self.c.agent_steps == 0:
+        if self.counters.env_steps == 0 and self.counters.agent_steps == 0:
             self.tracker.log_metrics({"buffer_bytes": self.buffer.nbytes,
                                       "buffer_frames": self.buffer.capacity}, step=0)
-        s, c, agent = self.s, self.c, self.agent
+        budget, ev, counts, agent = self.recipe.budget, self.recipe.evaluation, self.counters, self.agent
+        updates_per_step, total = self.recipe.section("agent").updates_per_step, self.total_env_steps
         obs, episode_return = None, 0.0
-        steps_at_start, seconds_at_start = c.env_steps, c.train_seconds
-        clock = (time.perf_counter(), c.train_seconds)  # train_seconds = clock[1] + now - clock[0]
+        steps_at_start, seconds_at_start = counts.env_steps, counts.train_seconds
+        clock = (time.perf_counter(), counts.train_seconds)  # train_seconds = clock[1] + now - clock[0]
         with StopAfterStep() as stop:
-            while c.env_steps < s.total_env_steps and not self._out_of_time():
-                if c.env_steps >= c.next_eval:
-                    c.train_seconds = clock[1] + time.perf_counter() - clock[0]
-                    self.evaluate_policy(s.evaluation.periodic_episodes)
-                    c.next_eval += s.evaluation.every_env_steps
-                    clock = (time.perf_counter(), c.train_seconds)  # the evaluation is not training time
+            while counts.env_steps < total and not self._out_of_time():
+                if counts.env_steps >= counts.next_eval:
+                    counts.train_seconds = clock[1] + time.perf_counter() - clock[0]
+                    self.evaluate_policy(ev.periodic_episodes)
+                    counts.next_eval += ev.every_env_steps
+                    clock = (time.perf_counter(), counts.train_seconds)  # the evaluation is not training time
                 if obs is None:
                     obs, info = self.env.reset()
                     self.buffer.start_episode(info["frame"])
                     episode_return = 0.0
-                if c.env_steps < self.init_env_steps:
+                if counts.env_steps < self.init_env_steps:
                     action = self.rng.uniform(-1.0, 1.0, size=self.action_dim).astype(np.float32)
                 else:
                     action = agent.act(obs, sample=True)
-                    for _ in range(s.agent.updates_per_step):
+                    for _ in range(updates_per_step):
                         self._accumulate(agent.update(self._sample()))
                 obs, reward, terminated, truncated, info = self.env.step(action)
                 self.buffer.add(action, reward, terminated, info["frame"])
-                c.env_steps += info["env_steps"]
-                c.agent_steps += 1
-                c.train_seconds = clock[1] + time.perf_counter() - clock[0]
+                counts.env_steps += info["env_steps"]
+                counts.agent_steps += 1
+                counts.train_seconds = clock[1] + time.perf_counter() - clock[0]
                 episode_return += reward
-                if c.env_steps >= c.next_log:
-                    rate = (c.env_steps - steps_at_start) / max(c.train_seconds - seconds_at_start, 1e-9)
+                if counts.env_steps >= counts.next_log:
+                    rate = (counts.env_steps - steps_at_start) / max(counts.train_seconds - seconds_at_start, 1e-9)
                     self._log_train(rate)
-                    c.next_log += s.log_every
+                    counts.next_log += budget.log_every
                 if terminated or truncated:
-                    c.episodes += 1
+                    counts.episodes += 1
                     self.tracker.log_metrics({"train/episode_return": episode_return,
-                                              "train/episodes": c.episodes}, step=c.env_steps)
+                                              "train/episodes": counts.episodes}, step=counts.env_steps)
                     obs = None
-                    if c.next_checkpoint is not None and c.env_steps >= c.next_checkpoint:
-                        while c.next_checkpoint <= c.env_steps:
-                            c.next_checkpoint += s.checkpoint_every
+                    if counts.next_checkpoint is not None and counts.env_steps >= counts.next_checkpoint:
+                        while counts.next_checkpoint <= counts.env_steps:
+                            counts.next_checkpoint += self.checkpoint_every
                         self.save_checkpoint()
                 if self.step_hook is not None:
                     self.step_hook(self)
                 if stop.requested:  # the episode in progress restarts on --resume (its simulator
                     # state is not saved): no update is lost, but the run is no longer step for
                     # step the uninterrupted one
-                    self.stop_now(f"environment step {c.env_steps} of {s.total_env_steps}")
+                    self.stop_now(f"environment step {counts.env_steps} of {total}")
 
-        if self._out_of_time() and c.env_steps < s.total_env_steps:
-            print(f"[ctk] budget.minutes {s.minutes:g}: training stopped at environment step {c.env_steps} of "
-                  f"{s.total_env_steps} after {c.train_seconds / 60:.1f} min (evaluations not counted); replay "
-                  f"with --set budget.steps={c.env_steps} --set budget.minutes=null", file=sys.stderr, flush=True)
-            self.tracker.log_params({"budget_steps_reached": c.env_steps})
+        if self._out_of_time() and counts.env_steps < total:
+            print(f"[ctk] budget.minutes {budget.minutes:g}: training stopped at environment step "
+                  f"{counts.env_steps} of {total} after {counts.train_seconds / 60:.1f} min (evaluations not "
+                  f"counted); replay with --set budget.steps={counts.env_steps} --set budget.minutes=null",
+                  file=sys.stderr, flush=True)
+            self.tracker.log_params({"budget_steps_reached": counts.env_steps})
 
     def _out_of_time(self) -> bool:
         """``budget.minutes`` of training wall time spent (evaluations excluded). The schedule is
         constant in RL, so a run stopped here is the run with ``budget.steps`` = the steps reached."""
-        return self.s.minutes is not None and self.c.train_seconds >= 60.0 * self.s.minutes
+        minutes = self.recipe.budget.minutes
+        return minutes is not None and self.counters.train_seconds >= 60.0 * minutes
 
     def _sample(self) -> dict[str, torch.Tensor]:
-        batch = self.buffer.sample(self.rng, self.s.batch_size, self.s.data.crop_size)
+        batch = self.buffer.sample(self.rng, self.recipe.budget.batch_size, self.recipe.data.crop_size)
         return {k: v.to(self.device, non_blocking=True) for k, v in batch.items()}
 
     def _accumulate(self, records: dict[str, torch.Tensor]) -> None:
@@ -218,9 +219,9 @@ class Workspace(Trainer):
 
     def _log_train(self, env_steps_per_s: float) -> None:
         out = {f"train/{k}": v / self._num_records for k, v in self._records.items()} if self._num_records else {}
-        out.update({"agent_steps": self.c.agent_steps, "train/env_steps_per_s": env_steps_per_s,
-                    "train/updates": self.agent.num_updates, "train/wall_seconds": self.c.train_seconds})
-        self.tracker.log_metrics(out, step=self.c.env_steps)
+        out.update({"agent_steps": self.counters.agent_steps, "train/env_steps_per_s": env_steps_per_s,
+                    "train/updates": self.agent.num_updates, "train/wall_seconds": self.counters.train_seconds})
+        self.tracker.log_metrics(out, step=self.counters.env_steps)
         self._records, self._num_records = {}, 0
 
     # -- evaluation ------------------------------------------------------------------------
@@ -229,21 +230,21 @@ class Workspace(Trainer):
         evaluations stop below the budget, so this one is always made), logs the return
         curve and the time-to-accuracy figure and returns ``return_mean``, ``return_std``, the
         random baseline..."""
-        c = self.c
-        if not c.history or c.history[-1][0] != c.env_steps:
+        counts = self.counters
+        if not counts.history or counts.history[-1][0] != counts.env_steps:
             self.evaluate_policy()
-        final = {"return_mean": c.history[-1][1], "return_std": c.history[-1][2],
-                 "env_steps": float(c.env_steps), "agent_steps": float(c.agent_steps),
+        final = {"return_mean": counts.history[-1][1], "return_std": counts.history[-1][2],
+                 "env_steps": float(counts.env_steps), "agent_steps": float(counts.agent_steps),
                  "buffer_bytes": float(self.buffer.nbytes)}
-        if c.random_return is not None:
-            final.update(random_return_mean=c.random_return[0], random_return_std=c.random_return[1])
-        random_mean = c.random_return and c.random_return[0]
-        self.tracker.log_figure(return_curve(c.history, random_mean, self.s.name), "return_curve")
+        if counts.random_return is not None:
+            final.update(random_return_mean=counts.random_return[0], random_return_std=counts.random_return[1])
+        random_mean = counts.random_return and counts.random_return[0]
+        self.tracker.log_figure(return_curve(counts.history, random_mean, self.recipe.run_name), "return_curve")
         from toolkit.evaluation.plots import time_to_accuracy_figure  # matplotlib: only when a run ends
 
-        points = {"policy (mean action)": [(h[3], h[1]) for h in c.history if not np.isnan(h[3])]}
+        points = {"policy (mean action)": [(h[3], h[1]) for h in counts.history if not np.isnan(h[3])]}
         baseline = {"random policy": random_mean} if random_mean is not None else None
-        self.tracker.log_figure(time_to_accuracy_figure(points, self.s.name, baselines=baseline,
+        self.tracker.log_figure(time_to_accuracy_figure(points, self.recipe.run_name, baselines=baseline,
                                                         ylabel="episode return"), "time_to_accuracy")
         return final
 
@@ -251,33 +252,33 @@ class Workspace(Trainer):
         """Mean and std of the deterministic policy's return over the first ``episodes``
         evaluation episodes (None: ``evaluation.episodes``); the random baseline on all
         ``evaluation.episodes`` seeds the first time."""
-        ev, c = self.s.evaluation, self.c
-        seeds = episode_seeds(self.s.seed, ev.episodes)
-        if ev.random_baseline and c.random_return is None:
-            rets, _, _ = run_episodes(self.eval_env, random_policy(self.action_dim, self.s.seed), seeds)
-            c.random_return = (float(np.mean(rets)), float(np.std(rets)))
-            self.tracker.log_metrics({"random_return_mean": c.random_return[0],
-                                      "random_return_std": c.random_return[1]}, step=c.env_steps)
+        ev, counts, seed = self.recipe.evaluation, self.counters, self.recipe.seed
+        seeds = episode_seeds(seed, ev.episodes)
+        if ev.random_baseline and counts.random_return is None:
+            rets, _, _ = run_episodes(self.eval_env, random_policy(self.action_dim, seed), seeds)
+            counts.random_return = (float(np.mean(rets)), float(np.std(rets)))
+            self.tracker.log_metrics({"random_return_mean": counts.random_return[0],
+                                      "random_return_std": counts.random_return[1]}, step=counts.env_steps)
         self.agent.eval()
         rets, lengths, frames = run_episodes(self.eval_env, lambda o: self.agent.act(o, sample=False),
                                              seeds[:episodes], keep_frames=ev.save_frames)
         self.agent.train()
         mean, std = float(np.mean(rets)), float(np.std(rets))
-        c.history.append((c.env_steps, mean, std, c.train_seconds))
-        self.tracker.log_metrics({"return_mean": mean, "return_std": std, "agent_steps": c.agent_steps,
+        counts.history.append((counts.env_steps, mean, std, counts.train_seconds))
+        self.tracker.log_metrics({"return_mean": mean, "return_std": std, "agent_steps": counts.agent_steps,
                                   "eval/episodes": len(rets), "eval/episode_env_steps": float(np.mean(lengths)),
-                                  "train/wall_seconds": c.train_seconds}, step=c.env_steps)
+                                  "train/wall_seconds": counts.train_seconds}, step=counts.env_steps)
         if frames:
             with tempfile.TemporaryDirectory() as tmp:
-                for path in save_episode_frames(frames, tmp, f"eval_{c.env_steps:08d}"):
+                for path in save_episode_frames(frames, tmp, f"eval_{counts.env_steps:08d}"):
                     self.tracker.log_artifact(path, "eval_frames")
         return mean, std
 
     # -- checkpoints -----------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
-        counters = asdict(self.c)
+        counters = asdict(self.counters)
         counters["history"] = [list(h) for h in counters["history"]]
-        counters["random_return"] = list(self.c.random_return) if self.c.random_return else None
+        counters["random_return"] = list(self.counters.random_return) if self.counters.random_return else None
         rng = ckpt.rng_state()
         rng["sampler"] = ckpt.numpy_state(self.rng.bit_generator.state)
         rng["task"] = ckpt.numpy_state(self.env.unwrapped.task_random_state())
@@ -293,7 +294,7 @@ class Workspace(Trainer):
         counters["history"] = [tuple(h) + (float("nan"),) * (4 - len(h)) for h in counters["history"]]
         if counters["random_return"] is not None:
             counters["random_return"] = tuple(counters["random_return"])
-        self.c = Counters(**counters)
+        self.counters = Counters(**counters)
         rng = state["rng"]
         ckpt.set_rng_state(rng)
         self.rng.bit_generator.state = ckpt.set_numpy_state(rng["sampler"])
@@ -310,7 +311,7 @@ class Workspace(Trainer):
         folder = self.options.checkpoint_dir
         if folder is None:
             return None
-        self._buffer_name = f"buffer-{self.c.env_steps:09d}"
+        self._buffer_name = f"buffer-{self.counters.env_steps:09d}"
         self.buffer.save(Path(folder) / self._buffer_name)
         path = super().save_checkpoint(name, keep=1 if keep is None else keep)
         for old in Path(folder).glob("buffer-*"):

@@ -65,7 +65,7 @@ def test_fifty_step_vision_run_in_bf16(workdir):
     from toolkit.tracking.store import client_for
     r = load_recipe(QUICKSTART, [*TINY, "budget.steps=50", "budget.log_every=10", "device=cuda",
                                  "precision=bf16"], registry.get)
-    run_id, metrics = execute(r, registry.get, progress=False)
+    run_id, metrics = execute(r, progress=False)
     losses = [m.value for m in client_for().get_metric_history(run_id, "train/loss")]
     assert len(losses) == 5 and all(torch.isfinite(torch.tensor(losses)))
     assert losses[-1] < losses[0] and metrics["linear_top1"] > 0.3
@@ -79,14 +79,14 @@ def test_checkpoint_written_on_the_gpu_resumes_on_the_cpu(workdir):
     sets = [*TINY, "budget.checkpoint_every=2"]
     gpu = load_recipe(QUICKSTART, [*sets, "device=cuda", "precision=bf16"], registry.get)
     with pytest.raises(Stop):
-        execute(gpu, registry.get, progress=False, hooks=[_stop_at(4)])
+        execute(gpu, progress=False, hooks=[_stop_at(4)])
     client = client_for()
     killed = client.search_runs([client.get_experiment_by_name("precision").experiment_id])[0]
     saved = ckpt.load(ckpt.checkpoint_dir(killed.info.run_id) / "step-000000004.pt")
     assert all(v.device.type == "cpu" for v in saved["trainer"]["encoder"].values())
     assert "cuda" in saved["trainer"]["rng"]
     cpu = load_recipe(QUICKSTART, [*sets, "device=cpu", "precision=fp32"], registry.get)
-    run_id, metrics = execute(cpu, registry.get, progress=False, resume=killed.info.run_id)
+    run_id, metrics = execute(cpu, progress=False, resume=killed.info.run_id)
     assert run_id == killed.info.run_id and "linear_top1" in metrics
 
 

@@ -108,3 +108,53 @@ def test_a_generator_state_from_another_device_type_reseeds_reproducibly_with_a_
 def test_recipe_hash_ignores_key_order():
     assert ckpt.recipe_hash({"a": 1, "b": {"c": 2}}) == ckpt.recipe_hash({"b": {"c": 2}, "a": 1})
     assert ckpt.recipe_hash({"a": 1}) != ckpt.recipe_hash({"a": 2})
+
+
+RECIPE = {"domain": "points", "seed": 0, "budget": {"steps": 8}, "device": "cpu", "tracking": {"experiment": "a"}}
+
+
+def test_a_checkpoint_written_before_the_checkpoint_room_still_reads(tmp_path):
+    # what Trainer.save_checkpoint wrote before toolkit/checkpoint/envelope.py existed
+    old = {"format": "ctk-checkpoint/1", "recipe": RECIPE, "recipe_hash": ckpt.recipe_hash(RECIPE),
+           "run_id": "r1", "trainer": {"w": torch.ones(2), "loop": {"step": 4}}}
+    path = ckpt.save(tmp_path / "step-000000004.pt", old)
+    moved = {**RECIPE, "device": "cuda", "tracking": {"experiment": "b"}}  # resume-free keys
+    back = ckpt.read(path, moved)
+    assert back["trainer"]["loop"] == {"step": 4} and torch.equal(back["trainer"]["w"], torch.ones(2))
+    assert ckpt.seal(old["trainer"], RECIPE, "r1").keys() == old.keys()
+    assert ckpt.seal(old["trainer"], RECIPE, "r1")["format"] == old["format"] == ckpt.FORMAT
+
+
+def test_read_refuses_another_recipe_another_format_and_a_foreign_file(tmp_path):
+    path = ckpt.write(tmp_path / "a.pt", {"w": torch.ones(1)}, RECIPE, "r1")
+    with pytest.raises(ckpt.RecipeMismatch, match="budget.steps differ.*--extend"):
+        ckpt.read(path, {**RECIPE, "budget": {"steps": 16}})
+    assert ckpt.read(path, {**RECIPE, "budget": {"steps": 16}}, extend=True)["run_id"] == "r1"
+    future = ckpt.save(tmp_path / "b.pt", {**ckpt.seal({}, RECIPE, None), "format": "ctk-checkpoint/2"})
+    with pytest.raises(ckpt.CheckpointError, match=r"format 'ctk-checkpoint/2'; this ctk reads 'ctk-checkpoint/1'"):
+        ckpt.read(future, RECIPE)
+    foreign = ckpt.save(tmp_path / "c.pt", {"weights": torch.ones(1)})
+    with pytest.raises(ckpt.CorruptCheckpoint, match="not a ctk checkpoint"):
+        ckpt.read(foreign, RECIPE)
+
+
+def test_find_looks_where_the_run_recorded_and_in_this_directory(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("CTK_CHECKPOINTS", raising=False)
+    there = tmp_path / "first" / "checkpoints" / "r1"  # where the run started
+    ckpt.write(there / "step-000000004.pt", {}, RECIPE, "r1")
+    tags = ckpt.folder_tags(there)
+    assert ckpt.find("r1") is None  # this directory alone knows nothing of it
+    assert ckpt.find("r1", tags) == there / "step-000000004.pt"
+    here = ckpt.checkpoint_dir("r1")  # resumed here: it writes on in this directory's folder
+    newer = ckpt.write(here / "step-000000008.pt", {}, RECIPE, "r1")
+    os.utime(newer, ns=(there.stat().st_mtime_ns + 10**9,) * 2)
+    assert ckpt.find("r1", tags) == newer and ckpt.find("r1") == newer
+    assert ckpt.folders("r1", ckpt.folder_tags(here)) == [here.resolve()]  # one folder, once
+    run_id, path, saved = ckpt.for_resume("r1", RECIPE, tags=tags)
+    assert (run_id, path, saved["run_id"]) == ("r1", newer, "r1")
+    newer.write_bytes(newer.read_bytes()[:100])  # damaged: the previous one, in the other folder
+    assert ckpt.for_resume("r1", RECIPE, tags=tags)[1] == there / "step-000000004.pt"
+    assert "step-000000008.pt" in capsys.readouterr().err  # named, then skipped
+    with pytest.raises(FileNotFoundError, match="no checkpoint in"):
+        ckpt.for_resume("r2", RECIPE)

@@ -35,8 +35,8 @@ def _final_weights(run_id):
 
 def test_same_seed_same_result(points_domain, points_recipe):
     r = load_recipe(points_recipe, [], points_domain)
-    id_a, m_a = execute(r, points_domain, progress=False)
-    id_b, m_b = execute(r, points_domain, progress=False)
+    id_a, m_a = execute(r, progress=False)
+    id_b, m_b = execute(r, progress=False)
     assert id_a != id_b
     assert m_a == m_b
     for k, v in _final_weights(id_a).items():
@@ -45,9 +45,9 @@ def test_same_seed_same_result(points_domain, points_recipe):
 
 def test_kill_and_resume_matches_uninterrupted(points_domain, points_recipe):
     r = load_recipe(points_recipe, [], points_domain)
-    ref_id, ref_metrics = execute(r, points_domain, progress=False)
+    ref_id, ref_metrics = execute(r, progress=False)
     with pytest.raises(Stop):
-        execute(r, points_domain, progress=False, hooks=[_stop_at(13)])
+        execute(r, progress=False, hooks=[_stop_at(13)])
     client = client_for()
     runs = client.search_runs([client.get_experiment_by_name("pipeline-test").experiment_id],
                               order_by=["attributes.start_time DESC"])
@@ -56,7 +56,7 @@ def test_kill_and_resume_matches_uninterrupted(points_domain, points_recipe):
     assert "simulated kill" in killed.data.tags["error"]
     saved = _state(killed.info.run_id)
     assert saved["loop"]["step"] == 8  # the last periodic checkpoint before the kill
-    run_id, metrics = execute(r, points_domain, progress=False, resume=killed.info.run_id)
+    run_id, metrics = execute(r, progress=False, resume=killed.info.run_id)
     assert run_id == killed.info.run_id
     assert metrics == ref_metrics
     for k, v in _final_weights(ref_id).items():
@@ -86,16 +86,16 @@ def _latest_run(client):
 
 def test_ctrl_c_checkpoints_the_current_step_and_resume_matches(points_domain, points_recipe, default_signals):
     r = load_recipe(points_recipe, [], points_domain)
-    ref_id, ref_metrics = execute(r, points_domain, progress=False)
+    ref_id, ref_metrics = execute(r, progress=False)
     with pytest.raises(KeyboardInterrupt, match="after step 13 of 24") as info:
-        execute(r, points_domain, progress=False, hooks=[_ctrl_c_at(13)])
+        execute(r, progress=False, hooks=[_ctrl_c_at(13)])
     client = client_for()
     killed = _latest_run(client)
     assert killed.info.status == "KILLED" and f"--resume {killed.info.run_id}" in str(info.value)
     saved = _state(killed.info.run_id)
     assert saved["loop"]["step"] == 13  # not the periodic checkpoint at 8: no step is lost
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # the handler is restored
-    run_id, metrics = execute(r, points_domain, progress=False, resume=killed.info.run_id)
+    run_id, metrics = execute(r, progress=False, resume=killed.info.run_id)
     assert metrics == ref_metrics
     for k, v in _final_weights(ref_id).items():
         assert torch.equal(v, _final_weights(run_id)[k]), k
@@ -106,7 +106,7 @@ def test_ctrl_c_checkpoints_the_current_step_and_resume_matches(points_domain, p
 def test_second_ctrl_c_stops_at_once(points_domain, points_recipe, default_signals):
     r = load_recipe(points_recipe, [], points_domain)
     with pytest.raises(KeyboardInterrupt, match="second Ctrl-C"):
-        execute(r, points_domain, progress=False, hooks=[_ctrl_c_at(13, times=2)])
+        execute(r, progress=False, hooks=[_ctrl_c_at(13, times=2)])
     killed = _latest_run(client_for())
     assert killed.info.status == "KILLED"
     assert _state(killed.info.run_id)["loop"]["step"] == 8
@@ -128,7 +128,7 @@ def test_nonfinite_loss_stops_with_message_and_checkpoint(points_domain, points_
     # kept, and no state after the poisoned step is ever written.
     r = load_recipe(points_recipe, ["data.poison_at_step=10"], points_domain)
     with pytest.raises(NonFiniteLoss) as info:
-        execute(r, points_domain, progress=False)
+        execute(r, progress=False)
     msg = str(info.value)
     assert "at step 10 " in msg and "nan" in msg.lower() and "found at step 12" in msg, msg
     client = client_for()
@@ -162,7 +162,7 @@ def test_queue_gets_keys_after_the_loss(points_domain, points_recipe):
                                     "objective.regularizers=[]",
                                     "objective.negatives={source: queue, size: 40, momentum: 0.9}",
                                     "budget.steps=5", *_FROZEN], points_domain)
-    run_id, _ = execute(r, points_domain, progress=False)
+    run_id, _ = execute(r, progress=False)
     state = _state(run_id)["objective"]
     assert state["queue.ptr"].item() == (5 * 16) % 40
     assert state["queue.filled"].item() == 40
@@ -181,7 +181,7 @@ def test_memory_bank_updates_the_batch_slots(points_domain, points_recipe):
                                     "objective.regularizers=[]", "objective.views=1",
                                     "objective.negatives={source: memory_bank, bank_momentum: 0.0}",
                                     "budget.steps=4", *_FROZEN], points_domain)
-    run_id, _ = execute(r, points_domain, progress=False)
+    run_id, _ = execute(r, progress=False)
     bank = _state(run_id)["objective"]["bank.bank"]
     assert bank.shape == (64, 3)
     # 4 steps of 16 = one epoch: with m = 0 slot i holds exactly instance i's embedding

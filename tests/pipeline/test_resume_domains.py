@@ -53,14 +53,14 @@ def _stable(metrics):
 ], ids=["vision", "text"])
 def test_killed_and_resumed_run_ends_like_the_uninterrupted_one(here, recipe, sets, kill_at, exact):
     r = load_recipe(ROOT / recipe, sets, registry.get)
-    ref_id, ref = execute(r, registry.get, progress=False)
+    ref_id, ref = execute(r, progress=False)
     with pytest.raises(Killed):
-        execute(r, registry.get, progress=False, hooks=[_kill_at(kill_at)])
+        execute(r, progress=False, hooks=[_kill_at(kill_at)])
     client = client_for()
     exp = client.get_experiment_by_name(r.tracking.experiment).experiment_id
     killed = client.search_runs([exp], order_by=["attributes.start_time DESC"])[0].info.run_id
     assert killed != ref_id
-    run_id, got = execute(r, registry.get, progress=False, resume=killed)
+    run_id, got = execute(r, progress=False, resume=killed)
     assert run_id == killed
     a = ckpt.load(ckpt.latest(ckpt.checkpoint_dir(ref_id)))["trainer"]["encoder"]
     b = ckpt.load(ckpt.latest(ckpt.checkpoint_dir(run_id)))["trainer"]["encoder"]

@@ -111,11 +111,11 @@ def test_sigterm_checkpoints_the_step_and_the_run_resumes(tmp_path):
 
 def test_checkpoints_are_on_by_default_and_the_last_k_are_kept(points_domain, points_recipe):
     r = load_recipe(points_recipe, ["budget.checkpoint_every=null"], points_domain)
-    run_id, _ = execute(r, points_domain, progress=False)
+    run_id, _ = execute(r, progress=False)
     kept = sorted(p.name for p in ckpt.checkpoint_dir(run_id).glob("*.pt"))
     assert kept == ["step-000000020.pt", "step-000000024.pt"]  # 4 steps per epoch, keep 2
     off = load_recipe(points_recipe, ["budget.checkpoint_every=0"], points_domain)
-    run_off, _ = execute(off, points_domain, progress=False)
+    run_off, _ = execute(off, progress=False)
     assert [p.name for p in ckpt.checkpoint_dir(run_off).glob("*.pt")] == ["step-000000024.pt"]  # the final one
 
 
@@ -127,7 +127,7 @@ def _stored(client, run_id):
 
 def test_resume_refusals_leave_the_stored_run_unchanged(points_domain, points_recipe):
     r = load_recipe(points_recipe, [], points_domain)
-    run_id, _ = execute(r, points_domain, progress=False)
+    run_id, _ = execute(r, progress=False)
     client = client_for()
     before = _stored(client, run_id)
     runner = CliRunner()
@@ -145,13 +145,13 @@ def test_resume_refusals_leave_the_stored_run_unchanged(points_domain, points_re
     assert ckpt.load(ckpt.latest(ckpt.checkpoint_dir(run_id)))["trainer"]["loop"]["step"] == 40
 
 
-def _killed_after(step: int, r, lookup) -> str:
+def _killed_after(step: int, r) -> str:
     """Run ``r`` in this process until a simulated Ctrl-C after ``step``; the killed run's id."""
     def stop(at):
         if at == step:
             raise KeyboardInterrupt("simulated")
     with pytest.raises(KeyboardInterrupt):
-        execute(r, lookup, progress=False, hooks=[stop])
+        execute(r, progress=False, hooks=[stop])
     client = client_for()
     return client.search_runs([client.get_experiment_by_name(r.tracking.experiment).experiment_id],
                               order_by=["attributes.start_time DESC"])[0].info.run_id
@@ -159,12 +159,12 @@ def _killed_after(step: int, r, lookup) -> str:
 
 def test_a_damaged_newest_checkpoint_falls_back_to_the_previous_one(points_domain, points_recipe, capsys):
     r = load_recipe(points_recipe, [], points_domain)
-    ref_id, ref_metrics = execute(r, points_domain, progress=False)
-    killed = _killed_after(18, r, points_domain)
+    ref_id, ref_metrics = execute(r, progress=False)
+    killed = _killed_after(18, r)
     newest = ckpt.latest(ckpt.checkpoint_dir(killed))
     assert newest.name == "step-000000016.pt"
     newest.write_bytes(newest.read_bytes()[:200])  # truncated, e.g. by a full disk
-    run_id, metrics = execute(r, points_domain, progress=False, resume=killed)
+    run_id, metrics = execute(r, progress=False, resume=killed)
     assert "step-000000016.pt" in capsys.readouterr().err  # named, then skipped
     assert metrics == ref_metrics
 
@@ -176,10 +176,10 @@ def test_a_killed_run_is_listed_and_resumed_from_another_working_directory(point
     the resume command, and ``--resume RUN_ID`` finds the folder from elsewhere."""
     monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{workdir / 'mlflow.db'}")
     r = load_recipe(points_recipe, [], points_domain)
-    ref_id, ref_metrics = execute(r, points_domain, progress=False)
+    ref_id, ref_metrics = execute(r, progress=False)
     with monkeypatch.context() as m:
         m.setattr(Tracker, "note_checkpoint", lambda self, path, step: None)  # killed before the tag
-        killed = _killed_after(18, r, points_domain)
+        killed = _killed_after(18, r)
     assert "ctk.checkpoint" not in client_for().get_run(killed).data.tags
     elsewhere = workdir / "elsewhere"
     elsewhere.mkdir()
@@ -188,7 +188,7 @@ def test_a_killed_run_is_listed_and_resumed_from_another_working_directory(point
     assert listing.exit_code == 0, listing.output
     row = next(line for line in listing.output.splitlines() if line.startswith(killed))
     assert "step 16" in row and f"--resume {killed}" in row and "-0 min" not in row
-    run_id, metrics = execute(r, points_domain, progress=False, resume=killed)
+    run_id, metrics = execute(r, progress=False, resume=killed)
     assert run_id == killed and metrics == ref_metrics
     assert ckpt.latest(ckpt.checkpoint_dir(killed)) is not None  # new checkpoints: this directory's folder
 
@@ -205,7 +205,7 @@ def test_a_store_outage_during_a_run_loses_no_metric(points_domain, points_recip
         return real(self, run_id, metrics=metrics, params=params, tags=tags, **kw)
     monkeypatch.setattr(MlflowClient, "log_batch", flaky)
     r = load_recipe(points_recipe, [], points_domain)
-    run_id, _ = execute(r, points_domain, progress=False)
+    run_id, _ = execute(r, progress=False)
     err = capsys.readouterr().err
     assert err.count("did not take the metrics") == 1 and "answers again" in err
     steps = [m.step for m in client_for().get_metric_history(run_id, "train/loss")]
@@ -288,7 +288,7 @@ def test_a_real_server_stopped_mid_run_and_restarted_gets_every_metric(points_do
             server["proc"] = _start_server(folder, port)
     try:
         r = load_recipe(points_recipe, ["budget.checkpoint_every=0"], points_domain)
-        run_id, _ = execute(r, points_domain, progress=False, hooks=[outage])
+        run_id, _ = execute(r, progress=False, hooks=[outage])
         client = client_for(uri)
         steps = [m.step for m in client.get_metric_history(run_id, "train/loss")]
         assert sorted(steps) == [4, 8, 12, 16, 20, 24]  # 8 and 12 were logged while it was down

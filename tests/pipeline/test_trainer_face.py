@@ -11,6 +11,8 @@ from click.testing import CliRunner
 
 import cli
 from toolkit import checkpoint as ckpt
+from toolkit import objective as objective_mod
+from toolkit import recipe as rc
 from toolkit.runs import execute, load_recipe
 from toolkit.tracking.store import client_for
 
@@ -29,9 +31,33 @@ def test_resume_of_a_hostile_checkpoint_exits_2_and_runs_nothing(points_domain, 
     assert not marker.exists()
 
 
+def test_one_handshake_the_domain_is_looked_up_and_checked_once(points_domain, points_recipe, monkeypatch):
+    """load_recipe finds the domain and runs its check once; execute builds the domain from the
+    recipe without looking it up or checking it again, and the trainer builds its objective."""
+    from tests.pipeline.points_domain import PointsDomain
+    calls = {"lookup": 0, "check": 0}
+    check = PointsDomain.check.__func__
+
+    def counted_check(cls, raw, sections):
+        calls["check"] += 1
+        return check(cls, raw, sections)
+
+    def lookup(name):
+        calls["lookup"] += 1
+        return points_domain(name)
+    monkeypatch.setattr(PointsDomain, "check", classmethod(counted_check))
+    r = load_recipe(points_recipe, ["budget.steps=4"], lookup)
+    assert r.domain_class is PointsDomain and not hasattr(r, "built")
+    execute(r, progress=False)
+    assert calls == {"lookup": 1, "check": 1}
+    bare = rc.validate(dict(r.raw), PointsDomain.sections())  # validated without its domain
+    with pytest.raises(ValueError, match="load it with toolkit.runs.load_recipe"):
+        execute(bare, progress=False)
+
+
 def test_resume_with_another_recipe_is_refused_naming_the_keys(points_domain, points_recipe):
     r = load_recipe(points_recipe, [], points_domain)
-    run_id, _ = execute(r, points_domain, progress=False)
+    run_id, _ = execute(r, progress=False)
     result = CliRunner().invoke(cli.main, ["run", str(points_recipe), "--resume", run_id, "--quiet",
                                            "--set", "objective.loss.temperature=0.2", "--set", "seed=3"])
     assert result.exit_code == 2, result.output
@@ -59,7 +85,7 @@ class _NullTracker:
 def test_logged_encoder_loads_back_as_data_and_gives_the_same_embeddings(points_domain, points_recipe, recwarn):
     from domains.export import load_encoder
     r = load_recipe(points_recipe, ["tracking.log_model=true", "budget.steps=6"], points_domain)
-    run_id, _ = execute(r, points_domain, progress=False)
+    run_id, _ = execute(r, progress=False)
     assert not [w for w in recwarn if "pickle" in str(w.message).lower()]
     trained = ckpt.load(ckpt.latest(ckpt.checkpoint_dir(run_id)))["trainer"]["encoder"]
     x = torch.randn(10, 4)
@@ -76,7 +102,7 @@ def test_logged_encoder_loads_back_as_data_and_gives_the_same_embeddings(points_
 def test_a_replaced_model_file_is_refused(points_domain, points_recipe):
     from domains.export import load_encoder
     r = load_recipe(points_recipe, ["tracking.log_model=true", "budget.steps=2"], points_domain)
-    run_id, _ = execute(r, points_domain, progress=False)
+    run_id, _ = execute(r, progress=False)
     client = client_for()
     local = Path(client.download_artifacts(run_id, "model/encoder.pt", str(points_recipe.parent / "dl")))
     stored = Path(client.get_run(run_id).info.artifact_uri.replace("file://", "")) / "model" / "encoder.pt"
@@ -107,10 +133,10 @@ def test_a_selector_registered_outside_the_toolkit_is_usable_from_a_recipe(point
     try:
         r = load_recipe(points_recipe, ["objective.selector={name: test_half, fraction: 0.25}",
                                         "objective.regularizers=[]", "budget.steps=3"], points_domain)
-        obj = r.built["objective"]
+        obj = objective_mod.from_recipe(r)
         sims = torch.arange(12.0).view(2, 6)
         assert obj.selector(sims, 0).sum(1).tolist() == [1, 1]
-        execute(r, points_domain, progress=False)
+        execute(r, progress=False)
         with pytest.raises(Exception, match="objective.selector"):
             load_recipe(points_recipe, ["objective.selector={name: test_half, nope: 1}"], points_domain)
     finally:
@@ -141,7 +167,7 @@ def test_no_pickle_loading_in_the_package():
 
 def test_time_to_accuracy_is_logged_against_training_wall_time(points_domain, points_recipe):
     r = load_recipe(points_recipe, ["budget.eval_every=8"], points_domain)
-    run_id, metrics = execute(r, points_domain, progress=False)
+    run_id, metrics = execute(r, progress=False)
     client = client_for()
     figures = [a.path for a in client.list_artifacts(run_id, "figures")]
     assert "figures/time_to_accuracy.png" in figures
@@ -167,7 +193,7 @@ def test_the_online_monitor_starts_at_the_untrained_encoder(points_domain, point
 
     monkeypatch.setattr(PointsDomain, "monitor", monitor, raising=False)
     r = load_recipe(points_recipe, ["budget.monitor_every=8"], points_domain)
-    run_id, _ = execute(r, points_domain, progress=False)
+    run_id, _ = execute(r, progress=False)
     state = ckpt.load(ckpt.latest(ckpt.checkpoint_dir(run_id)))["trainer"]["loop"]
     online = [(s, step, v) for s, step, name, v in state["progress"] if name == "online_calls"]
     assert [step for _, step, _ in online] == [0, 8, 16, 24]

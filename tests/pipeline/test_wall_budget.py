@@ -27,7 +27,7 @@ class Stop(Exception):
 
 def _run(sets, **kwargs):
     recipe = load_recipe(QUICKSTART, [*TINY, *sets], registry.get)
-    return execute(recipe, registry.get, progress=False, **kwargs)
+    return execute(recipe, progress=False, **kwargs)
 
 
 def _losses(run_id):

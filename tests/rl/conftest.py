@@ -1,13 +1,13 @@
-"""Fixtures of the RL tests: a stand-in tracker, a cheap deterministic renderer, tiny configs."""
+"""Fixtures of the RL tests: a stand-in tracker, a cheap deterministic renderer, tiny recipes."""
 from __future__ import annotations
+
+import copy
 
 import numpy as np
 import pytest
 import torch
 
 from domains.rl import envs
-from domains.rl.config import AgentConfig, DataConfig, EncoderConfig, EvaluationConfig
-from domains.rl.workspace import Settings
 
 
 class RecordingTracker:
@@ -71,16 +71,19 @@ def cheap_render(monkeypatch):
     monkeypatch.setattr(envs.DMCPixelEnv, "render", render)
 
 
-def tiny_settings(**over) -> Settings:
-    """Small networks and images: a full update takes milliseconds."""
-    data = dict(task="cartpole-swingup", action_repeat=8, image_size=24, crop_size=20)
-    data.update(over.pop("data", {}))
-    agent = dict(init_env_steps=160, hidden_dim=16, replay_capacity=10_000)
-    agent.update(over.pop("agent", {}))
-    evaluation = dict(every_env_steps=100_000, episodes=1, random_baseline=True)
-    evaluation.update(over.pop("evaluation", {}))
-    base = dict(data=DataConfig(**data), encoder=EncoderConfig(feature_dim=8, num_layers=2, num_filters=4),
-                evaluation=EvaluationConfig(**evaluation), agent=AgentConfig(**agent),
-                total_env_steps=400, batch_size=8, log_every=80, checkpoint_every=None, seed=0)
-    base.update(over)
-    return Settings(**base)
+# small networks and images: a full update takes milliseconds; no periodic checkpoints
+TINY = {"domain": "rl", "seed": 0, "device": "cpu", "precision": "fp32",
+        "data": {"task": "cartpole-swingup", "action_repeat": 8, "image_size": 24, "crop_size": 20},
+        "encoder": {"feature_dim": 8, "num_layers": 2, "num_filters": 4},
+        "agent": {"init_env_steps": 160, "hidden_dim": 16, "replay_capacity": 10_000},
+        "evaluation": {"every_env_steps": 100_000, "episodes": 1, "random_baseline": True},
+        "optimizer": {"name": "adam", "lr": 1e-3},
+        "budget": {"steps": 400, "batch_size": 8, "log_every": 80, "checkpoint_every": 0},
+        "tracking": {"log_model": False}}
+
+
+def tiny_recipe(*sets: str):
+    """A validated rl recipe (:data:`TINY`) under ``--set`` overrides (``"budget.steps=2000"``)."""
+    from domains.rl import RLDomain
+    from toolkit.runs import load_recipe
+    return load_recipe("tiny rl recipe", list(sets), lambda _: RLDomain, data=copy.deepcopy(TINY))

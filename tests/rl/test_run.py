@@ -7,7 +7,6 @@ import pytest
 
 from domains import registry
 from domains.rl import RLDomain
-from domains.rl.domain import settings_from_recipe
 from toolkit import checkpoint as ckpt
 from toolkit.recipe import RecipeError
 from toolkit.studies.reproduce import load_table
@@ -20,11 +19,11 @@ RECIPES = Path(__file__).resolve().parents[2] / "recipes" / "rl"
 @pytest.mark.parametrize("path", sorted(RECIPES.glob("*.yaml")), ids=lambda p: p.stem)
 def test_recipes_validate(path):
     recipe = load_recipe(path, [], registry.get)
-    s = settings_from_recipe(recipe)
-    assert s.data.repeat == {"cartpole": 8, "finger": 2, "walker": 2}.get(s.data.task.split("-")[0], 4)
+    data, budget = recipe.data, recipe.budget
+    assert data.repeat == {"cartpole": 8, "finger": 2, "walker": 2}.get(data.task.split("-")[0], 4)
     if "cpu" not in path.stem:
-        assert s.total_env_steps == 100_000 and s.batch_size == 512 and s.data.crop_size == 84
-        assert s.lr == (2e-4 if "cheetah" in path.stem else 1e-3)
+        assert budget.steps == 100_000 and budget.batch_size == 512 and data.crop_size == 84
+        assert recipe.optimizer.lr == (2e-4 if "cheetah" in path.stem else 1e-3)
         assert recipe.paper.metrics["return_mean"] > 0
 
 
@@ -61,6 +60,23 @@ def test_three_rl_mistakes_give_three_messages():
     with pytest.raises(RecipeError) as info:
         load_recipe(RECIPES / "cartpole_swingup_cpu.yaml", bad, registry.get)
     assert sorted(p for p, _ in info.value.problems) == sorted(b.split("=")[0] for b in bad)
+
+
+def test_rl_rules_run_once_when_the_recipe_loads(tracker, monkeypatch):
+    """The workspace reads the validated recipe; nothing checks the rl rules again."""
+    from domains.rl import domain as rl_domain
+
+    from .conftest import tiny_recipe
+    calls = []
+    rules = rl_domain.rl_problems
+    monkeypatch.setattr(rl_domain, "rl_problems", lambda raw: calls.append(1) or rules(raw))
+    recipe = tiny_recipe("budget.steps=800", "budget.checkpoint_every=300")
+    ws = RLDomain(recipe).trainer(recipe, tracker)
+    assert len(calls) == 1
+    assert (ws.total_env_steps, ws.checkpoint_every, ws.counters.next_checkpoint) == (800, 300, 300)
+    assert ws.agent.critic.encoder.feature_dim == recipe.encoder.feature_dim == 8
+    assert RLDomain(recipe).trainer(tiny_recipe("budget.checkpoint_every=null"), tracker).checkpoint_every == 10_000
+    assert RLDomain(recipe).trainer(tiny_recipe(), tracker).checkpoint_every is None  # 0: none
 
 
 def _fit(recipe, tracker, folder):
@@ -105,14 +121,14 @@ def test_loop_counts_environment_and_agent_steps_separately(cheap_render, tracke
     # last agent step holds the action for 1 step); one more agent step ends the budget
     from domains.rl.workspace import Workspace
 
-    from .conftest import tiny_settings
+    from .conftest import tiny_recipe
 
-    s = tiny_settings(data={"action_repeat": 3}, agent={"init_env_steps": 990},
-                      total_env_steps=1003, log_every=500)
-    ws = Workspace(s, tracker, None)
+    recipe = tiny_recipe("data.action_repeat=3", "agent.init_env_steps=990", "budget.steps=1003",
+                         "budget.log_every=500")
+    ws = Workspace(recipe, tracker)
     ws.fit()
     metrics = ws.evaluate()
-    assert (ws.c.env_steps, ws.c.agent_steps, ws.c.episodes) == (1003, 335, 1)
+    assert (ws.counters.env_steps, ws.counters.agent_steps, ws.counters.episodes) == (1003, 335, 1)
     assert metrics["env_steps"] == 1003 and metrics["agent_steps"] == 335
     assert ws.buffer.num_transitions == 335
     # the episode's return and the evaluations are logged at environment steps

@@ -8,33 +8,28 @@ import torch
 from domains.rl.workspace import Workspace
 from toolkit import checkpoint as ckpt
 from toolkit.training.trainer import RunOptions
-from toolkit.objective import build
-from toolkit.recipe import ObjectiveSection as Objective
 
-from .conftest import RecordingTracker, tiny_settings
+from .conftest import RecordingTracker, tiny_recipe
 
 
 class Killed(Exception):
     pass
 
 
-def objective():
-    return build(Objective.model_validate({"loss": {"name": "info_nce"},
-                                           "regularizers": [{"name": "distance_polarization", "weight": 0.1}]}))
-
-
-def settings():
+def recipe(*sets: str):
     # action repeat 25: 40 agent steps per 1000-step episode, so three runs stay cheap
-    return tiny_settings(data={"action_repeat": 25}, evaluation={"random_baseline": False},
-                         total_env_steps=2000, checkpoint_every=1000)
+    return tiny_recipe("data.action_repeat=25", "evaluation.random_baseline=false", "budget.steps=2000",
+                       "budget.checkpoint_every=1000",
+                       "objective={loss: {name: info_nce}, regularizers: [{name: distance_polarization, weight: 0.1}]}",
+                       *sets)
 
 
 def test_snapshot_round_trip(cheap_render, tmp_path):
-    ws = Workspace(settings(), RecordingTracker(), objective(), RunOptions(checkpoint_dir=tmp_path / "a"))
-    ws.s.total_env_steps = 1000  # one episode
+    one_episode = recipe("budget.steps=1000")
+    ws = Workspace(one_episode, RecordingTracker(), RunOptions(checkpoint_dir=tmp_path / "a"))
     ws.fit()
     path = ws.save_checkpoint()
-    fresh = Workspace(settings(), RecordingTracker(), objective(), RunOptions(checkpoint_dir=tmp_path / "b"))
+    fresh = Workspace(one_episode, RecordingTracker(), RunOptions(checkpoint_dir=tmp_path / "b"))
     fresh.resume(path)
     for (k, v), w in zip(ws.agent.state_dict().items(), fresh.agent.state_dict().values()):
         if torch.is_tensor(v):
@@ -45,7 +40,7 @@ def test_snapshot_round_trip(cheap_render, tmp_path):
     for name in ("frames", "start", "action", "reward", "terminated", "has_next"):
         assert np.array_equal(getattr(ws.buffer, name), getattr(fresh.buffer, name)), name
     assert fresh.buffer.num_frames == ws.buffer.num_frames
-    assert fresh.c == ws.c and fresh.agent.num_updates == ws.agent.num_updates > 0
+    assert fresh.counters == ws.counters and fresh.agent.num_updates == ws.agent.num_updates > 0
     assert fresh.rng.bit_generator.state == ws.rng.bit_generator.state
     assert torch.equal(torch.get_rng_state(), ckpt.load(path)["trainer"]["rng"]["torch"])
     assert str(fresh.env.unwrapped.task_random_state()) == str(ws.env.unwrapped.task_random_state())
@@ -53,21 +48,21 @@ def test_snapshot_round_trip(cheap_render, tmp_path):
 
 def test_killed_run_resumes_as_if_uninterrupted(cheap_render, tmp_path):
     reference = RecordingTracker()
-    full = Workspace(settings(), reference, objective(), RunOptions(checkpoint_dir=tmp_path / "a"))
+    full = Workspace(recipe(), reference, RunOptions(checkpoint_dir=tmp_path / "a"))
     full.fit()
     expected = full.evaluate()
 
     def kill(ws):
-        if ws.c.env_steps >= 1400:
+        if ws.counters.env_steps >= 1400:
             raise Killed
 
-    killed = Workspace(settings(), RecordingTracker(), objective(), RunOptions(checkpoint_dir=tmp_path / "b"),
+    killed = Workspace(recipe(), RecordingTracker(), RunOptions(checkpoint_dir=tmp_path / "b"),
                        step_hook=kill)
     with pytest.raises(Killed):
         killed.fit()
-    assert killed.c.env_steps == 1400
+    assert killed.counters.env_steps == 1400
     resumed_tracker = RecordingTracker()
-    resumed = Workspace(settings(), resumed_tracker, objective(), RunOptions(checkpoint_dir=tmp_path / "b"))
+    resumed = Workspace(recipe(), resumed_tracker, RunOptions(checkpoint_dir=tmp_path / "b"))
     resumed.resume(ckpt.latest(tmp_path / "b"))
     resumed.fit()
     got = resumed.evaluate()
@@ -86,16 +81,16 @@ def test_sigterm_mid_episode_checkpoints_and_the_run_finishes_on_resume(cheap_re
     import signal
 
     def term(ws):
-        if ws.c.env_steps == 1200:  # mid-episode (episodes are 1000 environment steps)
+        if ws.counters.env_steps == 1200:  # mid-episode (episodes are 1000 environment steps)
             os.kill(os.getpid(), signal.SIGTERM)
 
-    ws = Workspace(settings(), RecordingTracker(), objective(), RunOptions(checkpoint_dir=tmp_path), step_hook=term)
+    ws = Workspace(recipe(), RecordingTracker(), RunOptions(checkpoint_dir=tmp_path), step_hook=term)
     with pytest.raises(KeyboardInterrupt, match="after environment step 1200 of 2000"):
         ws.fit()
     assert signal.getsignal(signal.SIGTERM) == signal.SIG_DFL  # the handler is restored
     saved = ckpt.load(ckpt.latest(tmp_path))["trainer"]
     assert saved["counters"]["env_steps"] == 1200
-    resumed = Workspace(settings(), RecordingTracker(), objective(), RunOptions(checkpoint_dir=tmp_path))
+    resumed = Workspace(recipe(), RecordingTracker(), RunOptions(checkpoint_dir=tmp_path))
     resumed.resume(ckpt.latest(tmp_path))
     assert resumed.agent.num_updates == ws.agent.num_updates
     resumed.fit()

@@ -13,7 +13,7 @@ from domains.rl.workspace import Workspace
 from toolkit import checkpoint as ckpt
 from toolkit.training.trainer import RunOptions
 
-from .conftest import RecordingTracker, tiny_settings
+from .conftest import RecordingTracker, tiny_recipe
 
 
 class Killed(Exception):
@@ -44,17 +44,17 @@ def slow_evaluations(monkeypatch, seconds: float) -> list[list[int]]:
     return calls
 
 
-def settings(**evaluation):
+def recipe(*sets: str):
     # action repeat 25: 40 agent steps per 1000-step episode
-    return tiny_settings(data={"action_repeat": 25}, evaluation={"every_env_steps": 500, **evaluation},
-                         total_env_steps=2000, checkpoint_every=1000)
+    return tiny_recipe("data.action_repeat=25", "evaluation.every_env_steps=500", "budget.steps=2000",
+                       "budget.checkpoint_every=1000", *sets)
 
 
 def test_periodic_evaluations_play_the_first_periodic_episodes_and_the_final_one_all(
         cheap_render, monkeypatch):
     calls = slow_evaluations(monkeypatch, 0.0)
     tracker = RecordingTracker()
-    ws = Workspace(settings(episodes=3, periodic_episodes=1), tracker, None)
+    ws = Workspace(recipe("evaluation.episodes=3", "evaluation.periodic_episodes=1"), tracker)
     ws.fit()
     ws.evaluate()
     seeds = episode_seeds(0, 3)
@@ -65,8 +65,7 @@ def test_periodic_evaluations_play_the_first_periodic_episodes_and_the_final_one
     assert [v for _, v in tracker.series("eval/episodes")] == [1, 1, 1, 1, 3]
     # None: every evaluation plays `episodes`
     calls.clear()
-    none = Workspace(settings(episodes=2), RecordingTracker(), None)
-    none.s.total_env_steps = 500
+    none = Workspace(recipe("evaluation.episodes=2", "budget.steps=500"), RecordingTracker())
     none.fit()
     none.evaluate()
     assert calls == [episode_seeds(0, 2)] * 3  # random baseline, at 0, at the end
@@ -75,49 +74,48 @@ def test_periodic_evaluations_play_the_first_periodic_episodes_and_the_final_one
 def test_evaluations_are_not_training_time_and_points_grow_with_it(cheap_render, monkeypatch):
     slow_evaluations(monkeypatch, 0.3)
     tracker = FigureTracker()
-    ws = Workspace(settings(episodes=1), tracker, None)
+    ws = Workspace(recipe(), tracker)
     start = time.perf_counter()
     ws.fit()
     wall = time.perf_counter() - start
     ws.evaluate()
-    seconds = [h[3] for h in ws.c.history]
-    assert [h[0] for h in ws.c.history] == [0, 500, 1000, 1500, 2000]
+    seconds = [h[3] for h in ws.counters.history]
+    assert [h[0] for h in ws.counters.history] == [0, 500, 1000, 1500, 2000]
     assert seconds[0] < 0.05 and all(a < b for a, b in zip(seconds, seconds[1:]))
     # fit() slept 0.3 s in each of 5 evaluation calls (random baseline, 0, 500, 1000, 1500)
-    assert ws.c.train_seconds == seconds[-1] <= wall - 5 * 0.3
-    assert ws.c.train_seconds > 0
+    assert ws.counters.train_seconds == seconds[-1] <= wall - 5 * 0.3
+    assert ws.counters.train_seconds > 0
     logged = tracker.series("train/wall_seconds")
     assert all(a[1] <= b[1] for a, b in zip(logged, logged[1:]))  # logged at steps in order
     assert {s: v for s, v in logged if s in (0, 500, 1000, 1500, 2000)} == dict(zip([0, 500, 1000, 1500, 2000],
                                                                                     seconds))
     # the figure: returns against those seconds, the random policy's return as a flat line
     x, y = tracker.tta["policy (mean action)"]
-    assert x == seconds and y == [h[1] for h in ws.c.history]
-    assert tracker.tta["random policy"][1] == [ws.c.random_return[0]] * 2
+    assert x == seconds and y == [h[1] for h in ws.counters.history]
+    assert tracker.tta["random policy"][1] == [ws.counters.random_return[0]] * 2
 
 
 def test_a_resumed_run_continues_the_clock(cheap_render, tmp_path, monkeypatch):
     slow_evaluations(monkeypatch, 0.0)
 
     def kill(ws):
-        if ws.c.env_steps >= 1400:
+        if ws.counters.env_steps >= 1400:
             raise Killed
 
-    killed = Workspace(settings(episodes=1), RecordingTracker(), None, RunOptions(checkpoint_dir=tmp_path),
-                       step_hook=kill)
+    killed = Workspace(recipe(), RecordingTracker(), RunOptions(checkpoint_dir=tmp_path), step_hook=kill)
     with pytest.raises(Killed):
         killed.fit()
     saved = ckpt.load(ckpt.latest(tmp_path))["trainer"]["counters"]
     assert saved["env_steps"] == 1000 and saved["train_seconds"] > 0  # written at the episode end,
     assert [h[0] for h in saved["history"]] == [0, 500]  # before the evaluation due at 1000
-    resumed = Workspace(settings(episodes=1), RecordingTracker(), None, RunOptions(checkpoint_dir=tmp_path))
+    resumed = Workspace(recipe(), RecordingTracker(), RunOptions(checkpoint_dir=tmp_path))
     resumed.resume(ckpt.latest(tmp_path))
-    assert resumed.c.train_seconds == saved["train_seconds"]
+    assert resumed.counters.train_seconds == saved["train_seconds"]
     time.sleep(0.2)  # time between the processes is not training time
     resumed.fit()
     resumed.evaluate()
-    seconds = [h[3] for h in resumed.c.history]
-    assert [h[0] for h in resumed.c.history] == [0, 500, 1000, 1500, 2000]
+    seconds = [h[3] for h in resumed.counters.history]
+    assert [h[0] for h in resumed.counters.history] == [0, 500, 1000, 1500, 2000]
     assert seconds[:2] == [h[3] for h in saved["history"]]
     assert all(a < b for a, b in zip(seconds, seconds[1:]))
     # the evaluation at 1000 is the resumed run's first act: the clock went on from the
@@ -127,15 +125,15 @@ def test_a_resumed_run_continues_the_clock(cheap_render, tmp_path, monkeypatch):
 
 
 def test_history_from_a_checkpoint_without_the_clock_still_loads(cheap_render, tmp_path):
-    ws = Workspace(settings(episodes=1), RecordingTracker(), None, RunOptions(checkpoint_dir=tmp_path))
-    ws.s.total_env_steps = 1000
+    one_episode = recipe("budget.steps=1000")
+    ws = Workspace(one_episode, RecordingTracker(), RunOptions(checkpoint_dir=tmp_path))
     ws.fit()
     state = ws.state_dict()
     state["counters"]["history"] = [h[:3] for h in state["counters"]["history"]]
     del state["counters"]["train_seconds"]
-    fresh = Workspace(settings(episodes=1), FigureTracker(), None, RunOptions(checkpoint_dir=tmp_path))
+    fresh = Workspace(one_episode, FigureTracker(), RunOptions(checkpoint_dir=tmp_path))
     fresh.load_state_dict(state)
-    assert all(len(h) == 4 and math.isnan(h[3]) for h in fresh.c.history) and fresh.c.train_seconds == 0.0
+    assert all(len(h) == 4 and math.isnan(h[3]) for h in fresh.counters.history) and fresh.counters.train_seconds == 0.0
     fresh.evaluate()  # the unknown points are left out of the figure
     assert fresh.tracker.tta["policy (mean action)"][0] == [0.0]
 
@@ -154,17 +152,17 @@ class TickingTime:
 def test_budget_minutes_stop_training_and_the_run_equals_its_replay(cheap_render, monkeypatch):
     monkeypatch.setattr(ws_mod, "time", TickingTime())
     timed = RecordingTracker()
-    ws = Workspace(tiny_settings(total_env_steps=4000, minutes=0.01), timed, None)  # 0.6 s of ticks
+    ws = Workspace(tiny_recipe("budget.steps=4000", "budget.minutes=0.01"), timed)  # 0.6 s of ticks
     ws.fit()
-    reached = ws.c.env_steps
-    assert 160 < reached < 4000 and ws.c.train_seconds >= 0.6
+    reached = ws.counters.env_steps
+    assert 160 < reached < 4000 and ws.counters.train_seconds >= 0.6
     assert timed.params == {"budget_steps_reached": str(reached)}
     timed_metrics = ws.evaluate()
 
     monkeypatch.setattr(ws_mod, "time", TickingTime())
-    replay = Workspace(tiny_settings(total_env_steps=reached), RecordingTracker(), None)
+    replay = Workspace(tiny_recipe(f"budget.steps={reached}"), RecordingTracker())
     replay.fit()
-    assert replay.c.env_steps == reached and replay.agent.num_updates == ws.agent.num_updates
+    assert replay.counters.env_steps == reached and replay.agent.num_updates == ws.agent.num_updates
     # the same learning; only the replay buffer, sized from the step budget, is smaller
     learned = lambda m: {k: v for k, v in m.items() if not k.startswith("buffer_")}  # noqa: E731
     assert learned(replay.evaluate()) == learned(timed_metrics) and "return_mean" in timed_metrics

@@ -5,7 +5,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from tests.sweeps.conftest import TOY, runs_of, stop, wait_for
+from tests.sweeps.conftest import TOY, Ctk, runs_of, stop, wait_for
 from toolkit.studies.launch import LaunchError, refuse_local_store
 from toolkit.studies.sweeps import decide
 
@@ -119,6 +119,47 @@ def test_killed_ray_worker_is_retried_from_its_checkpoint(ctk):
     assert len(children) == 2 and all(c.info.status == "FINISHED" for c in children)
 
 
+def test_a_killed_point_resumes_when_the_sweep_runs_again_from_another_directory(ctk):
+    """The point's run records where its checkpoints are: the sweep run again from another
+    working directory, on the same store, resumes the point in the same run (its checkpoint is
+    found through the run) instead of deleting the run and training the point from scratch."""
+    ctk.env["MLFLOW_TRACKING_URI"] = f"sqlite:///{ctk.folder / 'mlflow.db'}"
+    args = ["sweep", TOY, "--grid", "seed=0", "--set", "budget.steps=600", "--set", "budget.checkpoint_every=20",
+            "--set", "budget.log_every=20", "--quiet", "--experiment", "moved"]
+    client = ctk.store()
+    assert runs_of(client, "moved") == []  # the store's tables exist before the sweep opens it
+    proc = ctk.popen(*args)  # serial: the point runs in the sweep's process
+
+    def checkpointed_run():
+        assert proc.poll() is None, f"the sweep ended before it was interrupted:\n{proc.communicate()[1][-3000:]}"
+        try:
+            runs = runs_of(client, "moved")
+        except Exception:  # noqa: BLE001 - the store is still being created
+            return None
+        return next((r for r in runs if r.info.status == "RUNNING" and "ctk.checkpoint" in r.data.tags), None)
+    victim = wait_for(checkpointed_run, timeout=120)
+    _, err = stop(proc, timeout=120)
+    assert proc.returncode == 130, err[-3000:]
+    assert client.get_run(victim.info.run_id).info.status == "KILLED"
+    assert list((ctk.folder / "checkpoints" / victim.info.run_id).glob("step-*.pt"))
+
+    elsewhere = ctk.folder / "elsewhere"
+    elsewhere.mkdir()
+    res = Ctk(elsewhere, ctk.env)(*args, timeout=300)
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert "0 skipped (finished), 1 resumed, 0 launched" in res.stderr
+    assert re.search(rf"{victim.info.run_name}\s+finished\s+{victim.info.run_id}.*resumed", res.stderr)
+    from mlflow.entities import ViewType
+    exp = client.get_experiment_by_name("moved")
+    points = [r for r in client.search_runs([exp.experiment_id], run_view_type=ViewType.ALL)
+              if "ctk.point" in r.data.tags]
+    assert [(r.info.run_id, r.info.status, r.info.lifecycle_stage) for r in points] == [
+        (victim.info.run_id, "FINISHED", "active")]  # kept, not deleted and trained again
+    steps = [m.step for m in client.get_metric_history(victim.info.run_id, "train/loss")]
+    assert sorted(steps) == list(range(20, 601, 20))  # each step logged once: continued, not retrained
+    assert list((elsewhere / "checkpoints" / victim.info.run_id).glob("step-000000600.pt"))
+
+
 def _run(status, run_id="r1"):
     return SimpleNamespace(info=SimpleNamespace(status=status, run_id=run_id), data=SimpleNamespace(tags={}))
 
@@ -134,6 +175,12 @@ def test_decide_follows_the_table(tmp_path, monkeypatch):
     (tmp_path / "r1").mkdir()
     (tmp_path / "r1" / "step-000000020.pt").write_bytes(b"x")
     assert decide(_run("KILLED"), False) == ("resume", "r1")
+    moved = _run("KILLED", "r2")  # its checkpoints are where the run recorded them, not here
+    (tmp_path / "elsewhere").mkdir()
+    (tmp_path / "elsewhere" / "step-000000020.pt").write_bytes(b"x")
+    assert decide(moved, False) == ("restart", "r2")
+    moved.data.tags["ctk.checkpoint_dir"] = str(tmp_path / "elsewhere")
+    assert decide(moved, False) == ("resume", "r2")
 
 
 def test_remote_cluster_refuses_a_local_store():

@@ -66,13 +66,13 @@ def test_bf16_checkpoint_resumes_under_fp32(workdir):
     sets = [*TINY, "budget.checkpoint_every=2"]
     bf16 = load_recipe(QUICKSTART, [*sets, "precision=bf16"], registry.get)
     with pytest.raises(Stop):
-        execute(bf16, registry.get, progress=False, hooks=[_stop_at(4)])
+        execute(bf16, progress=False, hooks=[_stop_at(4)])
     killed = _only_run(client_for())
     folder = ckpt.checkpoint_dir(killed.info.run_id)
     at_four = ckpt.load(folder / "step-000000004.pt")["trainer"]
 
     fp32 = load_recipe(QUICKSTART, [*sets, "precision=fp32"], registry.get)
-    run_id, metrics = execute(fp32, registry.get, progress=False, resume=killed.info.run_id)
+    run_id, metrics = execute(fp32, progress=False, resume=killed.info.run_id)
     assert run_id == killed.info.run_id and "linear_top1" in metrics
     final = ckpt.load(ckpt.latest(folder))
     assert final["recipe"]["precision"] == "fp32" and final["trainer"]["loop"]["step"] == 6

@@ -1,12 +1,21 @@
-"""Checkpoints: one room for their format, their files and finding them.
+"""Checkpoints: one room for their format, their files and finding them. Trainers only supply
+``state_dict`` / ``load_state_dict``; everything around that is here.
 
-``files``  data-only files: atomic writes, ``weights_only`` reads, random states, the recipe hash,
-           where a run's checkpoints live and which is the latest
+``files``     data-only files: atomic writes, ``weights_only`` reads, random states
+``envelope``  the format version, the recipe and its hash around a trainer's state; the check
+              that a resume continues the same recipe (``read``, ``RecipeMismatch``)
+``find``      where a run's checkpoints are (the folder it recorded, this directory's), the
+              newest one, and the one ``--resume`` continues
 """
-from toolkit.checkpoint.files import (CheckpointError, CorruptCheckpoint, UnsafeCheckpoint, check_plain,
-                                      checkpoint_dir, latest, load, numpy_state, recipe_hash, rng_state, save,
-                                      seed_everything, set_numpy_state, set_rng_state)
+from toolkit.checkpoint.envelope import (FORMAT, RESUME_FREE_KEYS, RecipeMismatch, read, recipe_differences,
+                                         recipe_hash, seal, write)
+from toolkit.checkpoint.files import (CheckpointError, CorruptCheckpoint, UnsafeCheckpoint, check_plain, load,
+                                      numpy_state, rng_state, save, seed_everything, set_numpy_state,
+                                      set_rng_state)
+from toolkit.checkpoint.find import (DIR_TAG, candidates, checkpoint_dir, find, folder_tags, folders, for_resume,
+                                     latest)
 
-__all__ = ["CheckpointError", "CorruptCheckpoint", "UnsafeCheckpoint", "check_plain", "checkpoint_dir", "latest",
-           "load", "numpy_state", "recipe_hash", "rng_state", "save", "seed_everything", "set_numpy_state",
-           "set_rng_state"]
+__all__ = ["CheckpointError", "CorruptCheckpoint", "DIR_TAG", "FORMAT", "RESUME_FREE_KEYS", "RecipeMismatch",
+           "UnsafeCheckpoint", "candidates", "check_plain", "checkpoint_dir", "find", "folder_tags", "folders",
+           "for_resume", "latest", "load", "numpy_state", "read", "recipe_differences", "recipe_hash", "rng_state",
+           "save", "seal", "seed_everything", "set_numpy_state", "set_rng_state", "write"]

@@ -14,13 +14,12 @@ resumes on a CPU and the other way round. Random states are kept as CPU tensors 
 numbers (python's, numpy's legacy and ``Generator`` states, torch CPU / CUDA, named
 ``torch.Generator`` objects).
 
-The state also carries the resolved recipe and its hash (:func:`recipe_hash`), so a resume can
-check that it continues the same experiment.
+What a ctk checkpoint holds around a trainer's state (format, recipe, its hash) is
+:mod:`toolkit.checkpoint.envelope`; where a run's files are, :mod:`toolkit.checkpoint.find`.
 """
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import pickle
 import random
@@ -33,8 +32,8 @@ import numpy as np
 import torch
 
 __all__ = ["CheckpointError", "UnsafeCheckpoint", "CorruptCheckpoint", "save", "load",
-           "check_plain", "recipe_hash", "rng_state", "set_rng_state", "numpy_state",
-           "set_numpy_state", "seed_everything", "checkpoint_dir", "latest"]
+           "check_plain", "rng_state", "set_rng_state", "numpy_state", "set_numpy_state",
+           "seed_everything"]
 
 _PLAIN = (str, int, float, bool, type(None))
 
@@ -134,12 +133,6 @@ def _what_it_needs(text: str) -> str:
     return "a pickled Python object"
 
 
-def recipe_hash(resolved: Mapping[str, Any]) -> str:
-    """sha256 of the resolved recipe (canonical JSON, keys sorted)."""
-    text = json.dumps(resolved, sort_keys=True, default=str, separators=(",", ":"))
-    return hashlib.sha256(text.encode()).hexdigest()
-
-
 # -- random states ---------------------------------------------------------------------------
 
 def numpy_state(state: tuple | Mapping[str, Any]) -> dict[str, Any]:
@@ -207,20 +200,3 @@ def seed_everything(seed: int) -> None:
     random.seed(seed)
     np.random.seed(seed % (2**32))
     torch.manual_seed(seed)
-
-
-# -- where checkpoints live ------------------------------------------------------------------
-
-def checkpoint_dir(run_id: str, root: str | Path | None = None) -> Path:
-    """Where a run keeps its checkpoints: ``$CTK_CHECKPOINTS`` or ``./checkpoints``, per run."""
-    base = Path(root or os.environ.get("CTK_CHECKPOINTS", "checkpoints"))
-    return base / run_id
-
-
-def latest(folder: str | Path) -> Path | None:
-    """The newest ``*.pt`` checkpoint in ``folder`` (by modification time), or None."""
-    folder = Path(folder)
-    if not folder.is_dir():
-        return None
-    found = [p for p in folder.glob("*.pt") if p.is_file()]
-    return max(found, key=lambda p: p.stat().st_mtime_ns) if found else None

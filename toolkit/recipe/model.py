@@ -22,6 +22,8 @@ class Recipe:
 
     The common sections are attributes (``recipe.budget``, ``recipe.seed``...); the domain's
     are ``recipe.data`` / ``recipe.encoder`` / ``recipe.evaluation`` or ``recipe.section(name)``.
+    ``domain_class`` is the domain whose sections and rules validated it (``toolkit.runs.load_recipe``
+    looks it up once and checks once; None for a recipe validated without a domain).
     """
 
     common: Common
@@ -30,7 +32,7 @@ class Recipe:
     source: str = "recipe"
     overrides: list[str] = field(default_factory=list)
     raw: dict[str, Any] = field(default_factory=dict)
-    built: dict[str, Any] = field(default_factory=dict, repr=False)  # objects validation built
+    domain_class: Any = field(default=None, repr=False)
 
     def section(self, name: str) -> Any:
         """A domain-owned section by key; a KeyError names the sections this recipe has."""
@@ -208,14 +210,16 @@ def _objective_alone(raw: Any, bad: list[str]) -> ObjectiveSection | None:
 
 def validate(data: dict[str, Any], domain_sections: Mapping[str, type[BaseModel]],
              check_objective: Any = None, source: str = "recipe",
-             overrides: list[str] | None = None, domain_check: Any = None) -> Recipe:
+             overrides: list[str] | None = None, domain_check: Any = None,
+             domain_class: Any = None) -> Recipe:
     """Validate a loaded recipe mapping.
 
     ``domain_sections`` are the domain's own section models (``data``, ``encoder``, ...);
     ``check_objective(objective, prefix) -> (built objective, problems)`` checks component
-    names and arguments (``toolkit.objective.check``); ``domain_check(raw, sections) ->
-    problems`` the domain's rules between sections (``Domain.check``). All problems are
-    collected into one RecipeError.
+    names and arguments by building them (``toolkit.objective.check``; what it builds is
+    dropped: the trainer builds its own); ``domain_check(raw, sections) -> problems`` the
+    domain's rules between sections (``Domain.check``); ``domain_class`` is kept on the recipe.
+    All problems are collected into one RecipeError.
     """
     problems: list[tuple[str, str]] = []
     common_part = {k: v for k, v in data.items() if k not in domain_sections}
@@ -240,13 +244,10 @@ def validate(data: dict[str, Any], domain_sections: Mapping[str, type[BaseModel]
             sections[key] = model.model_validate(raw)
         except ValidationError as exc:
             problems += unknown_key_hint(pydantic_problems(exc, key), {key: model})
-    built: dict[str, Any] = {}
     if objective is not None and check_objective is not None:
         schema_paths = [p for p, _ in problems]
-        obj, found = check_objective(objective, "objective")
+        _, found = check_objective(objective, "objective")
         problems += [(p, m) for p, m in found if not any(_related(p, q) for q in schema_paths)]
-        if obj is not None and common is not None:
-            built["objective"] = obj
     if domain_check is not None:
         problems += [p for p in domain_check(data, sections) if p not in problems]
     if problems:
@@ -260,4 +261,4 @@ def validate(data: dict[str, Any], domain_sections: Mapping[str, type[BaseModel]
     resolved = {k: resolved[k] for k in order if k in resolved} | {
         k: v for k, v in resolved.items() if k not in order}
     return Recipe(common=common, sections=sections, resolved=resolved, source=source,
-                  overrides=list(overrides or []), raw=copy.deepcopy(data), built=built)
+                  overrides=list(overrides or []), raw=copy.deepcopy(data), domain_class=domain_class)

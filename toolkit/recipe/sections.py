@@ -83,7 +83,7 @@ class DistributedSection(Section):
 
 
 class ObjectiveSection(Section):
-    """``objective``: what :func:`toolkit.objective.from_recipe` builds into an ``Objective``."""
+    """``objective``: what :func:`toolkit.objective.from_recipe` builds into an ``Objective`` (in the trainer)."""
 
     loss: Component
     regularizers: list[Regularizer] = Field(default_factory=list)

@@ -93,7 +93,7 @@ def run_point(spec: PointSpec, lookup: Callable[[str], Any], progress: bool = Fa
             client.delete_run(run_id)
         tags = {**spec.tags, POINT_TAG: spec.key, **({RAY_TASK_TAG: task_id} if task_id else {})}
         resume = run_id if action == "resume" else None
-        run_id, metrics = execute(recipe, lookup, resume=resume, progress=progress, extra_tags=tags)
+        run_id, metrics = execute(recipe, resume=resume, progress=progress, extra_tags=tags)
         return Outcome(spec.label, "finished", run_id, time.perf_counter() - start,
                        "resumed" if resume else "", metrics)
     except KeyboardInterrupt as exc:
@@ -263,14 +263,14 @@ def point_env(uri: str, cpus: float) -> dict[str, str]:
     return env
 
 
-def data_problems(points: list[Any], lookup: Callable[[str], Any]) -> list[str]:
+def data_problems(points: list[Any]) -> list[str]:
     """``Domain.check_data`` of every point (each problem once, with the first point it
     concerns), as ``ctk run`` checks it before creating its run."""
     seen: set[tuple[str, str]] = set()
     out = []
     for p in points:
         recipe = p.recipe
-        for path, message in lookup(recipe.domain)(recipe).check_data(recipe):
+        for path, message in recipe.domain_class(recipe).check_data(recipe):
             if (path, message) not in seen:
                 seen.add((path, message))
                 out.append(f"  {p.label}: {path}: {message}")
@@ -296,7 +296,7 @@ def run_sweep(points: list[Any], lookup: Callable[[str], Any], *, experiment: st
             echo(f"note: {p.label} is the same recipe as {unique[p.key].label}; it runs once")
         unique.setdefault(p.key, p)
     points = list(unique.values())
-    missing = data_problems(points, lookup)
+    missing = data_problems(points)
     if missing:  # before the parent run exists: a sweep that cannot read its data leaves nothing
         raise LaunchError("the data of the sweep cannot be read (nothing was run):\n" + "\n".join(missing))
     uri = tracking_uri(points[0].recipe.tracking.uri)

@@ -31,8 +31,7 @@ def runs_table(experiment: str | None = None, uri: str | None = None, limit: int
         beat = tags.get("ctk.heartbeat")
         age = f"{max(0.0, now - float(beat)) / 60:.0f} min ago" if beat else "-"
         step = tags.get("ctk.checkpoint_step", "-")
-        folder = tags.get("ctk.checkpoint_dir") or ckpt.checkpoint_dir(run.info.run_id)
-        on_disk = ckpt.latest(folder)  # newer than the tag after a kill
+        on_disk = ckpt.find(run.info.run_id, tags)  # newer than the tag after a kill
         if on_disk is not None and on_disk.stem.startswith("step-"):
             step = str(int(on_disk.stem.split("-", 1)[1]))
         status = run.info.status + (f" ({tags['ctk.killed_reason']})" if "ctk.killed_reason" in tags else "")

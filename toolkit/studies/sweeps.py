@@ -11,7 +11,8 @@ run of the point               action
 none                           ``launch``
 FINISHED                       ``skip``
 RUNNING (its process alive)    ``running`` (another sweep runs it; not launched twice)
-KILLED, with a checkpoint      ``resume`` from it, in the same run
+KILLED, with a checkpoint      ``resume`` from it, in the same run (found where the run
+                               recorded it, or in this directory: ``toolkit.checkpoint.find``)
 KILLED, no checkpoint yet      ``restart``: the empty run is deleted, a new one starts
 FAILED                         ``failed`` (kept); with ``--retry-failed`` ``restart``
 =============================  ============================================================
@@ -29,9 +30,8 @@ from typing import Any
 
 import yaml
 
-from toolkit.checkpoint import checkpoint_dir, recipe_hash
+from toolkit import checkpoint as ckpt
 from toolkit.errors import CtkError
-from toolkit.training.trainer import RESUME_FREE_KEYS
 
 __all__ = ["Point", "point_key", "decide", "find_point_runs", "open_parent", "close_parent",
            "summary_table", "POINT_TAG", "PARENT_TAG", "SWEEP_TAG"]
@@ -60,7 +60,7 @@ class Point:
 def point_key(resolved: dict[str, Any]) -> str:
     """The point's identity: sha256 (first 20 hex digits) of the resolved recipe minus the keys
     that change nothing computed (``RESUME_FREE_KEYS``)."""
-    return recipe_hash({k: v for k, v in resolved.items() if k not in RESUME_FREE_KEYS})[:20]
+    return ckpt.recipe_hash({k: v for k, v in resolved.items() if k not in ckpt.RESUME_FREE_KEYS})[:20]
 
 
 def find_point_runs(client: Any, experiment: str) -> dict[str, Any]:
@@ -80,11 +80,6 @@ def find_point_runs(client: Any, experiment: str) -> dict[str, Any]:
     return out
 
 
-def has_checkpoint(run_id: str) -> bool:
-    folder = checkpoint_dir(run_id)
-    return folder.is_dir() and any(p.is_file() for p in folder.glob("*.pt"))
-
-
 def decide(run: Any | None, retry_failed: bool) -> tuple[str, str | None]:
     """(action, run id) for a point whose current run is ``run`` (see the module's table)."""
     if run is None:
@@ -96,7 +91,7 @@ def decide(run: Any | None, retry_failed: bool) -> tuple[str, str | None]:
         return "running", run_id
     if status == "FAILED" and not retry_failed:
         return "failed", run_id
-    if status == "KILLED" and has_checkpoint(run_id):
+    if status == "KILLED" and ckpt.find(run_id, run.data.tags) is not None:  # from any working directory
         return "resume", run_id
     return "restart", run_id
 

@@ -75,7 +75,7 @@ def _trial(config: dict[str, Any], *, recipe: str, sets: list[str], experiment: 
     def report(metrics: dict[str, float], step: int) -> None:
         if metric in metrics:
             rt.report({metric: float(metrics[metric]), "step": int(step)})
-    _, final = execute(r, lookup, progress=False, on_metrics=report,
+    _, final = execute(r, progress=False, on_metrics=report,
                        extra_tags={"mlflow.parentRunId": parent, "ctk.tune": experiment})
     if metric not in final:
         raise ValueError(f"--metric {metric!r} was never logged by this recipe; it logged: "

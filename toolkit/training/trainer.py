@@ -11,9 +11,9 @@ every one of them the same way::
     metrics = trainer.evaluate()   # final metrics, logged
     trainer.save_checkpoint()      # the final state
 
-Checkpoints go through :mod:`toolkit.checkpoint` (data only, atomic, device-portable); the
-file holds ``{"format", "recipe", "recipe_hash", "trainer": trainer.state_dict()}``, so a resume
-can say which recipe keys changed.
+A trainer supplies ``state_dict`` / ``load_state_dict``; :mod:`toolkit.checkpoint` does the rest
+(data only, atomic, device-portable files; the envelope with the format version and the recipe,
+so a resume can say which recipe keys changed; finding a run's checkpoints).
 """
 from __future__ import annotations
 
@@ -31,26 +31,7 @@ from torch import nn
 from toolkit import checkpoint as ckpt
 from toolkit import recipe as rc
 
-__all__ = ["RunOptions", "Trainer", "RecipeMismatch", "NonFiniteLoss", "StopAfterStep",
-           "select_device", "CHECKPOINT_FORMAT", "RESUME_FREE_KEYS"]
-
-CHECKPOINT_FORMAT = "ctk-checkpoint/1"
-# Top-level recipe keys a resume may change: where, how precisely and over how many ranks and
-# resources it runs, how it is named and tracked. Everything else must match the checkpoint's recipe.
-RESUME_FREE_KEYS = ("device", "precision", "distributed", "resources", "tracking", "name", "description",
-                    "paper")
-
-
-class RecipeMismatch(ValueError):
-    """A checkpoint belongs to another recipe; ``keys`` lists the differing recipe keys."""
-
-    def __init__(self, path: Path, keys: list[str]) -> None:
-        self.keys = keys
-        shown = ", ".join(keys[:12]) + (f" and {len(keys) - 12} more" if len(keys) > 12 else "")
-        hint = (" (a longer budget needs --extend)" if all(k.startswith("budget.") for k in keys)
-                else " (resume with the recipe and --set values of the original run)")
-        super().__init__(f"{path} was written by a different recipe: {shown} differ{hint}")
-
+__all__ = ["RunOptions", "Trainer", "NonFiniteLoss", "StopAfterStep", "select_device"]
 
 @dataclass
 class RunOptions:
@@ -111,12 +92,9 @@ class Trainer:
         path = self.checkpoint_path(name)
         if path is None or not self.is_main:
             return None
-        resolved = self._resolved()
         self.last_checkpoint_time = time.monotonic()
-        saved = ckpt.save(path, {"format": CHECKPOINT_FORMAT, "recipe": resolved,
-                                "recipe_hash": ckpt.recipe_hash(resolved),
-                                "run_id": getattr(self.tracker, "run_id", None), "trainer": self.state_dict()},
-                         keep=self.options.keep_checkpoints if keep is None else keep)
+        saved = ckpt.write(path, self.state_dict(), self._resolved(), getattr(self.tracker, "run_id", None),
+                           keep=self.options.keep_checkpoints if keep is None else keep)
         note = getattr(self.tracker, "note_checkpoint", None)
         if note is not None and path.suffix == ".pt":
             note(saved, self.step)
@@ -137,39 +115,9 @@ class Trainer:
     def resume(self, path: str | Path, saved: Mapping[str, Any] | None = None) -> None:
         """Load a checkpoint written for this recipe (``RecipeMismatch`` otherwise);
         ``saved`` is the file's content when the caller already read and checked it."""
-        path = Path(path)
         if saved is None:
-            saved = read_checkpoint(path, self._resolved())
+            saved = ckpt.read(path, self._resolved())
         self.load_state_dict(saved["trainer"])
-
-
-def read_checkpoint(path: str | Path, resolved: Mapping[str, Any], extend: bool = False) -> dict[str, Any]:
-    """Read a ctk checkpoint and check it belongs to the recipe ``resolved``: raises
-    ``CheckpointError`` for a file that is unsafe, damaged or not ctk's, ``RecipeMismatch``
-    (naming the keys) for another recipe's. ``extend`` lets the ``budget`` keys differ (a
-    longer run continues a shorter one)."""
-    path = Path(path)
-    saved = ckpt.load(path)
-    if saved.get("format") != CHECKPOINT_FORMAT or "trainer" not in saved:
-        raise ckpt.CorruptCheckpoint(f"{path}: not a ctk checkpoint (format {saved.get('format')!r}, "
-                                     f"expected {CHECKPOINT_FORMAT!r})")
-    differing = recipe_differences(saved.get("recipe") or {}, resolved)
-    if extend:
-        differing = [k for k in differing if not k.startswith("budget.")]
-    if differing:
-        raise RecipeMismatch(path, differing)
-    return saved
-
-
-def recipe_differences(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[str]:
-    """Flattened recipe keys whose values differ (``RESUME_FREE_KEYS`` ignored)."""
-    a = {k: v for k, v in rc.flatten(dict(old)).items() if k.split(".")[0] not in RESUME_FREE_KEYS}
-    b = {k: v for k, v in rc.flatten(dict(new)).items() if k.split(".")[0] not in RESUME_FREE_KEYS}
-    return sorted(k for k in a.keys() | b.keys() if _norm(a.get(k)) != _norm(b.get(k)))
-
-
-def _norm(value: Any) -> Any:
-    return list(value) if isinstance(value, tuple) else value
 
 
 class NonFiniteLoss(RuntimeError):
