@@ -84,3 +84,20 @@ def test_list_schedules_names_every_registered_schedule(tmp_path):
     from toolkit.samplers import SCHEDULES
     proc, _ = imported([CLI, "list", "schedules"], tmp_path)
     assert [line.split()[0] for line in proc.stdout.splitlines()] == SCHEDULES.names()
+
+
+def test_runs_listing_a_store_with_a_killed_run_imports_no_torch(tmp_path):
+    """ctk runs reads each run's checkpoint folder (toolkit.checkpoint.find): no torch for that."""
+    from mlflow.tracking import MlflowClient
+    client = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    eid = client.create_experiment("e")
+    run = client.create_run(eid, run_name="killed", tags={"ctk.recipe": "recipes/x.yaml"})
+    folder = tmp_path / "checkpoints" / run.info.run_id
+    folder.mkdir(parents=True)
+    (folder / "step-000000004.pt").write_bytes(b"not read by the listing")
+    client.set_terminated(run.info.run_id, "KILLED")
+    proc, modules = imported([CLI, "runs"], tmp_path)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert run.info.run_id in proc.stdout and "step 4" in proc.stdout, proc.stdout
+    assert f"--resume {run.info.run_id}" in proc.stdout
+    assert not _torch(modules), _torch(modules)[:3]

@@ -26,10 +26,12 @@ import random
 import warnings
 import zipfile
 from pathlib import Path
-from typing import Any, Mapping
+from typing import TYPE_CHECKING, Any, Mapping
 
 import numpy as np
-import torch
+
+if TYPE_CHECKING:
+    import torch
 
 __all__ = ["CheckpointError", "UnsafeCheckpoint", "CorruptCheckpoint", "save", "load",
            "check_plain", "rng_state", "set_rng_state", "numpy_state", "set_numpy_state",
@@ -53,6 +55,7 @@ class CorruptCheckpoint(CheckpointError):
 def check_plain(obj: Any, where: str = "state") -> None:
     """Raise ``TypeError`` naming the first value in ``obj`` that is neither a tensor nor a
     plain container / scalar (what ``weights_only=True`` would refuse to read back)."""
+    import torch  # here: reading checkpoint folders (ctk runs) needs no torch
     if isinstance(obj, torch.Tensor) or isinstance(obj, _PLAIN):
         return
     if isinstance(obj, dict):
@@ -72,6 +75,7 @@ def check_plain(obj: Any, where: str = "state") -> None:
 def save(path: str | Path, state: Mapping[str, Any], keep: int | None = None) -> Path:
     """Write ``state`` to ``path`` atomically. With ``keep``, also remove all but the newest
     ``keep`` ``*.pt`` siblings written by :func:`save` (by modification time)."""
+    import torch  # here: reading checkpoint folders (ctk runs) needs no torch
     check_plain(dict(state))
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -100,6 +104,7 @@ def load(path: str | Path) -> dict[str, Any]:
     class) and :class:`CorruptCheckpoint` when it is truncated or not a checkpoint; both name
     the file. A missing file is a ``FileNotFoundError``.
     """
+    import torch  # here: reading checkpoint folders (ctk runs) needs no torch
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"no checkpoint at {path}")
@@ -138,6 +143,7 @@ def _what_it_needs(text: str) -> str:
 def numpy_state(state: tuple | Mapping[str, Any]) -> dict[str, Any]:
     """A numpy ``RandomState`` tuple (``get_state()``) or a ``Generator``'s
     ``bit_generator.state`` dict as plain data (arrays become tensors)."""
+    import torch  # here: reading checkpoint folders (ctk runs) needs no torch
     if isinstance(state, tuple):
         name, keys, pos, has_gauss, cached = state
         return {"legacy": name, "keys": torch.from_numpy(np.asarray(keys, dtype=np.int64)),
@@ -149,6 +155,7 @@ def numpy_state(state: tuple | Mapping[str, Any]) -> dict[str, Any]:
 
 def set_numpy_state(saved: Mapping[str, Any]) -> tuple | dict[str, Any]:
     """The inverse of :func:`numpy_state`: what ``set_state`` / ``bit_generator.state`` take."""
+    import torch  # here: reading checkpoint folders (ctk runs) needs no torch
     if "legacy" in saved:
         keys = saved["keys"].numpy().astype(np.uint32)
         return (saved["legacy"], keys, int(saved["pos"]), int(saved["has_gauss"]),
@@ -160,6 +167,7 @@ def set_numpy_state(saved: Mapping[str, Any]) -> tuple | dict[str, Any]:
 def rng_state(generators: Mapping[str, torch.Generator] | None = None) -> dict[str, Any]:
     """Python, numpy (global), torch CPU and every CUDA device's random state, plus the named
     ``torch.Generator`` objects, as CPU tensors and plain numbers."""
+    import torch  # here: reading checkpoint folders (ctk runs) needs no torch
     version, internal, gauss = random.getstate()
     state: dict[str, Any] = {"python": {"version": version, "state": torch.tensor(internal, dtype=torch.int64),
                                         "gauss": gauss},
@@ -174,6 +182,7 @@ def rng_state(generators: Mapping[str, torch.Generator] | None = None) -> dict[s
 def set_rng_state(state: Mapping[str, Any], generators: Mapping[str, torch.Generator] | None = None) -> None:
     """Restore what :func:`rng_state` saved. CUDA states are restored when this process sees
     the same number of devices (a checkpoint written on a GPU resumes on a CPU without them)."""
+    import torch  # here: reading checkpoint folders (ctk runs) needs no torch
     py = state["python"]
     random.setstate((int(py["version"]), tuple(int(v) for v in py["state"].tolist()), py["gauss"]))
     np.random.set_state(set_numpy_state(state["numpy"]))
@@ -197,6 +206,7 @@ def set_rng_state(state: Mapping[str, Any], generators: Mapping[str, torch.Gener
 
 
 def seed_everything(seed: int) -> None:
+    import torch  # here: reading checkpoint folders (ctk runs) needs no torch
     random.seed(seed)
     np.random.seed(seed % (2**32))
     torch.manual_seed(seed)
