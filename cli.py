@@ -75,9 +75,10 @@ def main() -> None:
 @click.option("--master-addr", default="127.0.0.1", show_default=True, help="Address of node 0 (multi-node).")
 @click.option("--master-port", type=int, default=29500, show_default=True, help="Free port on node 0 (multi-node).")
 @click.option("--quiet", is_flag=True, help="No progress bar.")
+@click.option("--verbose", is_flag=True, help="End with every final metric (not only the metrics of record).")
 def run(recipe: str, sets: tuple[str, ...], experiment: str | None, seed: int | None,
         device: str | None, resume: str | None, extend: bool, precision: str | None, nproc: int, nnodes: int,
-        node_rank: int, master_addr: str, master_port: int, quiet: bool) -> None:
+        node_rank: int, master_addr: str, master_port: int, quiet: bool, verbose: bool) -> None:
     """Run RECIPE and log it to mlflow.
 
     \b
@@ -91,7 +92,7 @@ def run(recipe: str, sets: tuple[str, ...], experiment: str | None, seed: int | 
         sys.exit(commands.relaunch(recipe, sets, extra, str(Path(__file__).resolve()), nproc=nproc, nnodes=nnodes,
                                    node_rank=node_rank, master_addr=master_addr, master_port=master_port,
                                    device=device, resume=resume, extend=extend, quiet=quiet))
-    text = commands.run(recipe, sets, extra, device=device, resume=resume, extend=extend, quiet=quiet)
+    text = commands.run(recipe, sets, extra, device=device, resume=resume, extend=extend, quiet=quiet, verbose=verbose)
     if text is not None:
         click.echo(text)
 

@@ -124,6 +124,14 @@ class Domain:
         against this before anything runs."""
         return None
 
+    @classmethod
+    def record_metrics(cls, recipe: rc.Recipe) -> dict[str, tuple[str, ...]]:
+        """The metrics of record of a run of ``recipe`` (what the run is for), each with the
+        metrics of the same run that are its baselines; ``ctk run`` ends with them, comparisons
+        and the UI put them first. A recipe may name others under ``tracking.record``. The
+        default declares none."""
+        return {}
+
     def check_data(self, recipe: rc.Recipe) -> list[tuple[str, str]]:
         """What keeps this run from reading its data (or files the recipe names), as ``(yaml
         path, message)``. ``ctk run`` calls it after validation and before anything is written

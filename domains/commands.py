@@ -55,7 +55,7 @@ def relaunch(recipe: str, sets: tuple[str, ...], extra: list[str], cli: str, *, 
 
 
 def run(recipe: str, sets: tuple[str, ...], extra: list[str], *, device: str | None, resume: str | None,
-        extend: bool, quiet: bool) -> str | None:
+        extend: bool, quiet: bool, verbose: bool = False) -> str | None:
     """``ctk run`` in this process (one rank of a torchrun launch when ``WORLD_SIZE`` > 1): what
     it prints at the end (None on the ranks other than 0)."""
     r = load(recipe, sets, extra)
@@ -73,7 +73,7 @@ def run(recipe: str, sets: tuple[str, ...], extra: list[str], *, device: str | N
         if dist is not None:
             dist.close(clean)
     if dist is None or dist.is_main:
-        return summary(run_id, r.run_name, time.perf_counter() - start, metrics)
+        return summary(run_id, r, time.perf_counter() - start, metrics, verbose)
     return None
 
 
@@ -100,10 +100,39 @@ def execute(recipe: Any, **kwargs: Any) -> tuple[str | None, dict[str, float]]:
                        label="interrupted") from exc
 
 
-def summary(run_id: str | None, run_name: str, seconds: float, metrics: dict[str, float]) -> str:
-    """The lines ``ctk run`` ends with: the run, its time, its final metrics."""
-    return "\n".join([f"run {run_id} ({run_name}) finished in {seconds:.1f} s",
-                      *(f"  {k}: {v:.4f}" for k, v in sorted(metrics.items()))])
+def summary(run_id: str | None, recipe: Any, seconds: float, metrics: dict[str, float],
+            verbose: bool = False) -> str:
+    """The lines ``ctk run`` ends with: the run and its wall time, its metrics of record beside
+    their baselines from the same run (with the difference), where its figures are and the
+    commands to look further; every final metric with ``verbose``."""
+    from toolkit.runs import record_metrics
+    from toolkit.tracking.store import run_location
+    lines = [f"run {run_id} ({recipe.run_name}) finished in {_duration(seconds)}"]
+    record = record_metrics(recipe)
+    width = max([len(m) for m in record] + [len(b) for bs in record.values() for b in bs] + [6])
+    for metric, baselines in record.items():
+        value = metrics.get(metric)
+        lines.append(f"  {metric.ljust(width)}  " + (f"{value:.4f}" if value is not None else "not logged")
+                     + "  (metric of record)")
+        for base in baselines:
+            if base in metrics:
+                diff = f"{value - metrics[base]:+.4f}" if value is not None else ""
+                lines.append(f"  {base.ljust(width)}  {metrics[base]:.4f}  baseline; difference {diff}")
+    artifacts, experiment_id = run_location(recipe.tracking.uri, run_id) if run_id else (None, None)
+    if artifacts:
+        lines.append(f"figures and files: {artifacts} (figures/)")
+    if experiment_id:
+        lines.append(f"look further: ctk ui  (then http://127.0.0.1:5000/#/experiments/{experiment_id}/runs/{run_id})")
+    lines.append(f"              ctk compare {recipe.tracking.experiment}")
+    if verbose or not record:
+        lines += ["all final metrics:", *(f"  {k}: {v:.4f}" for k, v in sorted(metrics.items()))]
+    else:
+        lines.append(f"all {len(metrics)} final metrics: --verbose (and in the store)")
+    return "\n".join(lines)
+
+
+def _duration(seconds: float) -> str:
+    return f"{seconds:.1f} s" if seconds < 120 else f"{int(seconds // 60)} min {seconds % 60:.0f} s"
 
 
 def show(recipe: str, sets: tuple[str, ...]) -> str:

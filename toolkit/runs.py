@@ -80,6 +80,19 @@ def _with_defaults(raw: dict[str, Any], defaults: dict[str, Any]) -> dict[str, A
     return out
 
 
+RECORD_TAG = "ctk.record"
+
+
+def record_metrics(recipe: rc.Recipe) -> dict[str, tuple[str, ...]]:
+    """The run's metrics of record, each with its baselines from the same run: ``tracking.record``
+    when the recipe names them, else what the domain declares (``Domain.record_metrics``)."""
+    declare = getattr(recipe.domain_class, "record_metrics", None)
+    declared = dict(declare(recipe)) if declare is not None else {}
+    if recipe.tracking.record:
+        return {m: tuple(declared.get(m, ())) for m in recipe.tracking.record}
+    return declared
+
+
 class RunFinished(ValueError):
     """``--resume`` of a run that already FINISHED (it is never modified)."""
 
@@ -135,6 +148,7 @@ def execute(recipe: rc.Recipe, *, resume: str | None = None,
             "ctk.regularizers": ",".join(r.name for r in obj.regularizers) if obj else "",
             "ctk.recipe": recipe.source, "ctk.version": __version__,
             "mlflow.source.git.commit": git_commit(), "ctk.seed": str(recipe.seed),
+            RECORD_TAG: ",".join(record_metrics(recipe)),
             **recipe.tracking.tags, **(extra_tags or {})}
     with Tracker(recipe.tracking.experiment, recipe.run_name, recipe.tracking.uri, tags,
                  run_id=run_id, enabled=is_main) as tracker:

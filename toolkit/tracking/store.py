@@ -82,6 +82,16 @@ def find_experiment(client: MlflowClient | None, name: str, uri: str | None = No
 _SET_UP: set[str] = set()  # SQLite stores this process created or found migrated
 
 
+def run_location(uri: str | None, run_id: str) -> tuple[str | None, str | None]:
+    """(artifact location, experiment id) of run ``run_id``, or Nones when the store does not answer."""
+    try:
+        info = client_for(uri).get_run(run_id).info
+    except Exception:  # noqa: BLE001 - a summary line, never a failure
+        return None, None
+    location = info.artifact_uri
+    return (location[len("file://"):] if location.startswith("file://") else location), info.experiment_id
+
+
 @contextlib.contextmanager
 def store_lock(uri: str) -> Iterator[None]:
     """Exclusive across processes for a SQLite store: ``<database>.lock`` beside the file is held
