@@ -61,12 +61,12 @@ def main() -> None:
 
 
 @main.command()
-@click.argument("recipe", type=click.Path(dir_okay=False))
+@click.argument("recipe", type=click.Path(dir_okay=False), required=False)
 @click.option("--set", "sets", multiple=True, metavar="KEY=VALUE", help="Override a recipe value (validated like the file).")
 @click.option("--experiment", help="mlflow experiment name (tracking.experiment).")
 @click.option("--seed", type=int, help="Random seed (seed).")
 @click.option("--device", type=click.Choice(["cpu", "cuda", "auto"]), help="Device (default: the recipe's).")
-@click.option("--resume", "resume", metavar="RUN", help="Continue a killed run: its mlflow run id or a checkpoint file.")
+@click.option("--resume", "resume", metavar="RUN", help="Continue a killed run (its mlflow run id or a checkpoint file; RECIPE optional).")
 @click.option("--extend", is_flag=True, help="With --resume: allow a changed budget (continue a run for longer).")
 @click.option("--precision", type=click.Choice(["fp32", "bf16", "fp16"]), help="Autocast precision (default: the recipe's).")
 @click.option("--nproc", type=int, default=1, show_default=True, help="Processes on this node (one per device) under torchrun.")
@@ -76,14 +76,15 @@ def main() -> None:
 @click.option("--master-port", type=int, default=29500, show_default=True, help="Free port on node 0 (multi-node).")
 @click.option("--quiet", is_flag=True, help="No progress bar.")
 @click.option("--verbose", is_flag=True, help="End with every final metric (not only the metrics of record).")
-def run(recipe: str, sets: tuple[str, ...], experiment: str | None, seed: int | None,
+def run(recipe: str | None, sets: tuple[str, ...], experiment: str | None, seed: int | None,
         device: str | None, resume: str | None, extend: bool, precision: str | None, nproc: int, nnodes: int,
         node_rank: int, master_addr: str, master_port: int, quiet: bool, verbose: bool) -> None:
-    """Run RECIPE and log it to mlflow.
+    """Run RECIPE and log it to mlflow (or continue a run with --resume RUN_ID).
 
     \b
     Example:
       ctk run recipes/vision/quickstart.yaml --set budget.epochs=2 --seed 1
+      ctk run --resume 3f2a...c1
       ctk run recipes/vision/quickstart.yaml --precision bf16 --nproc 2
     """
     from domains import commands

@@ -34,17 +34,17 @@ def overrides(seed: int | None, experiment: str | None, precision: str | None = 
         ([f"precision={precision}"] if precision else [])
 
 
-def relaunch(recipe: str, sets: tuple[str, ...], extra: list[str], cli: str, *, nproc: int, nnodes: int,
+def relaunch(recipe: str | None, sets: tuple[str, ...], extra: list[str], cli: str, *, nproc: int, nnodes: int,
              node_rank: int, master_addr: str, master_port: int, device: str | None, resume: str | None,
              extend: bool, quiet: bool) -> int:
     """``ctk run --nproc/--nnodes``: check the recipe, then run ``cli run ...`` once per process
     under torchrun; returns torchrun's exit status."""
-    r = load(recipe, sets, extra)
+    r = load_for_run(recipe, sets, extra, resume)
     why = getattr(registry.get(r.domain), "single_process_only", None)
     if why:
         raise CtkError(f"--nproc {nproc} --nnodes {nnodes}: domain {r.domain!r} runs in one process only: {why}", 2)
     from toolkit.training.distributed import launch
-    args = [recipe, *(word for s in (*sets, *extra) for word in ("--set", s))]
+    args = [*([recipe] if recipe else []), *(word for s in (*sets, *extra) for word in ("--set", s))]
     args += (["--device", device] if device else []) + (["--resume", resume] if resume else []) \
         + (["--extend"] if extend else []) + (["--quiet"] if quiet else [])
     try:
@@ -54,11 +54,33 @@ def relaunch(recipe: str, sets: tuple[str, ...], extra: list[str], cli: str, *, 
         raise CtkError(str(exc), 2) from exc
 
 
-def run(recipe: str, sets: tuple[str, ...], extra: list[str], *, device: str | None, resume: str | None,
+def load_for_run(recipe: str | None, sets: tuple[str, ...] | list[str], extra: list[str],
+                 resume: str | None) -> Any:
+    """The recipe a run executes. With ``--resume`` the run's own resolved recipe (from its
+    checkpoint: its overrides and precision) unless a recipe file is given; a given recipe keeps
+    the run's precision unless ``--precision`` says otherwise. What differs from the run is
+    refused when the checkpoint is read (the budget accepted with ``--extend``)."""
+    if not resume:
+        if recipe is None:
+            raise CtkError("give a RECIPE to run (or --resume RUN_ID to continue a run)", 2)
+        return load(recipe, sets, extra)
+    from toolkit.runs import load_recipe, resumed_recipe
+    try:
+        saved, source = resumed_recipe(resume)
+    except FileNotFoundError as exc:
+        raise CtkError(str(exc), 2) from exc
+    overrides = [*sets, *extra]
+    if recipe is None:
+        return load_recipe(source, overrides, registry.get, data=saved)
+    explicit = any(o.split("=", 1)[0].strip() == "precision" for o in overrides)
+    return load(recipe, overrides, [] if explicit else [f"precision={saved.get('precision', 'auto')}"])
+
+
+def run(recipe: str | None, sets: tuple[str, ...], extra: list[str], *, device: str | None, resume: str | None,
         extend: bool, quiet: bool, verbose: bool = False) -> str | None:
     """``ctk run`` in this process (one rank of a torchrun launch when ``WORLD_SIZE`` > 1): what
     it prints at the end (None on the ranks other than 0)."""
-    r = load(recipe, sets, extra)
+    r = load_for_run(recipe, sets, extra, resume)
     dist = None
     if int(os.environ.get("WORLD_SIZE", "1")) > 1:
         from toolkit.training.distributed import Context
@@ -96,7 +118,7 @@ def execute(recipe: Any, **kwargs: Any) -> tuple[str | None, dict[str, float]]:
     except (FileNotFoundError, ValueError) as exc:
         raise CtkError(str(exc), 1) from exc
     except KeyboardInterrupt as exc:
-        raise CtkError(f"the run is marked KILLED; {exc or 'continue it with --resume RUN_ID'}", 130,
+        raise CtkError(f"the run is marked KILLED; {exc or 'continue it with: ctk run --resume RUN_ID'}", 130,
                        label="interrupted") from exc
 
 

@@ -93,6 +93,26 @@ def record_metrics(recipe: rc.Recipe) -> dict[str, tuple[str, ...]]:
     return declared
 
 
+def resumed_recipe(resume: str, uri: str | None = None) -> tuple[dict[str, Any], str]:
+    """(the resolved recipe, its source file) of the run ``--resume RUN_ID | FILE`` continues, from
+    its newest readable checkpoint (which holds the resolved recipe: overrides and precision
+    included), so that a resume needs nothing but the run."""
+    path = Path(resume)
+    stored = None if path.is_file() else _stored_run(uri, resume)
+    tags = stored.data.tags if stored is not None else {}
+    found = [path] if path.is_file() else ckpt.candidates(resume, tags)
+    for candidate in found:
+        try:
+            saved = ckpt.load(candidate)
+        except ckpt.CheckpointError:
+            continue
+        if isinstance(saved.get("recipe"), dict) and saved["recipe"]:
+            return saved["recipe"], tags.get("ctk.recipe") or str(candidate)
+    where = " or ".join(str(f) for f in ckpt.folders(resume, tags))
+    raise FileNotFoundError(f"--resume {resume}: no readable checkpoint in {where} (give the checkpoint file, "
+                            "or the recipe and --set values of the run)")
+
+
 class RunFinished(ValueError):
     """``--resume`` of a run that already FINISHED (it is never modified)."""
 

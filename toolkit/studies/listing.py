@@ -35,9 +35,8 @@ def runs_table(experiment: str | None = None, uri: str | None = None, limit: int
         if on_disk is not None and on_disk.stem.startswith("step-"):
             step = str(int(on_disk.stem.split("-", 1)[1]))
         status = run.info.status + (f" ({tags['ctk.killed_reason']})" if "ctk.killed_reason" in tags else "")
-        recipe = tags.get("ctk.recipe", "RECIPE")
         resumable = "ctk.checkpoint" in tags or on_disk is not None
-        resume = (f"ctk run {recipe} --resume {run.info.run_id}"
+        resume = (f"ctk run --resume {run.info.run_id}"
                   if run.info.status in ("KILLED", "FAILED") and resumable else "")
         rows.append([run.info.run_id, run.info.run_name or "", status, age, f"step {step}" if step != "-" else "-",
                      resume])
