@@ -60,10 +60,13 @@ class DataBundle:
 
 @dataclass
 class Evaluation:
-    """What ``evaluate`` returns: named scalar metrics and matplotlib figures to log as PNG."""
+    """What ``evaluate`` returns: named scalar metrics and matplotlib figures to log as PNG, and
+    the settings the evaluation chose itself (a probe's L2 strength), logged as params: they are
+    not results, and comparisons leave them out."""
 
     metrics: dict[str, float] = field(default_factory=dict)
     figures: dict[str, Any] = field(default_factory=dict)
+    settings: dict[str, Any] = field(default_factory=dict)
 
 
 class Encoder(nn.Module):

@@ -24,7 +24,7 @@ from toolkit import __version__
 from toolkit import checkpoint as ckpt
 from toolkit import objective as objective_mod
 from toolkit import recipe as rc
-from toolkit.tracking.store import client_for, git_commit
+from toolkit.tracking.store import RECORD_TAG, client_for, git_commit
 from toolkit.tracking.tracker import Tracker
 from toolkit.training import precision as precision_mod
 from toolkit.training.trainer import RunOptions, select_device
@@ -80,7 +80,6 @@ def _with_defaults(raw: dict[str, Any], defaults: dict[str, Any]) -> dict[str, A
     return out
 
 
-RECORD_TAG = "ctk.record"
 
 
 def record_metrics(recipe: rc.Recipe) -> dict[str, tuple[str, ...]]:

@@ -79,6 +79,7 @@ def find_experiment(client: MlflowClient | None, name: str, uri: str | None = No
     return exp
 
 
+RECORD_TAG = "ctk.record"  # a run's metrics of record, comma-separated: comparisons and the UI put them first
 _SET_UP: set[str] = set()  # SQLite stores this process created or found migrated
 
 
