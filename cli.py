@@ -345,10 +345,8 @@ def ui(uri: str | None, host: str, port: int, basic_auth: bool) -> None:
     Example:
       ctk ui --port 5000   (then browse http://127.0.0.1:5000)
     """
-    from toolkit.tracking.servers import ui_command
-    cmd = ui_command(uri, host, port, basic_auth, click.echo, _err)
-    sys.stdout.flush()
-    os.execvp(cmd[0], cmd)
+    from toolkit.tracking.servers import ui as run_ui
+    sys.exit(run_ui(uri, host, port, basic_auth, click.echo, _err))
 
 
 @main.command()
