@@ -63,7 +63,12 @@ def load_for_run(recipe: str | None, sets: tuple[str, ...] | list[str], extra: l
     if not resume:
         if recipe is None:
             raise CtkError("give a RECIPE to run (or --resume RUN_ID to continue a run)", 2)
-        return load(recipe, sets, extra)
+        r = load(recipe, sets, extra)
+        changed = [o for o in (*sets, *extra) if not o.split("=", 1)[0].strip().startswith(("tracking.", "seed"))]
+        if changed and not r.tracking.run_name:  # the name says what differs from the file, as a sweep point's
+            from toolkit.runs import point_run_name
+            r = load(recipe, sets, [*extra, f"tracking.run_name={point_run_name(r, changed)}"])
+        return r
     from toolkit.runs import load_recipe, resumed_recipe
     try:
         saved, source = resumed_recipe(resume)

@@ -41,3 +41,10 @@ def test_domains_declare_records_among_the_metrics_they_log(recipe):
     for metric, baselines in record.items():
         assert metric in logged and all(b in logged for b in baselines), (metric, baselines)
         assert baselines  # each of these recipes computes its baselines in the same run
+
+
+def test_single_run_name_says_what_differs_from_the_file():
+    plain = commands.load_for_run(TOY, (), [], None)
+    changed = commands.load_for_run(TOY, ("objective.loss.temperature=0.3",), ["precision=fp32", "seed=2"], None)
+    assert "t0.3" in changed.run_name and "pfp32" in changed.run_name and changed.run_name.endswith("-s2")
+    assert "t0.3" not in plain.run_name
