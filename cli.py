@@ -61,12 +61,12 @@ def main() -> None:
 
 
 @main.command()
-@click.argument("recipe", type=click.Path(dir_okay=False))
+@click.argument("recipe", type=click.Path(dir_okay=False), required=False)
 @click.option("--set", "sets", multiple=True, metavar="KEY=VALUE", help="Override a recipe value (validated like the file).")
 @click.option("--experiment", help="mlflow experiment name (tracking.experiment).")
 @click.option("--seed", type=int, help="Random seed (seed).")
 @click.option("--device", type=click.Choice(["cpu", "cuda", "auto"]), help="Device (default: the recipe's).")
-@click.option("--resume", "resume", metavar="RUN", help="Continue a killed run: its mlflow run id or a checkpoint file.")
+@click.option("--resume", "resume", metavar="RUN", help="Continue a killed run (its mlflow run id or a checkpoint file; RECIPE optional).")
 @click.option("--extend", is_flag=True, help="With --resume: allow a changed budget (continue a run for longer).")
 @click.option("--precision", type=click.Choice(["fp32", "bf16", "fp16"]), help="Autocast precision (default: the recipe's).")
 @click.option("--nproc", type=int, default=1, show_default=True, help="Processes on this node (one per device) under torchrun.")
@@ -75,14 +75,16 @@ def main() -> None:
 @click.option("--master-addr", default="127.0.0.1", show_default=True, help="Address of node 0 (multi-node).")
 @click.option("--master-port", type=int, default=29500, show_default=True, help="Free port on node 0 (multi-node).")
 @click.option("--quiet", is_flag=True, help="No progress bar.")
-def run(recipe: str, sets: tuple[str, ...], experiment: str | None, seed: int | None,
+@click.option("--verbose", is_flag=True, help="End with every final metric (not only the metrics of record).")
+def run(recipe: str | None, sets: tuple[str, ...], experiment: str | None, seed: int | None,
         device: str | None, resume: str | None, extend: bool, precision: str | None, nproc: int, nnodes: int,
-        node_rank: int, master_addr: str, master_port: int, quiet: bool) -> None:
-    """Run RECIPE and log it to mlflow.
+        node_rank: int, master_addr: str, master_port: int, quiet: bool, verbose: bool) -> None:
+    """Run RECIPE and log it to mlflow (or continue a run with --resume RUN_ID).
 
     \b
     Example:
       ctk run recipes/vision/quickstart.yaml --set budget.epochs=2 --seed 1
+      ctk run --resume 3f2a...c1
       ctk run recipes/vision/quickstart.yaml --precision bf16 --nproc 2
     """
     from domains import commands
@@ -91,7 +93,7 @@ def run(recipe: str, sets: tuple[str, ...], experiment: str | None, seed: int | 
         sys.exit(commands.relaunch(recipe, sets, extra, str(Path(__file__).resolve()), nproc=nproc, nnodes=nnodes,
                                    node_rank=node_rank, master_addr=master_addr, master_port=master_port,
                                    device=device, resume=resume, extend=extend, quiet=quiet))
-    text = commands.run(recipe, sets, extra, device=device, resume=resume, extend=extend, quiet=quiet)
+    text = commands.run(recipe, sets, extra, device=device, resume=resume, extend=extend, quiet=quiet, verbose=verbose)
     if text is not None:
         click.echo(text)
 
@@ -343,10 +345,8 @@ def ui(uri: str | None, host: str, port: int, basic_auth: bool) -> None:
     Example:
       ctk ui --port 5000   (then browse http://127.0.0.1:5000)
     """
-    from toolkit.tracking.servers import ui_command
-    cmd = ui_command(uri, host, port, basic_auth, click.echo, _err)
-    sys.stdout.flush()
-    os.execvp(cmd[0], cmd)
+    from toolkit.tracking.servers import ui as run_ui
+    sys.exit(run_ui(uri, host, port, basic_auth, click.echo, _err))
 
 
 @main.command()

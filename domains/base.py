@@ -60,10 +60,13 @@ class DataBundle:
 
 @dataclass
 class Evaluation:
-    """What ``evaluate`` returns: named scalar metrics and matplotlib figures to log as PNG."""
+    """What ``evaluate`` returns: named scalar metrics and matplotlib figures to log as PNG, and
+    the settings the evaluation chose itself (a probe's L2 strength), logged as params: they are
+    not results, and comparisons leave them out."""
 
     metrics: dict[str, float] = field(default_factory=dict)
     figures: dict[str, Any] = field(default_factory=dict)
+    settings: dict[str, Any] = field(default_factory=dict)
 
 
 class Encoder(nn.Module):
@@ -123,6 +126,14 @@ class Domain:
         or None when the domain does not say. ``ctk study`` checks the metric names it is given
         against this before anything runs."""
         return None
+
+    @classmethod
+    def record_metrics(cls, recipe: rc.Recipe) -> dict[str, tuple[str, ...]]:
+        """The metrics of record of a run of ``recipe`` (what the run is for), each with the
+        metrics of the same run that are its baselines; ``ctk run`` ends with them, comparisons
+        and the UI put them first. A recipe may name others under ``tracking.record``. The
+        default declares none."""
+        return {}
 
     def check_data(self, recipe: rc.Recipe) -> list[tuple[str, str]]:
         """What keeps this run from reading its data (or files the recipe names), as ``(yaml

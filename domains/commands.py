@@ -34,17 +34,17 @@ def overrides(seed: int | None, experiment: str | None, precision: str | None = 
         ([f"precision={precision}"] if precision else [])
 
 
-def relaunch(recipe: str, sets: tuple[str, ...], extra: list[str], cli: str, *, nproc: int, nnodes: int,
+def relaunch(recipe: str | None, sets: tuple[str, ...], extra: list[str], cli: str, *, nproc: int, nnodes: int,
              node_rank: int, master_addr: str, master_port: int, device: str | None, resume: str | None,
              extend: bool, quiet: bool) -> int:
     """``ctk run --nproc/--nnodes``: check the recipe, then run ``cli run ...`` once per process
     under torchrun; returns torchrun's exit status."""
-    r = load(recipe, sets, extra)
+    r = load_for_run(recipe, sets, extra, resume)
     why = getattr(registry.get(r.domain), "single_process_only", None)
     if why:
         raise CtkError(f"--nproc {nproc} --nnodes {nnodes}: domain {r.domain!r} runs in one process only: {why}", 2)
     from toolkit.training.distributed import launch
-    args = [recipe, *(word for s in (*sets, *extra) for word in ("--set", s))]
+    args = [*([recipe] if recipe else []), *(word for s in (*sets, *extra) for word in ("--set", s))]
     args += (["--device", device] if device else []) + (["--resume", resume] if resume else []) \
         + (["--extend"] if extend else []) + (["--quiet"] if quiet else [])
     try:
@@ -54,11 +54,38 @@ def relaunch(recipe: str, sets: tuple[str, ...], extra: list[str], cli: str, *, 
         raise CtkError(str(exc), 2) from exc
 
 
-def run(recipe: str, sets: tuple[str, ...], extra: list[str], *, device: str | None, resume: str | None,
-        extend: bool, quiet: bool) -> str | None:
+def load_for_run(recipe: str | None, sets: tuple[str, ...] | list[str], extra: list[str],
+                 resume: str | None) -> Any:
+    """The recipe a run executes. With ``--resume`` the run's own resolved recipe (from its
+    checkpoint: its overrides and precision) unless a recipe file is given; a given recipe keeps
+    the run's precision unless ``--precision`` says otherwise. What differs from the run is
+    refused when the checkpoint is read (the budget accepted with ``--extend``)."""
+    if not resume:
+        if recipe is None:
+            raise CtkError("give a RECIPE to run (or --resume RUN_ID to continue a run)", 2)
+        r = load(recipe, sets, extra)
+        changed = [o for o in (*sets, *extra) if not o.split("=", 1)[0].strip().startswith(("tracking.", "seed"))]
+        if changed and not r.tracking.run_name:  # the name says what differs from the file, as a sweep point's
+            from toolkit.runs import point_run_name
+            r = load(recipe, sets, [*extra, f"tracking.run_name={point_run_name(r, changed)}"])
+        return r
+    from toolkit.runs import load_recipe, resumed_recipe
+    try:
+        saved, source = resumed_recipe(resume)
+    except FileNotFoundError as exc:
+        raise CtkError(str(exc), 2) from exc
+    overrides = [*sets, *extra]
+    if recipe is None:
+        return load_recipe(source, overrides, registry.get, data=saved)
+    explicit = any(o.split("=", 1)[0].strip() == "precision" for o in overrides)
+    return load(recipe, overrides, [] if explicit else [f"precision={saved.get('precision', 'auto')}"])
+
+
+def run(recipe: str | None, sets: tuple[str, ...], extra: list[str], *, device: str | None, resume: str | None,
+        extend: bool, quiet: bool, verbose: bool = False) -> str | None:
     """``ctk run`` in this process (one rank of a torchrun launch when ``WORLD_SIZE`` > 1): what
     it prints at the end (None on the ranks other than 0)."""
-    r = load(recipe, sets, extra)
+    r = load_for_run(recipe, sets, extra, resume)
     dist = None
     if int(os.environ.get("WORLD_SIZE", "1")) > 1:
         from toolkit.training.distributed import Context
@@ -73,7 +100,7 @@ def run(recipe: str, sets: tuple[str, ...], extra: list[str], *, device: str | N
         if dist is not None:
             dist.close(clean)
     if dist is None or dist.is_main:
-        return summary(run_id, r.run_name, time.perf_counter() - start, metrics)
+        return summary(run_id, r, time.perf_counter() - start, metrics, verbose)
     return None
 
 
@@ -96,14 +123,43 @@ def execute(recipe: Any, **kwargs: Any) -> tuple[str | None, dict[str, float]]:
     except (FileNotFoundError, ValueError) as exc:
         raise CtkError(str(exc), 1) from exc
     except KeyboardInterrupt as exc:
-        raise CtkError(f"the run is marked KILLED; {exc or 'continue it with --resume RUN_ID'}", 130,
+        raise CtkError(f"the run is marked KILLED; {exc or 'continue it with: ctk run --resume RUN_ID'}", 130,
                        label="interrupted") from exc
 
 
-def summary(run_id: str | None, run_name: str, seconds: float, metrics: dict[str, float]) -> str:
-    """The lines ``ctk run`` ends with: the run, its time, its final metrics."""
-    return "\n".join([f"run {run_id} ({run_name}) finished in {seconds:.1f} s",
-                      *(f"  {k}: {v:.4f}" for k, v in sorted(metrics.items()))])
+def summary(run_id: str | None, recipe: Any, seconds: float, metrics: dict[str, float],
+            verbose: bool = False) -> str:
+    """The lines ``ctk run`` ends with: the run and its wall time, its metrics of record beside
+    their baselines from the same run (with the difference), where its figures are and the
+    commands to look further; every final metric with ``verbose``."""
+    from toolkit.runs import record_metrics
+    from toolkit.tracking.store import run_location
+    lines = [f"run {run_id} ({recipe.run_name}) finished in {_duration(seconds)}"]
+    record = record_metrics(recipe)
+    width = max([len(m) for m in record] + [len(b) for bs in record.values() for b in bs] + [6])
+    for metric, baselines in record.items():
+        value = metrics.get(metric)
+        lines.append(f"  {metric.ljust(width)}  " + (f"{value:.4f}" if value is not None else "not logged")
+                     + "  (metric of record)")
+        for base in baselines:
+            if base in metrics:
+                diff = f"{value - metrics[base]:+.4f}" if value is not None else ""
+                lines.append(f"  {base.ljust(width)}  {metrics[base]:.4f}  baseline; difference {diff}")
+    artifacts, experiment_id = run_location(recipe.tracking.uri, run_id) if run_id else (None, None)
+    if artifacts:
+        lines.append(f"figures and files: {artifacts} (figures/)")
+    if experiment_id:
+        lines.append(f"look further: ctk ui  (then http://127.0.0.1:5000/#/experiments/{experiment_id}/runs/{run_id})")
+    lines.append(f"              ctk compare {recipe.tracking.experiment}")
+    if verbose or not record:
+        lines += ["all final metrics:", *(f"  {k}: {v:.4f}" for k, v in sorted(metrics.items()))]
+    else:
+        lines.append(f"all {len(metrics)} final metrics: --verbose (and in the store)")
+    return "\n".join(lines)
+
+
+def _duration(seconds: float) -> str:
+    return f"{seconds:.1f} s" if seconds < 120 else f"{int(seconds // 60)} min {seconds % 60:.0f} s"
 
 
 def show(recipe: str, sets: tuple[str, ...]) -> str:

@@ -74,9 +74,15 @@ def test_commands_without_tensors_import_no_torch(tmp_path, args, code):
     assert code == 0 or errors.startswith("error: "), errors
 
 
-def test_runs_in_an_empty_folder_creates_no_store(tmp_path):
-    proc, _ = imported([CLI, "runs"], tmp_path)
-    assert proc.returncode == 0 and proc.stdout.startswith("no runs in sqlite:///"), proc.stdout
+@pytest.mark.parametrize("args,code", [(["runs"], 0), (["compare", "x"], 1), (["ui", "--port", "1"], 1),
+                                       (["export", "0123abcd"], 1)], ids=["runs", "compare", "ui", "export"])
+def test_reading_commands_in_an_empty_folder_create_no_store(tmp_path, args, code):
+    """They say where they looked and how to point them elsewhere."""
+    proc, _ = imported([CLI, *args], tmp_path)
+    said = proc.stdout + "\n".join(line for line in proc.stderr.splitlines() if not line.startswith("import time:"))
+    assert proc.returncode == code, said[-2000:]
+    assert f"no tracking store at sqlite:///{tmp_path.resolve()}" in said and "--uri" in said, said[-2000:]
+    assert "MLFLOW_TRACKING_URI" in said
     assert list(tmp_path.iterdir()) == []
 
 

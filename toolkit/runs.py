@@ -24,7 +24,7 @@ from toolkit import __version__
 from toolkit import checkpoint as ckpt
 from toolkit import objective as objective_mod
 from toolkit import recipe as rc
-from toolkit.tracking.store import client_for, git_commit
+from toolkit.tracking.store import RECORD_TAG, client_for, git_commit
 from toolkit.tracking.tracker import Tracker
 from toolkit.training import precision as precision_mod
 from toolkit.training.trainer import RunOptions, select_device
@@ -78,6 +78,38 @@ def _with_defaults(raw: dict[str, Any], defaults: dict[str, Any]) -> dict[str, A
         elif isinstance(value, dict) and isinstance(out[key], dict):
             out[key] = _with_defaults(out[key], value)
     return out
+
+
+
+
+def record_metrics(recipe: rc.Recipe) -> dict[str, tuple[str, ...]]:
+    """The run's metrics of record, each with its baselines from the same run: ``tracking.record``
+    when the recipe names them, else what the domain declares (``Domain.record_metrics``)."""
+    declare = getattr(recipe.domain_class, "record_metrics", None)
+    declared = dict(declare(recipe)) if declare is not None else {}
+    if recipe.tracking.record:
+        return {m: tuple(declared.get(m, ())) for m in recipe.tracking.record}
+    return declared
+
+
+def resumed_recipe(resume: str, uri: str | None = None) -> tuple[dict[str, Any], str]:
+    """(the resolved recipe, its source file) of the run ``--resume RUN_ID | FILE`` continues, from
+    its newest readable checkpoint (which holds the resolved recipe: overrides and precision
+    included), so that a resume needs nothing but the run."""
+    path = Path(resume)
+    stored = None if path.is_file() else _stored_run(uri, resume)
+    tags = stored.data.tags if stored is not None else {}
+    found = [path] if path.is_file() else ckpt.candidates(resume, tags)
+    for candidate in found:
+        try:
+            saved = ckpt.load(candidate)
+        except ckpt.CheckpointError:
+            continue
+        if isinstance(saved.get("recipe"), dict) and saved["recipe"]:
+            return saved["recipe"], tags.get("ctk.recipe") or str(candidate)
+    where = " or ".join(str(f) for f in ckpt.folders(resume, tags))
+    raise FileNotFoundError(f"--resume {resume}: no readable checkpoint in {where} (give the checkpoint file, "
+                            "or the recipe and --set values of the run)")
 
 
 class RunFinished(ValueError):
@@ -135,6 +167,7 @@ def execute(recipe: rc.Recipe, *, resume: str | None = None,
             "ctk.regularizers": ",".join(r.name for r in obj.regularizers) if obj else "",
             "ctk.recipe": recipe.source, "ctk.version": __version__,
             "mlflow.source.git.commit": git_commit(), "ctk.seed": str(recipe.seed),
+            RECORD_TAG: ",".join(record_metrics(recipe)),
             **recipe.tracking.tags, **(extra_tags or {})}
     with Tracker(recipe.tracking.experiment, recipe.run_name, recipe.tracking.uri, tags,
                  run_id=run_id, enabled=is_main) as tracker:

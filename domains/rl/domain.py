@@ -90,6 +90,11 @@ class RLDomain(Domain):
         return out
 
     @classmethod
+    def record_metrics(cls, recipe: Any) -> dict[str, tuple[str, ...]]:
+        """The mean evaluation return, beside a random policy's."""
+        return {"return_mean": ("random_return_mean",) if recipe.evaluation.random_baseline else ()}
+
+    @classmethod
     def check(cls, raw: Mapping[str, Any], sections: Mapping[str, Any]) -> list[tuple[str, str]]:
         """rl needs a budget in environment steps, Adam, a constant schedule and in-batch
         negatives; the objective is optional (without it the agent is plain pixel SAC). The task

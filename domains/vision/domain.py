@@ -94,6 +94,14 @@ class VisionDomain(Domain):
                                       "top10_neg_similarity"), ""))
         return out
 
+    @classmethod
+    def record_metrics(cls, recipe: Any) -> dict[str, tuple[str, ...]]:
+        """The linear probe on the trained backbone, beside the same probe on each baseline."""
+        ev = recipe.evaluation
+        if not ev.linear.enabled:
+            return {"knn_top1": ()} if ev.knn.enabled else {}
+        return {"linear_top1": tuple(f"linear_top1_{b}" for b in ev.baselines)}
+
     # -- data -------------------------------------------------------------------------------
     def check_data(self, recipe: Any) -> list[tuple[str, str]]:
         """The dataset's files are where torchvision reads them (MNIST / Fashion-MNIST fetched)."""

@@ -10,7 +10,8 @@ Metrics (flat snake_case):
 * ``linear_top1_random_init`` / ``linear_top1_raw_pixels`` (``evaluation.baselines``): the
   same probe on a randomly initialised encoder of the same architecture, and on the pixels
   (whose kNN accuracies are reported too: ``knn_top1_raw_pixels``, ``knn5_top1_raw_pixels``);
-  ``linear_c*`` is the inverse L2 strength each probe used;
+  ``linear_c*``, the inverse L2 strength each probe chose, is a setting (the run's params
+  ``evaluation.chosen.linear_c*``), not a result;
 * geometry of the L2-normalised projections of test images (``diagnostics.py``):
   ``alignment``, ``uniformity`` / ``neg_uniformity``, ``tolerance``, ``cond_entropy``,
   ``dp_margin_occupancy``, plus the LMCL distance histogram and the Wang & Liu similarity
@@ -118,6 +119,8 @@ def evaluate(domain: Any, encoder: torch.nn.Module, data: Any, recipe: Any) -> E
         result.metrics.update(metrics)
         result.figures.update(figures)
     encoder.train(was_training)
+    for key in [k for k in result.metrics if k == "linear_c" or k.startswith("linear_c_")]:
+        result.settings[key] = result.metrics.pop(key)  # the probe's chosen L2 strength: a setting
     return result
 
 

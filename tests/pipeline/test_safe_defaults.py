@@ -47,6 +47,8 @@ def _free_port() -> int:
 
 @pytest.mark.skipif(not Path("/proc/net/tcp").exists(), reason="reads Linux's socket table")
 def test_ctk_ui_listens_on_loopback_only(tmp_path):
+    from toolkit.tracking.store import client_for
+    client_for(f"sqlite:///{tmp_path / 'mlflow.db'}")  # ctk ui reads a store, never creates one
     port = _free_port()
     command = [sys.executable, str(ROOT / "cli.py"), "ui", "--port", str(port),
                "--uri", f"sqlite:///{tmp_path / 'mlflow.db'}"]
@@ -70,14 +72,18 @@ def test_ctk_ui_listens_on_loopback_only(tmp_path):
 
 
 def _ui(monkeypatch, *args: str):
+    from toolkit.tracking import servers
     started = []
-    monkeypatch.setattr(cli.os, "execvp", lambda file, argv: started.append(argv))
+    monkeypatch.setattr(servers, "supervise", lambda cmd, *a, **k: started.append(cmd) or 0)
     result = CliRunner().invoke(cli.main, ["ui", *args])
     return result, started
 
 
 def test_ui_on_all_interfaces_warns_once_and_passes_basic_auth(monkeypatch, tmp_path):
-    monkeypatch.chdir(tmp_path)  # the ui command creates the store's tables: keep x.db out of the repo
+    from toolkit.tracking.store import client_for
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", "sqlite:///x.db")  # ctk ui reads a store, never creates one
+    client_for("sqlite:///x.db")
     result, started = _ui(monkeypatch, "--uri", "sqlite:///x.db")
     assert result.exit_code == 0 and "warning" not in result.output
     argv = started[0]

@@ -159,7 +159,9 @@ def test_evaluate_reports_probes_baselines_and_geometry(fmnist_root):
     assert m["knn_top1_raw_pixels"] == pytest.approx(ref)
     assert 0.0 <= m["knn5_top1_raw_pixels"] <= 100.0
     lin = recipe.evaluation.linear  # C = 1 / (weight_decay N) without select_c
-    assert not lin.select_c and m["linear_c"] == pytest.approx(1.0 / (lin.weight_decay * len(ev_data.probe_train)))
+    chosen = result.settings  # the probe's L2 strength is a setting the run chose, not a result
+    assert not lin.select_c and chosen["linear_c"] == pytest.approx(1.0 / (lin.weight_decay * len(ev_data.probe_train)))
+    assert not any(k.startswith("linear_c") for k in m) and "linear_c_raw_pixels" in chosen
     assert m["uniformity"] == pytest.approx(-m["neg_uniformity"])
     assert m["cond_entropy"] <= math.log(31) + 1e-9  # at most log(M - 1), M = 32
     online = dom.monitor(enc, data)

@@ -146,6 +146,7 @@ class Tracking(Section):
     run_name: str | None = None
     log_model: bool = True
     tags: dict[str, str] = Field(default_factory=dict)
+    record: list[str] = Field(default_factory=list, description="metrics of record (default: the domain's)")
 
     @field_validator("uri")
     @classmethod

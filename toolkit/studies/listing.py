@@ -6,7 +6,7 @@ import time
 
 from toolkit.studies.tables import aligned
 from toolkit.tracking.health import mark_dead_runs
-from toolkit.tracking.store import find_experiment, reading_client, tracking_uri
+from toolkit.tracking.store import find_experiment, no_store, reading_client, tracking_uri
 
 
 def runs_table(experiment: str | None = None, uri: str | None = None, limit: int = 30) -> str:
@@ -19,7 +19,9 @@ def runs_table(experiment: str | None = None, uri: str | None = None, limit: int
         ids = [find_experiment(client, experiment, uri).experiment_id]
     else:
         ids = [e.experiment_id for e in client.search_experiments()] if client is not None else []
-    if client is None or not ids:
+    if client is None:
+        return no_store(uri)
+    if not ids:
         return f"no runs in {tracking_uri(uri)}"
     from toolkit import checkpoint as ckpt  # (torch) only when there are runs whose checkpoints to find
     mark_dead_runs(client, ids)
@@ -35,9 +37,8 @@ def runs_table(experiment: str | None = None, uri: str | None = None, limit: int
         if on_disk is not None and on_disk.stem.startswith("step-"):
             step = str(int(on_disk.stem.split("-", 1)[1]))
         status = run.info.status + (f" ({tags['ctk.killed_reason']})" if "ctk.killed_reason" in tags else "")
-        recipe = tags.get("ctk.recipe", "RECIPE")
         resumable = "ctk.checkpoint" in tags or on_disk is not None
-        resume = (f"ctk run {recipe} --resume {run.info.run_id}"
+        resume = (f"ctk run --resume {run.info.run_id}"
                   if run.info.status in ("KILLED", "FAILED") and resumable else "")
         rows.append([run.info.run_id, run.info.run_name or "", status, age, f"step {step}" if step != "-" else "-",
                      resume])

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from toolkit.tracking.store import RECORD_TAG
+
 PARENT_TAG = "mlflow.parentRunId"
 _NOT_EVAL = ("train/", "online_", "system/")  # training curves, monitors, system metrics
 
@@ -20,8 +22,12 @@ def split_parents(runs: list[Any]) -> tuple[list[Any], list[Any]]:
 
 
 def eval_metrics(runs: list[Any]) -> list[str]:
-    """The evaluation metrics of ``runs`` (training curves and monitors left out)."""
-    return sorted({k for r in runs for k in r.data.metrics if not k.startswith(_NOT_EVAL)})
+    """The evaluation metrics of ``runs`` (training curves and monitors left out): their metrics
+    of record first (the ``ctk.record`` tag, in its order), then the others by name."""
+    names = {k for r in runs for k in r.data.metrics if not k.startswith(_NOT_EVAL)}
+    record = [m for r in runs for m in r.data.tags.get(RECORD_TAG, "").split(",") if m in names]
+    first = list(dict.fromkeys(record))
+    return first + sorted(names - set(first))
 
 
 def varying_params(runs: list[Any]) -> list[str]:

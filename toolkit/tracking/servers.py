@@ -25,7 +25,7 @@ from typing import Callable
 
 from toolkit.errors import CtkError
 
-__all__ = ["LOOPBACK", "is_loopback", "exposure_warning", "mlflow_command", "ui_command", "serve"]
+__all__ = ["LOOPBACK", "is_loopback", "exposure_warning", "mlflow_command", "ui", "serve", "supervise"]
 
 LOOPBACK = "127.0.0.1"
 
@@ -85,22 +85,67 @@ def mlflow_command(kind: str, store: str, *, host: str, port: int, artifacts: st
     return cmd
 
 
-def ui_command(uri: str | None, host: str, port: int, basic_auth: bool, echo: Callable[[str], None] = print,
-               warn: Callable[[str], None] = print) -> list[str]:
-    """``ctk ui``: the ``mlflow ui`` command line to run on the store at ``uri`` (see
-    :func:`~toolkit.tracking.store.tracking_uri`); says where it will listen (with ``echo``; the
-    exposure warning with ``warn``) and sets up the saved views it links to."""
+def ui(uri: str | None, host: str, port: int, basic_auth: bool, echo: Callable[[str], None] = print,
+       warn: Callable[[str], None] = print, ready_timeout: float = 180.0) -> int:
+    """``ctk ui``: ``mlflow ui`` on the existing store at ``uri`` (see
+    :func:`~toolkit.tracking.store.tracking_uri`; a missing local store is not created: a
+    CtkError says where ctk looked), with the saved views it links to; the links are printed
+    (``echo``) once the UI answers an HTTP request, a progress line until then (the exposure
+    warning with ``warn``). Runs until Ctrl-C; returns the exit code."""
     from toolkit.studies.ui_view import prepare
-    from toolkit.tracking.store import artifact_root, client_for, tracking_uri
+    from toolkit.tracking.store import artifact_root, no_store, reading_client, tracking_uri
     store = tracking_uri(uri)
     cmd = mlflow_command("ui", store, host=host, port=port, artifacts=artifact_root(store), basic_auth=basic_auth)
+    client = reading_client(store)
+    if client is None:
+        raise CtkError(no_store(store), 1)
     warning = exposure_warning(host, port, basic_auth)
     if warning:
         warn(warning)
-    echo(f"mlflow UI on http://{host}:{port} for {store}")
-    for name, route in prepare(client_for(store)):
-        echo(f"  {name}: http://{host}:{port}/{route}")
-    return cmd
+    links = prepare(client)
+    echo(f"starting the mlflow UI for {store} on port {port} (this can take a minute) ...")
+
+    def ready() -> None:
+        echo(f"mlflow UI on http://{host}:{port}")
+        for name, route in links:
+            echo(f"  {name}: http://{host}:{port}/{route}")
+        echo("stop it with Ctrl-C")
+    return supervise(cmd, host, port, ready, echo, ready_timeout)
+
+
+def supervise(cmd: list[str], host: str, port: int, on_ready: Callable[[], None], echo: Callable[[str], None],
+              ready_timeout: float, note_every: float = 15.0) -> int:
+    """Start the server ``cmd`` (its own process group), call ``on_ready`` once an HTTP request
+    to its ``/health`` on ``host:port`` succeeds (a progress line every ``note_every`` seconds
+    until then), and on Ctrl-C / SIGTERM stop it and its workers. Returns the exit code."""
+    proc = subprocess.Popen(cmd, start_new_session=True)
+    stop = {"asked": False}
+
+    def ask_stop(signum: int, frame: object) -> None:
+        stop["asked"] = True
+    previous = {sig: signal.signal(sig, ask_stop) for sig in (signal.SIGINT, signal.SIGTERM)}
+    url = f"http://{LOOPBACK if host in ('0.0.0.0', '::') else host}:{port}/health"
+    try:
+        start = time.monotonic()
+        ready, note = False, start + note_every
+        while not stop["asked"] and proc.poll() is None:
+            if not ready and _answers(url):
+                ready = True
+                on_ready()
+            if not ready and time.monotonic() > start + ready_timeout:
+                echo(f"error: the server did not answer on port {port} within {ready_timeout:.0f} s")
+                return 1
+            if not ready and time.monotonic() > note:
+                echo(f"  still starting ({time.monotonic() - start:.0f} s) ...")
+                note += note_every
+            time.sleep(0.2)
+        if proc.poll() is not None and not stop["asked"]:
+            return proc.returncode or 1
+        return 0
+    finally:
+        _stop_group(proc)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
 def serve(store: str, artifacts: str, host: str, port: int, basic_auth: bool = False,
@@ -115,32 +160,13 @@ def serve(store: str, artifacts: str, host: str, port: int, basic_auth: bool = F
     warning = exposure_warning(host, port, basic_auth)
     if warning:
         echo(warning)
-    proc = subprocess.Popen(cmd, start_new_session=True)
-    stop = {"asked": False}
+    name = socket.getfqdn() if host in ("0.0.0.0", "::") else host
 
-    def ask_stop(signum: int, frame: object) -> None:
-        stop["asked"] = True
-    previous = {sig: signal.signal(sig, ask_stop) for sig in (signal.SIGINT, signal.SIGTERM)}
-    try:
-        name = socket.getfqdn() if host in ("0.0.0.0", "::") else host
-        deadline, ready = time.monotonic() + ready_timeout, False
-        while not stop["asked"] and proc.poll() is None:
-            if not ready and _answers(f"http://{LOOPBACK if host in ('0.0.0.0', '::') else host}:{port}/health"):
-                ready = True
-                echo(f"mlflow tracking server on http://{host}:{port} (store {store}, artifacts {artifacts})")
-                echo(f"workers: export MLFLOW_TRACKING_URI=http://{name}:{port}")
-                echo("stop it with Ctrl-C")
-            if not ready and time.monotonic() > deadline:
-                echo(f"error: the server did not answer on port {port} within {ready_timeout:.0f} s")
-                break
-            time.sleep(0.2)
-        if proc.poll() is not None and not stop["asked"]:
-            return proc.returncode or 1
-        return 0
-    finally:
-        _stop_group(proc)
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
+    def ready() -> None:
+        echo(f"mlflow tracking server on http://{host}:{port} (store {store}, artifacts {artifacts})")
+        echo(f"workers: export MLFLOW_TRACKING_URI=http://{name}:{port}")
+        echo("stop it with Ctrl-C")
+    return supervise(cmd, host, port, ready, echo, ready_timeout)
 
 
 def _answers(url: str) -> bool:

@@ -68,18 +68,37 @@ def reading_client(uri: str | None = None) -> MlflowClient | None:
     return None if path is not None and not path.exists() else client_for(uri)
 
 
+def no_store(uri: str | None = None) -> str:
+    """What a reading command says when the store it looked for does not exist (it creates none)."""
+    return (f"no tracking store at {tracking_uri(uri)} (nothing has run in this folder): run ctk in the "
+            "project folder, or point it at a store with --uri URI or MLFLOW_TRACKING_URI")
+
+
 def find_experiment(client: MlflowClient | None, name: str, uri: str | None = None):
     """The experiment ``name`` of ``client``'s store (None: the store at ``uri`` does not exist
     yet), else NoSuchExperiment naming the experiments there are."""
     exp = client.get_experiment_by_name(name) if client is not None else None
     if exp is None:
         names = sorted(e.name for e in client.search_experiments()) if client is not None else []
-        where = client.tracking_uri if client is not None else tracking_uri(uri)
+        if client is None:
+            raise NoSuchExperiment(f"no experiment {name!r}: {no_store(uri)}")
+        where = client.tracking_uri
         raise NoSuchExperiment(f"no experiment {name!r} in {where}; experiments: {', '.join(names) or 'none'}")
     return exp
 
 
+RECORD_TAG = "ctk.record"  # a run's metrics of record, comma-separated: comparisons and the UI put them first
 _SET_UP: set[str] = set()  # SQLite stores this process created or found migrated
+
+
+def run_location(uri: str | None, run_id: str) -> tuple[str | None, str | None]:
+    """(artifact location, experiment id) of run ``run_id``, or Nones when the store does not answer."""
+    try:
+        info = client_for(uri).get_run(run_id).info
+    except Exception:  # noqa: BLE001 - a summary line, never a failure
+        return None, None
+    location = info.artifact_uri
+    return (location[len("file://"):] if location.startswith("file://") else location), info.experiment_id
 
 
 @contextlib.contextmanager

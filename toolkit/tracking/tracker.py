@@ -66,7 +66,11 @@ class Tracker:
         else:
             self.client.update_run(self.run_id, status="RUNNING")
             self.set_tags(liveness_tags())
-            for key in self.client.get_run(self.run_id).data.metrics:
+            stored = self.client.get_run(self.run_id).data
+            for key in ("error", "ctk.killed_reason"):  # how it stopped before: no longer true
+                if key in stored.tags:
+                    self.client.delete_tag(self.run_id, key)
+            for key in stored.metrics:
                 history = self.client.get_metric_history(self.run_id, key)
                 self._logged_up_to[key] = max(m.step for m in history)
         return self

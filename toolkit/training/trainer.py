@@ -106,7 +106,7 @@ class Trainer:
         path = self.save_checkpoint()
         folder = self.options.checkpoint_dir
         raise KeyboardInterrupt(
-            f"stopped after {position}, checkpointed in {path}; continue with --resume {folder.name}"
+            f"stopped after {position}, checkpointed in {path}; continue with: ctk run --resume {folder.name}"
             if folder is not None else f"stopped after {position} (no checkpoint folder, so no resume)")
 
     def _resolved(self) -> dict[str, Any]:

@@ -1,0 +1,50 @@
+"""What `ctk run` ends with: the metrics of record beside their baselines, where to look next."""
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from domains import commands, registry
+from toolkit.runs import record_metrics
+
+TOY = "recipes/toy/lmcl_three_bars_cl.yaml"
+
+
+def test_summary_names_the_record_beside_its_baselines():
+    r = commands.load(TOY, ["tracking.uri=sqlite:////nonexistent/none.db"])
+    value, base = random.uniform(50, 99), random.uniform(10, 49)
+    metrics = {"kmeans_accuracy": value, "kmeans_accuracy_euclidean": base, "dp_margin_occupancy": 0.25}
+    text = commands.summary("abc", r, 12.3, metrics)
+    lines = text.splitlines()
+    assert "12.3 s" in lines[0] and r.run_name in lines[0]
+    assert f"{value:.4f}" in lines[1] and "metric of record" in lines[1] and "kmeans_accuracy " in lines[1]
+    assert f"{base:.4f}" in lines[2] and f"{value - base:+.4f}" in lines[2]
+    assert "dp_margin_occupancy" not in text  # the full list only with --verbose
+    assert f"ctk compare {r.tracking.experiment}" in text and "--verbose" in text
+    assert "dp_margin_occupancy: 0.2500" in commands.summary("abc", r, 1.0, metrics, verbose=True)
+
+
+def test_recipe_overrides_the_record_and_tracking_keys_keep_the_point():
+    r = commands.load(TOY, ["tracking.record=[dp_margin_occupancy]"])
+    assert record_metrics(r) == {"dp_margin_occupancy": ()}
+    assert record_metrics(commands.load(TOY)) == {"kmeans_accuracy": ("kmeans_accuracy_euclidean",)}
+
+
+@pytest.mark.parametrize("recipe", ["recipes/vision/quickstart.yaml", "recipes/text/cpu/qt_bow_books.yaml",
+                                    "recipes/toy/lmcl_three_bars_cl.yaml"])
+def test_domains_declare_records_among_the_metrics_they_log(recipe):
+    r = commands.load(recipe)
+    logged = registry.get(r.domain).result_metrics(r)
+    record = record_metrics(r)
+    assert record
+    for metric, baselines in record.items():
+        assert metric in logged and all(b in logged for b in baselines), (metric, baselines)
+        assert baselines  # each of these recipes computes its baselines in the same run
+
+
+def test_single_run_name_says_what_differs_from_the_file():
+    plain = commands.load_for_run(TOY, (), [], None)
+    changed = commands.load_for_run(TOY, ("objective.loss.temperature=0.3",), ["precision=fp32", "seed=2"], None)
+    assert "t0.3" in changed.run_name and "pfp32" in changed.run_name and changed.run_name.endswith("-s2")
+    assert "t0.3" not in plain.run_name
