@@ -325,8 +325,11 @@ def reproduce(name: str | None, list_only: bool, seeds: str | None, sets: tuple[
     from toolkit.studies.reproduce import run_table
     tables = commands.tables(RECIPES)
     if list_only or not name:
-        click.echo("\n".join(f"{n}  {t.title}  ({len(t.rows)} rows x {len(t.seeds)} seeds)"
-                             for n, t in sorted(tables.items())))
+        from domains.packaged import load_catalogues
+        from toolkit.studies.needs import table_needs
+        load_catalogues()
+        for n, t in sorted(tables.items()):
+            click.echo(f"{n}  {t.title}  ({len(t.rows)} rows x {len(t.seeds)} seeds)\n    {table_needs(t).line()}")
         return
     sys.exit(run_table(tables, name, seeds, list(rows), list(sets), experiment, fmt, commands.load, registry.get,
                        click.echo, _err, progress=not quiet, **launch))
