@@ -490,7 +490,8 @@ def _tables() -> dict:
 def reproduce(name: str | None, list_only: bool, seeds: str | None, sets: tuple[str, ...],
               rows: tuple[str, ...], experiment: str | None, fmt: str, quiet: bool, **launch) -> None:
     """Run the recipes behind a paper table; print measured (mean, std, 95% interval over
-    seeds) beside the paper's number, with a verdict per row.
+    seeds) beside the paper's number, with a verdict per row, then the paper's claims, each
+    tested over seeds (paired t-test, Holm-corrected).
 
     \b
     Example:
@@ -500,9 +501,8 @@ def reproduce(name: str | None, list_only: bool, seeds: str | None, sets: tuple[
     """
     import shutil
 
-    from toolkit.studies.reproduce import reproduce_report
+    from toolkit.studies.reproduce import render_reproduction
     from toolkit.studies.sweeps import fill_measured, select_rows, table_points
-    from toolkit.studies.tables import render
     from toolkit.tracking.store import client_for
     from toolkit.studies.ui_view import publish_view
     tables = _tables()
@@ -524,7 +524,7 @@ def reproduce(name: str | None, list_only: bool, seeds: str | None, sets: tuple[
     code, outcomes = _run_sweep(todo, experiment, f"reproduce-{name}", {"table": name, "seeds": table.seeds,
                                 "set": list(sets), "rows": [row.label for row in table.rows]}, launch, quiet)
     fill_measured(table, todo, outcomes)
-    click.echo(render(reproduce_report(table), fmt, shutil.get_terminal_size().columns))
+    click.echo(render_reproduction(table, fmt, shutil.get_terminal_size().columns))
     click.echo(f"({len(todo)} runs in {time.perf_counter() - start:.0f} s; mlflow experiment {experiment!r})",
                err=fmt in ("csv", "json"))  # stdout carries only the parseable report
     publish_view(client_for(todo[0].recipe.tracking.uri), experiment)
