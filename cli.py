@@ -167,7 +167,9 @@ def show(recipe: str, sets: tuple[str, ...]) -> None:
         from toolkit.training.trainer import select_device
         choice = precision_choice("auto", select_device(r.device), domain_registry.get(r.domain))
         click.echo(f"# on this machine: {choice.line()}")
-    click.echo(yaml.safe_dump(r.resolved, sort_keys=False).rstrip())
+    from toolkit.objective import with_defaults
+    shown = {**r.resolved, "objective": with_defaults(r.resolved["objective"])} if "objective" in r.resolved else r.resolved
+    click.echo(yaml.safe_dump(shown, sort_keys=False).rstrip())
 
 
 @main.command("list")
