@@ -126,11 +126,21 @@ def parse_claims(raw: Any, rows: Sequence[str], metrics: Sequence[str]) -> tuple
     return claims, problems
 
 
-def _values(side: Side, measured: Mapping, seeds: Mapping, n: int) -> tuple[list, list | None]:
+def _values(side: Side, measured: Mapping, seeds: Mapping) -> tuple[list, list | None]:
+    """The side's per-seed values and their seeds (a constant: none yet, see :func:`evaluate`)."""
     if side.value is not None:
-        return [side.value] * n, None
+        return [], None
     return (list(measured.get(side.row, {}).get(side.metric, [])),
             seeds.get(side.row, {}).get(side.metric))
+
+
+def _comparison(claim: Claim, a: Side, b: Side) -> str:
+    """``a > b`` in words: a shared row or metric is said once."""
+    if a.value is None and b.value is None and a.row == b.row and claim.row is None:
+        return f"{a.row}: {a.metric} {claim.relation} {b.metric}"
+    if a.value is None and b.value is None and a.metric == b.metric and claim.metric is None:
+        return f"{a.metric}: {a.row} {claim.relation} {b.row}"
+    return f"{a.label(claim)} {claim.relation} {b.label(claim)}"
 
 
 def comparison_verdict(diff: float, p_adjusted: float, relation: str, alpha: float = ALPHA) -> str:
@@ -148,14 +158,14 @@ def evaluate(claims: Sequence[Claim], measured: Mapping, seeds: Mapping,
     records: list[dict[str, Any]] = []
     for claim in claims:
         for a, b in claim.pairs:
-            va, sa = _values(a, measured, seeds, 0)
-            vb, sb = _values(b, measured, seeds, 0)
-            if a.value is not None:
+            va, sa = _values(a, measured, seeds)
+            vb, sb = _values(b, measured, seeds)
+            if a.value is not None:  # a constant repeats for every seed of the other side
                 va, sa = [a.value] * len(vb), sb
             if b.value is not None:
                 vb, sb = [b.value] * len(va), sa
             d = stats.difference(va, vb, sa, sb)
-            records.append({"claim": claim.id, "comparison": f"{a.label(claim)} {claim.relation} {b.label(claim)}",
+            records.append({"claim": claim.id, "comparison": _comparison(claim, a, b),
                             "n": d.n if d else len(stats.finite(va)), "effect": d and d.diff,
                             "ci_low": d and d.low, "ci_high": d and d.high, "p": d and d.p,
                             "test": d.test if d else None})

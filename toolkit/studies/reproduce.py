@@ -158,7 +158,8 @@ def claims_report(table: PaperTable) -> Report | None:
     for claim in table.claims:
         verdict = next(r["claim_verdict"] for r in records if r["claim"] == claim.id)
         where = f" ({claim.section})" if claim.section else ""
-        notes.append(f"{claim.id}: {verdict.upper()}: {claim.text}{where}")
+        head, _, rest = verdict.partition(" ")
+        notes.append(f"{claim.id}: {head.upper()}{' ' + rest if rest else ''}: {claim.text}{where}")
     notes.append(f"effect = mean over seeds of left - right; p: paired t-test over seeds (Welch where "
                  f"the seeds differ), Holm-adjusted over the table's {len(records)} comparisons; "
                  f"holds / fails: adjusted p < {claims_mod.ALPHA} with the claimed / the opposite sign")
