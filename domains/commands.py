@@ -171,7 +171,9 @@ def show(recipe: str, sets: tuple[str, ...]) -> str:
         from toolkit.training.trainer import select_device
         choice = precision_choice("auto", select_device(r.device), registry.get(r.domain))
         lines.append(f"# on this machine: {choice.line()}")
-    return "\n".join([*lines, yaml.safe_dump(r.resolved, sort_keys=False).rstrip()])
+    from toolkit.objective import with_defaults  # every default the objective's components apply
+    shown = {**r.resolved, "objective": with_defaults(r.resolved["objective"])} if r.resolved.get("objective") else r.resolved
+    return "\n".join([*lines, yaml.safe_dump(shown, sort_keys=False).rstrip()])
 
 
 def export(run_or_file: str, out: str | None, uri: str | None) -> str:

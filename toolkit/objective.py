@@ -225,3 +225,39 @@ def _build(obj: rc.ObjectiveSection, path: str) -> tuple[Objective | None, list[
         return Objective(loss, regs, obj.negatives, selector), []
     except ValueError as exc:
         return None, [(path, str(exc))]
+
+
+def with_defaults(objective: dict[str, Any]) -> dict[str, Any]:
+    """A resolved ``objective`` mapping with the defaults its components apply written in: the
+    loss's and each regularizer's constructor defaults, the selector's (the ring's official
+    thresholds; not the argument a schedule drives) and the schedule's. For ``ctk show``; the
+    recipe itself (and its hash) keeps what was written."""
+    import copy
+
+    from toolkit.samplers.schedules import SCHEDULES
+    out = copy.deepcopy(objective)
+
+    def fill(spec: dict[str, Any] | None, registry: Any, skip: tuple[str, ...] = ()) -> None:
+        if not isinstance(spec, dict) or spec.get("name") not in registry:
+            return
+        for arg, param in constructor_args(registry.get(spec["name"])).items():
+            if arg not in spec and arg not in skip and param.default is not param.empty:
+                spec[arg] = param.default
+
+    fill(out.get("loss"), LOSSES)
+    for reg in out.get("regularizers") or []:
+        fill(reg, REGULARIZERS)
+    sel = out.get("selector")
+    if isinstance(sel, dict) and sel.get("name") in SELECTORS:
+        given = {k: v for k, v in sel.items() if k not in ("name", "schedule")}
+        try:
+            selector = SELECTORS.get(sel["name"])(given)
+        except (ValueError, TypeError):
+            return out
+        schedule = sel.get("schedule")
+        driven = (schedule.get("param") or selector.default_param()) if isinstance(schedule, dict) else None
+        for arg, value in selector.args.items():
+            if arg not in sel and arg != driven:
+                sel[arg] = value
+        fill(schedule, SCHEDULES, skip=("param",))
+    return out

@@ -123,10 +123,14 @@ class RingMIEvaluation(Section):
     """The estimators of Ring App. B: ``critic`` ``optimal`` (exact ``log p(y|x)/p(y)``) or
     ``mlp`` (trained with the recipe's optimizer/budget); ``num_negatives`` sampled negatives
     per anchor, or ``null`` for all candidates (deterministic); CNCE at each ``percentiles``
-    ``w_l``."""
+    ``w_l``; ``cnce_trained``: each ``w_l``'s critic trained on CNCE at that ``w_l``."""
 
     critic: Literal["optimal", "mlp"] = "optimal"
     num_negatives: int | None = Field(100, ge=1)
+    cnce_trained: bool = Field(False, description=(
+        "mlp critic: for each w_l train a fresh critic on the CNCE objective at that w_l (negatives "
+        "from the top of the 2000-point bank) and report its CNCE estimate; NCE keeps the NCE-trained "
+        "critic"))
     percentiles: list[float] = Field(default_factory=lambda: [10.0, 25.0, 50.0, 75.0, 90.0, 95.0])
 
     @model_validator(mode="after")
@@ -134,6 +138,8 @@ class RingMIEvaluation(Section):
         bad = [w for w in self.percentiles if not 0.0 <= w < 100.0]
         if bad or not self.percentiles:
             raise ValueError(f"percentiles must be a non-empty list of w_l in [0, 100), got {self.percentiles!r}")
+        if self.cnce_trained and self.critic != "mlp":
+            raise ValueError("cnce_trained needs critic 'mlp' (the optimal critic is not trained)")
         return self
 
 

@@ -27,7 +27,7 @@ from domains.base import DataBundle, Domain, Encoder, Evaluation
 from domains.toy import clusters, mixture
 from domains.toy.config import ToyData, ToyEncoderConfig, ToyEvaluation
 from domains.toy.encoders import ToyEncoder
-from domains.toy.evaluation import embed, kmeans_accuracy, linear_probe_error
+from domains.toy.evaluation import embed, kmeans_accuracy, linear_probe_error, sector_accuracy_ceiling
 from toolkit import recipe as rc
 from toolkit.training.pretrainer import Pretrainer
 from toolkit.training.trainer import RunOptions, Trainer
@@ -63,9 +63,10 @@ class ToyDomain(Domain):
         protocol = ev.protocol if ev.protocol != "auto" else (
             "linear_probe" if data.experiment == "cpcl_mixture" else "kmeans")
         if protocol == "linear_probe":
-            out = {"linear_probe_error": "min", "raw_probe_error": "min", "af_probe_error": "min"}
+            out = {"linear_probe_error": "min", "raw_probe_error": "min", "af_probe_error": "min",
+                   "bayes_error": "min"}
         else:
-            out = {"kmeans_accuracy": "max", "kmeans_accuracy_euclidean": "max"}
+            out = {"kmeans_accuracy": "max", "kmeans_accuracy_euclidean": "max", "kmeans_accuracy_ceiling": "max"}
         out["dp_margin_occupancy"] = ""
         return out
 
@@ -217,6 +218,9 @@ class ToyDomain(Domain):
             metrics["kmeans_accuracy"] = kmeans_accuracy(z, store["y"], seed=recipe.seed)
             if "kmeans_accuracy_euclidean" not in cache:
                 cache["kmeans_accuracy_euclidean"] = kmeans_accuracy(store["x"], store["y"], seed=recipe.seed)
+                ceiling = sector_accuracy_ceiling(store["x"], store["y"])
+                if ceiling is not None and encoder.normalize and z.shape[1] == 2:
+                    cache["kmeans_accuracy_ceiling"] = ceiling
         metrics.update(cache)
         figures: dict[str, Any] = {}
         if encoder.normalize:
@@ -237,7 +241,9 @@ class ToyDomain(Domain):
     @staticmethod
     def _probe_baselines(store: dict[str, Any], cfg: Any, ev: Any, probe: dict[str, Any]) -> dict[str, float]:
         out = {"raw_probe_error": linear_probe_error(store["x"], store["y"], store["test_x"],
-                                                     store["test_y"], **probe)}
+                                                     store["test_y"], **probe),
+               "bayes_error": mixture.bayes_error(store["test_x"], store["test_y"],
+                                                  cfg.cpcl_mixture.components, cfg.cpcl_mixture.radius)}
         var = cfg.cpcl_mixture.augment_variance
         if ev.augmentation_feature and var > 0:
             af_train = mixture.augmentation_matrix(store["x"], store["pool"], var)

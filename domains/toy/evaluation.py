@@ -18,7 +18,7 @@ from torch import Tensor, nn
 
 from toolkit.evaluation.probes import C_GRID, fit_linear_probe
 
-__all__ = ["embed", "linear_probe_error", "kmeans_accuracy"]
+__all__ = ["embed", "linear_probe_error", "kmeans_accuracy", "sector_accuracy_ceiling"]
 
 
 @torch.no_grad()
@@ -65,3 +65,27 @@ def kmeans_accuracy(z: Tensor, y: Tensor, num_clusters: int | None = None, seed:
 
     with threadpool_limits(1):
         return 100.0 * cluster_accuracy(z, y, n_clusters=num_clusters, seed=seed)
+
+
+def sector_accuracy_ceiling(x: Tensor, y: Tensor) -> float | None:
+    """For two classes: the best Hungarian-matched accuracy (%) of any split of the points into
+    two angular sectors about the origin; None for other class counts.
+
+    It bounds ``kmeans_accuracy`` of every normalised linear embedding ``P x / ||P x||``: 2-means
+    on the unit circle splits it by a line, i.e. into two arcs, and a linear map keeps the
+    circular order of directions, so each arc holds the points of one angular sector."""
+    labels = np.asarray(y)
+    if len(np.unique(labels)) != 2:
+        return None
+    pts = _numpy(x)
+    order = np.argsort(np.arctan2(pts[:, 1], pts[:, 0]), kind="stable")
+    ones = np.concatenate([[0], np.cumsum(labels[order] == labels.max())])
+    n, total = len(order), ones[-1]
+    # class "max" inside the sorted run [i, j), the other class outside; arcs across the
+    # wrap-around point are complements of such runs, which the max(acc, 1 - acc) covers
+    inside = ones[None, :] - ones[:, None]                     # [i, j]: ones in [i, j)
+    width = np.arange(n + 1)[None, :] - np.arange(n + 1)[:, None]
+    correct = inside + (n - total) - (width - inside)
+    valid = width >= 0
+    acc = np.where(valid, np.maximum(correct, n - correct), 0).max() / n
+    return float(100.0 * acc)

@@ -47,6 +47,10 @@ def run_ring_mi(recipe: Any, tracker: Any) -> dict[str, float]:
     metrics["mi_nce"] = ring_mi.contrastive_mi_estimate(scores, 0.0, k, sample_gen, stats=stats)
     metrics["nce_log_bound"] = stats["log_bound"]
     for w in evaluation.percentiles:
+        if evaluation.cnce_trained:  # this w_l's own critic, trained on CNCE at w_l
+            name = metric_name(w)
+            scores, metrics[f"critic_final_loss_{name[3:]}"] = _trained_scores(
+                recipe, x, y, tracker, lower=w, prefix=f"{name}/")
         metrics[metric_name(w)] = ring_mi.contrastive_mi_estimate(scores, w, k, sample_gen)
     metrics["seconds"] = time.perf_counter() - start
     tracker.log_metrics(metrics, step=0)
@@ -54,10 +58,13 @@ def run_ring_mi(recipe: Any, tracker: Any) -> dict[str, float]:
     return metrics
 
 
-def _trained_scores(recipe: Any, x: torch.Tensor, y: torch.Tensor, tracker: Any) -> tuple[torch.Tensor, float]:
+def _trained_scores(recipe: Any, x: torch.Tensor, y: torch.Tensor, tracker: Any, lower: float | None = None,
+                    prefix: str = "") -> tuple[torch.Tensor, float]:
     """Train the MLP critic (recipe ``encoder``: depth / hidden / embed_dim) with the recipe's
     ``objective`` on domain scores (default InfoNCE, temperature 1), ``optimizer`` and
-    ``budget`` (epochs, batch_size); returns the ``[n, n]`` scores on the drawn points."""
+    ``budget`` (epochs, batch_size); returns the ``[n, n]`` scores on the drawn points. With
+    ``lower`` the critic is trained on CNCE at ``w_l = lower`` instead
+    (:func:`domains.toy.ring_mi.cnce_batch_loss`, the recipe's ``num_negatives``)."""
     from toolkit import objective as objective_mod
     from toolkit.recipe import Budget
     from toolkit.training.optim import build_optimizer
@@ -79,10 +86,17 @@ def _trained_scores(recipe: Any, x: torch.Tensor, y: torch.Tensor, tracker: Any)
             eye = torch.eye(len(s), dtype=torch.bool)
             return objective(ContrastiveBatch(scores=s, positive_mask=eye)).loss
 
+    batch_loss = None
+    gen = torch.Generator().manual_seed(recipe.seed + 2)
+    if lower is not None:
+        xf, yf, k = x.float(), y.float(), recipe.evaluation.ring_mi.num_negatives or len(x) - 1
+
+        def batch_loss(idx: torch.Tensor) -> torch.Tensor:
+            return ring_mi.cnce_batch_loss(critic, xf, yf, idx, lower, k, gen)
     history = ring_mi.train_critic(
         critic, x, y, optimizer, epochs=epochs, batch_size=budget.batch_size,
-        generator=torch.Generator().manual_seed(recipe.seed + 2), loss_fn=loss_fn,
-        on_epoch=lambda e, loss: tracker.log_metrics({"train/loss": loss}, step=e + 1, flush=False))
+        generator=gen, loss_fn=loss_fn, batch_loss=batch_loss,
+        on_epoch=lambda e, loss: tracker.log_metrics({f"{prefix}train/loss": loss}, step=e + 1, flush=False))
     tracker.flush()
     with torch.no_grad():
         scores = critic(x.float(), y.float()).double()

@@ -43,7 +43,7 @@ from toolkit.samplers import ring_mask
 __all__ = [
     "RING_SIGMA_Z", "RING_SIGMA_EPS", "RING_TABLE5", "joint_covariance", "true_mutual_information",
     "sample_pairs", "pointwise_mutual_information", "optimal_critic", "percentile_candidates",
-    "contrastive_mi_estimate", "MLPCritic", "train_critic",
+    "contrastive_mi_estimate", "cnce_batch_loss", "MLPCritic", "train_critic",
 ]
 
 RING_SIGMA_Z: tuple[tuple[float, float], tuple[float, float]] = ((1.0, -0.5), (-0.5, 1.0))
@@ -176,6 +176,34 @@ def contrastive_mi_estimate(scores: Tensor, lower: float = 0.0, num_negatives: i
     return float(z.mean())
 
 
+def cnce_batch_loss(critic: "MLPCritic", x: Tensor, y: Tensor, idx: Tensor, lower: float,
+                    num_negatives: int = 100, generator: torch.Generator | None = None) -> Tensor:
+    """``-mean Z_i`` over the anchors ``idx``, with CNCE's negatives: ``num_negatives`` drawn
+    without replacement from the candidates ``j != i`` of the whole bank ``y`` at or above the
+    ``lower``-th percentile of ``f(x_i, .)`` (the selection itself carries no gradient). Trains
+    a critic on the CNCE objective at ``w_l = lower``; ``lower = 0`` is NCE against the bank."""
+    scores = critic(x[idx], y)                          # [B, n]
+    rows = torch.arange(len(idx), device=scores.device)
+    with torch.no_grad():
+        keep = percentile_candidates_rows(scores, idx, lower)
+        keys = torch.rand(scores.shape, generator=generator, dtype=scores.dtype).masked_fill(~keep, -1.0)
+        picked = keys.topk(min(num_negatives, int(keep[0].sum())), dim=1).indices  # every row keeps as many
+    both = torch.cat([scores[rows, idx][:, None], scores.gather(1, picked)], dim=1)
+    return -(both[:, 0] - torch.logsumexp(both, dim=1) + math.log(both.shape[1])).mean()
+
+
+def percentile_candidates_rows(scores: Tensor, idx: Tensor, lower: float) -> Tensor:
+    """:func:`percentile_candidates` for the rows ``idx`` of an ``[B, n]`` block: row ``b``'s
+    candidates are the columns ``j != idx[b]`` from the ``lower``-th percentile upwards."""
+    n = scores.shape[1]
+    own = torch.zeros_like(scores, dtype=torch.bool)
+    own[torch.arange(len(idx)), idx] = True
+    others = scores.masked_fill(own, -math.inf)
+    kept = (n - 1) - int(lower / 100.0 * (n - 1))
+    keep = torch.zeros_like(own)
+    return keep.scatter_(1, others.topk(kept, dim=1).indices, True)
+
+
 class MLPCritic(nn.Module):
     """Separable critic ``f(x, y) = g(x) . h(y)`` (Ring App. B: "5-layer MLPs with 10 hidden
     dimensions and ReLU nonlinearities"; the dot product of the two embeddings, no
@@ -208,12 +236,15 @@ def train_critic(critic: MLPCritic, x: Tensor, y: Tensor, optimizer: torch.optim
                  epochs: int = 100, batch_size: int = 128, lr: float = 0.03,
                  generator: torch.Generator | None = None,
                  loss_fn: Callable[[Tensor], Tensor] | None = None,
+                 batch_loss: Callable[[Tensor], Tensor] | None = None,
                  on_epoch: Callable[[int, float], None] | None = None) -> list[float]:
     """Train ``critic`` with in-batch NCE (Ring App. B: Adam, lr 0.03, batch 128, no weight
     decay, 100 epochs; ``optimizer`` replaces the Adam built from ``lr``).
 
     ``loss_fn(scores)`` maps the ``[B, B]`` batch scores ``g(x_i) . h(y_j)`` (positives on the
-    diagonal) to a scalar; by default ``-mean_i log softmax_j(scores)_ii``. The ragged last
+    diagonal) to a scalar; by default ``-mean_i log softmax_j(scores)_ii``; ``batch_loss(idx)``,
+    when given, replaces both and computes the loss of the anchors ``idx`` itself (e.g.
+    :func:`cnce_batch_loss` against the whole bank). The ragged last
     batch of an epoch is dropped. Returns the mean loss of each epoch (``on_epoch(epoch, loss)``
     is called after each)."""
     for name, v in (("epochs", epochs), ("batch_size", batch_size)):
@@ -234,7 +265,7 @@ def train_critic(critic: MLPCritic, x: Tensor, y: Tensor, optimizer: torch.optim
         total, steps = 0.0, 0
         for start in range(0, len(x) - batch_size + 1, batch_size):
             idx = order[start:start + batch_size]
-            loss = loss_fn(critic(x[idx], y[idx]))
+            loss = batch_loss(idx) if batch_loss is not None else loss_fn(critic(x[idx], y[idx]))
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
             optimizer.step()

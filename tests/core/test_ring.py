@@ -96,7 +96,7 @@ def test_ring_nce_matches_loop(dtype, close, rows, leaves, lower, upper, include
 def test_full_ring_is_moco_infonce(dtype, close, rows):
     q, k, queue = inputs(rows, 6, 32, 8, dtype, seed=3)
     ref = ref_moco_ce(q.detach().double(), k.double(), queue.double(), 0.07)
-    loss = ring_nce(q, k, queue, 0.07)
+    loss = ring_nce(q, k, queue, 0.07, 0, 100)
     close(loss, ref, dtype)
     close(loss, moco_infonce(q, k, queue, 0.07), dtype)
 
@@ -175,7 +175,7 @@ def test_gradcheck_float64(rows):
     q, k, queue = inputs(rows, 3, 20, 4, torch.float64, seed=15)
     bank = rows(10, 4, seed=16, grad=False)
     idx, noise = torch.tensor([0, 4, 9]), torch.tensor([[1, 2], [3, 3], [0, 5]])
-    for fn in (lambda a: ring_nce(a, k, queue, 0.2),
+    for fn in (lambda a: ring_nce(a, k, queue, 0.2, 0, 100),
                lambda a: ring_nce(a, k, queue, 0.2, 50, 90),
                lambda a: ring_nce(a, k, queue, 0.2, 10, 60, include_positive=False),
                lambda a: ir_nce(a, bank, idx, noise, 0.2),
@@ -211,3 +211,24 @@ def test_shape_and_index_errors(rows):
         ir_nce(q, bank, torch.tensor([0.0, 1.0]), torch.tensor([[1], [0]]))
     with pytest.raises(ValueError, match="noise_idx"):     # ring of 8 at (50, 100) has 4 slots
         ir_ring(q, bank, torch.tensor([0, 1]), torch.tensor([[4], [0]]), 50, 100)
+
+
+# ----------------------------------------------------------------------------- defaults
+def test_every_ring_component_defaults_to_the_authors_ring():
+    """ring_nce (function and module), ir_ring and the ring selector all default to the
+    authors' thres_outer = thres_inner = 0.1, i.e. percentiles [90, 99) (the configs of
+    mhw32/contrastive-ring-public; docs/methods.md, section Ring)."""
+    import inspect
+
+    from toolkit.losses.modules import LOSSES
+    from toolkit.samplers.selectors import make_selector
+
+    authors = (90.0, 99.0)
+    assert ring_official_thresholds_to_percentiles(0.1, 0.1) == pytest.approx(authors)
+    fn = inspect.signature(ring_nce).parameters
+    assert (fn["lower"].default, fn["upper"].default) == authors
+    for name in ("ring_nce", "ir_ring"):
+        loss = LOSSES.get(name)()
+        assert (loss.lower, loss.upper) == authors, name
+    selector = make_selector("ring")
+    assert selector.resolve(selector.args) == pytest.approx({"lower": 90.0, "upper": 99.0})

@@ -101,6 +101,36 @@ def test_ring_mask_keeps_exact_count_under_ties(lower, upper):
         assert kept == sorted(s[i].tolist())[lo:hi]
 
 
+# wide rows, as a MoCo queue gives them, with tied blocks at the cuts
+WIDE = 12_000
+
+
+def _wide_rows() -> torch.Tensor:
+    """Random rows, a row of ties and rows with a tied block across the cuts."""
+    s = sims(5, WIDE, seed=21).float()
+    s[1, ::8] = -5.0                     # a tied block at the bottom
+    s[2] = 0.25                          # all tied
+    s[3, 4000:9000] = 0.5                # a tied block across the cuts
+    return s
+
+
+@pytest.mark.parametrize("lower,upper", [(50, 90), (90, 99), (0, 90), (30, 100), (1, 2)])
+def test_wide_ring_mask_is_the_sorted_slice(lower, upper):
+    s = _wide_rows()
+    mask = ring_mask(s, lower, upper)
+    lo, hi = ring_bounds(WIDE, lower, upper)
+    assert mask.sum(dim=1).tolist() == [hi - lo] * 5
+    for i in range(5):
+        assert torch.equal(s[i][mask[i]].sort().values, s[i].sort().values[lo:hi])
+
+
+@pytest.mark.parametrize("num_hard", [1, 4095, WIDE // 2])
+def test_wide_hard_mask_matches_kth_largest(num_hard):
+    s = _wide_rows()
+    threshold = s.sort(dim=1, descending=True).values[:, num_hard - 1:num_hard]
+    assert torch.equal(hard_mask(s, num_hard=num_hard), s >= threshold)
+
+
 def test_ring_bounds_truncation():
     assert ring_bounds(100, 50, 90) == (50, 90)
     assert ring_bounds(65536, 90, 99) == (int(0.9 * 65536), int(0.99 * 65536))

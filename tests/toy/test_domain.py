@@ -12,7 +12,8 @@ import yaml
 
 from domains.toy import ToyDomain
 from domains.toy.encoders import ToyEncoder
-from domains.toy.evaluation import kmeans_accuracy, linear_probe_error
+from domains.toy import clusters, mixture
+from domains.toy.evaluation import kmeans_accuracy, linear_probe_error, sector_accuracy_ceiling
 from domains.toy.ring_experiment import metric_name
 from toolkit import recipe as rc
 from toolkit.studies.reproduce import discover_tables
@@ -72,11 +73,11 @@ def test_every_recipe_validates_and_names_its_paper(path):
 
 def test_tables_point_at_recipes_and_metrics_the_runs_produce():
     tables = discover_tables([ROOT / "recipes" / "toy"])
-    assert set(tables) == {"ring-mi-toy", "cpcl-gaussian-mixture", "lmcl-toy"}
+    assert set(tables) == {"ring-mi-toy", "ring-mi-toy-cnce-critic", "cpcl-gaussian-mixture", "lmcl-toy"}
     produced = {
         "ring_mi": {"mi_true", "mi_nce", *(metric_name(w) for w in (10, 25, 50, 75, 90, 95))},
-        "cpcl_mixture": {"linear_probe_error", "af_probe_error", "raw_probe_error"},
-        "lmcl_clusters": {"kmeans_accuracy", "kmeans_accuracy_euclidean"},
+        "cpcl_mixture": {"linear_probe_error", "af_probe_error", "raw_probe_error", "bayes_error"},
+        "lmcl_clusters": {"kmeans_accuracy", "kmeans_accuracy_euclidean", "kmeans_accuracy_ceiling"},
     }
     for table in tables.values():
         for row in table.rows:
@@ -192,6 +193,38 @@ def test_probe_and_kmeans_metrics():
     assert kmeans_accuracy(x, (y + 2) % 3) == 100.0  # cluster ids are matched, not compared
     mixed = torch.tensor([0, 1] * 75)
     assert kmeans_accuracy(x, mixed) == pytest.approx(100 * 76 / 150, abs=2.0)
+
+
+def test_bayes_error_is_the_nearest_mean_error_and_15_11_percent_in_expectation():
+    from scipy import integrate, stats
+    x, y = mixture.sample_mixture(2000, generator=torch.Generator().manual_seed(0))
+    means = mixture.circle_means(4, 2.0).tolist()
+    nearest = [min(range(4), key=lambda c: (p[0] - means[c][0]) ** 2 + (p[1] - means[c][1]) ** 2)
+               for p in x.tolist()]
+    expected = 100 * np.mean(np.array(nearest) != y.numpy())
+    assert mixture.bayes_error(x, y) == pytest.approx(expected)
+    inside, _ = integrate.dblquad(lambda v, u: stats.norm.pdf(u - 2) * stats.norm.pdf(v), 0, 20,
+                                  lambda u: -u, lambda u: u)
+    assert 100 * (1 - inside) == pytest.approx(15.11, abs=0.01)
+    assert mixture.bayes_error(x, y) == pytest.approx(15.11, abs=3 * 100 * math.sqrt(0.15 * 0.85 / 8000))
+
+
+def test_sector_ceiling_is_the_best_split_into_two_angular_sectors():
+    x, y = clusters.make_cluster_set("nested_moons", 30, torch.Generator().manual_seed(1))
+    angle = np.arctan2(x[:, 1].numpy(), x[:, 0].numpy())
+    best = 0.0
+    for a in angle:                                # brute force over every pair of cut angles
+        for b in angle:
+            inside = (angle >= a) & (angle < b) if a < b else ~((angle >= b) & (angle < a))
+            agree = np.mean(inside == (y.numpy() == 1))
+            best = max(best, agree, 1 - agree)
+    assert sector_accuracy_ceiling(x, y) == pytest.approx(100 * best)
+    g = torch.Generator().manual_seed(2)              # and it bounds k-means of P x / ||P x||
+    for _ in range(5):
+        z = torch.nn.functional.normalize(x @ torch.randn(2, 2, generator=g), dim=1)
+        assert kmeans_accuracy(z, y) <= sector_accuracy_ceiling(x, y) + 1e-9
+    three, labels = clusters.make_cluster_set("three_bars", 20, torch.Generator().manual_seed(0))
+    assert sector_accuracy_ceiling(three, labels) is None
 
 
 # -- the shared loop ----------------------------------------------------------------------

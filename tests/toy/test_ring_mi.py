@@ -208,3 +208,30 @@ def test_mlp_critic_training_lowers_the_nce_loss_and_estimates_positive_mi():
 def test_bad_arguments_name_themselves(call, name):
     with pytest.raises(ValueError, match=name):
         call()
+
+
+# -- a critic trained on CNCE (table ring-mi-toy-cnce-critic) ------------------------------
+@pytest.mark.parametrize("lower", [0.0, 10.0, 90.0])
+def test_cnce_batch_candidates_are_the_rows_of_the_full_selection(lower):
+    x, y = R.sample_pairs(60, torch.Generator().manual_seed(3))
+    scores = R.optimal_critic(x, y)
+    idx = torch.tensor([5, 0, 59, 17])
+    block = R.percentile_candidates_rows(scores[idx], idx, lower)
+    assert torch.equal(block, R.percentile_candidates(scores, lower)[idx])
+
+
+def test_cnce_batch_loss_is_minus_the_estimate_of_its_drawn_negatives():
+    """With as many negatives as candidates the draw is the whole set: the loss is minus the
+    all-candidates CNCE estimate of those anchors, written as a loop."""
+    x, y = R.sample_pairs(40, torch.Generator().manual_seed(4))
+    critic = R.MLPCritic(depth=2, hidden=4, embed_dim=3)
+    idx = torch.arange(40)
+    xf, yf = x.float(), y.float()
+    loss = R.cnce_batch_loss(critic, xf, yf, idx, 50.0, num_negatives=1000,
+                             generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        s = critic(xf, yf).double()
+    keep = R.percentile_candidates(s, 50.0)
+    z = [float(s[i, i] - torch.logsumexp(torch.cat([s[i, i:i + 1], s[i][keep[i]]]), 0)
+               + math.log(1 + int(keep[i].sum()))) for i in range(40)]
+    assert float(loss) == pytest.approx(-sum(z) / 40, rel=1e-5)

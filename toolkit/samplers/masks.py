@@ -27,7 +27,13 @@ from torch import Tensor
 from toolkit import checks
 
 __all__ = ["all_mask", "hard_mask", "ring_mask", "ring_bounds", "hard_count", "check_percentiles",
+           "RING_DEFAULT", "RING_DEFAULT_THRESHOLDS",
            "ring_official_thresholds_to_percentiles", "ring_percentiles_to_official_thresholds"]
+
+# The one default ring of every Ring component (ring_nce, ir_ring, the ring selector): the
+# authors' configs, thres_outer = thres_inner = 0.1, which are the percentiles [90, 99).
+RING_DEFAULT_THRESHOLDS = (0.1, 0.1)
+RING_DEFAULT = (90.0, 99.0)
 
 # Products such as 0.29 * 100 are 28.999... in binary floating point; a plain int() / ceil()
 # would then be off by one. Quantile positions are computed with this slack instead.

@@ -23,8 +23,8 @@ from torch import Tensor
 
 from toolkit import checks
 from toolkit.registry import Registry
-from toolkit.samplers.masks import (all_mask, check_percentiles, hard_count, hard_mask, ring_mask,
-                                    ring_official_thresholds_to_percentiles)
+from toolkit.samplers.masks import (RING_DEFAULT_THRESHOLDS, all_mask, check_percentiles, hard_count,
+                                    hard_mask, ring_mask, ring_official_thresholds_to_percentiles)
 
 __all__ = ["SELECTORS", "NegativeSelector", "AllSelector", "HardSelector", "RingSelector"]
 
@@ -126,7 +126,8 @@ class RingSelector(NegativeSelector):
             raise ValueError("ring takes either lower/upper percentiles or "
                              f"theta_outer/theta_inner, not both; got {sorted(self.args)}")
         if self.official:
-            self.args = {"theta_outer": 0.1, "theta_inner": 0.1, **self.args}
+            outer, inner = RING_DEFAULT_THRESHOLDS
+            self.args = {"theta_outer": outer, "theta_inner": inner, **self.args}
 
     def default_param(self) -> str:
         return "theta_outer" if self.official else "lower"

@@ -127,15 +127,27 @@ def holm(pvalues: Sequence[float]) -> list[float]:
     return out.tolist()
 
 
-def verdict(summary: Summary | None, reference: float | None) -> str:
+def printed_half_unit(text: str) -> float:
+    """Half a unit of the last digit a number was printed with ("0.02041" -> 5e-6, "7.29e-5"
+    -> 5e-8, "84" -> 0.5): a measured value this close to it reads as the same number."""
+    mantissa, _, exponent = text.strip().lower().partition("e")
+    decimals = len(mantissa.partition(".")[2])
+    return 0.5 * 10.0 ** (int(exponent or 0) - decimals)
+
+
+def verdict(summary: Summary | None, reference: float | None, half_unit: float = 0.0) -> str:
     """Where a paper's number lies against the measured interval: 'contains', 'above' (the
-    measured interval is above the paper's number), 'below', or why there is no verdict."""
+    measured interval is above the paper's number), 'below', or why there is no verdict.
+
+    ``half_unit`` is the paper's printed precision (:func:`printed_half_unit`): the paper's
+    number stands for every value within it, so the interval is widened by it, and a single or
+    constant measurement that rounds to the paper's number reads 'contains'."""
     if reference is None:
         return "no paper number"
     if summary is None:
         return "not measured"
     if summary.low is None or summary.high is None:
-        return "n<2: no interval"
-    if summary.low <= reference <= summary.high:
+        return "contains" if abs(summary.mean - reference) <= half_unit else "n<2: no interval"
+    if summary.low - half_unit <= reference <= summary.high + half_unit:
         return "contains"
-    return "above" if summary.low > reference else "below"
+    return "above" if summary.low - half_unit > reference else "below"

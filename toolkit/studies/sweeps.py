@@ -193,13 +193,16 @@ def table_points(table: Any, name: str, sets: list[str], experiment: str, load: 
 
 
 def fill_measured(table: Any, points: list[Point], outcomes: list[Any]) -> None:
-    """Put each finished (or skipped: finished earlier) point's metrics into its table row."""
+    """Put each finished (or skipped: finished earlier) point's metrics into its table row,
+    with the point's seed beside each value (``table.measured_seeds``: the claims pair by it)."""
     measured = {o.label: o.metrics for o in outcomes}
     for point in points:
         got = table.measured.setdefault(point.tags["ctk.row"], {})
+        seeds = table.measured_seeds.setdefault(point.tags["ctk.row"], {})
         for m in table.metrics:
             if m in measured.get(point.label, {}):
                 got.setdefault(m, []).append(measured[point.label][m])
+                seeds.setdefault(m, []).append(point.recipe.seed)
 
 
 def log_sweep_figure(comp: Any, experiment: str) -> None:

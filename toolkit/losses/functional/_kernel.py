@@ -12,7 +12,7 @@ functions, and the tests hold the kernels to them: ``infonce.nt_xent_reference``
 """
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Callable, Sequence
 
 import torch
 from torch import Tensor
@@ -23,7 +23,7 @@ _LOG2E = 1.4426950408889634  # 1 / ln 2
 
 
 def _masked_exponentials(left: Tensor, right: Tensor | None, scales: Sequence[float],
-                         partner_kept: bool = False, keep: Tensor | None = None):
+                         partner_kept: bool = False, keep: Tensor | Callable[[Tensor], Tensor] | None = None):
     """X = c0 left @ right^T (c0 = scales[0], or scales[1] when the scales are (2c, c)); per
     scale c: E_c = exp((c / c0) (X - m)) with a row shift m >= max_b X_ab; entries dropped by
     ``keep`` (single scale only) are zeroed after the exp.
@@ -44,7 +44,10 @@ def _masked_exponentials(left: Tensor, right: Tensor | None, scales: Sequence[fl
     pass). It is exact for unit rows up to a gap of 2 c0; a row whose sum would lose precision
     to underflow (far below its bound: large 1/tau, very unequal norms, or a mask that keeps
     only distant candidates) is recomputed exactly with its true max over allowed entries.
-    Masks are applied after the exp: exp(-inf) takes a ~10x slower path on CPU.
+    Masks are applied after the exp: exp(-inf) takes a ~10x slower path on CPU. ``keep`` may
+    also be a function of the shifted logits X (before the exp; an increasing function of
+    c0 left @ right^T in each row) that returns the mask: a selection by rank within a row
+    (Ring's percentile ring) then costs no second product.
     """
     if keep is not None and len(scales) != 1:
         raise ValueError("a keep-mask needs a single temperature scale")  # internal misuse
@@ -60,6 +63,8 @@ def _masked_exponentials(left: Tensor, right: Tensor | None, scales: Sequence[fl
     # (X - m) log2(e) in the GEMM, then exp2: the same value as exp(X - m) to the rounding the
     # GEMM output has anyway, and exp2 is ~2x faster than exp on CPU (measured, AVX2).
     x = torch.addmm(shift * -_LOG2E, left, other.t(), alpha=c0 * _LOG2E)
+    if callable(keep):
+        keep = keep(x)
     if right is None:
         half = x.shape[0] // 2
         x.diagonal().fill_(_NEG_INF)
@@ -87,7 +92,7 @@ def _masked_exponentials(left: Tensor, right: Tensor | None, scales: Sequence[fl
         _exact_rows((smallest < floor).nonzero().flatten(), exps, sums, shift, left, right,
                     scales, partner_kept, keep)
         symmetric = False
-    return exps, sums, shift.squeeze(1), symmetric
+    return exps, sums, shift.squeeze(1), symmetric, keep
 
 
 def _lse(scales: Sequence[float], sums: Sequence[Tensor], shift: Tensor, i: int) -> Tensor:
@@ -145,7 +150,8 @@ def _gram_backward(g: Tensor, row: Tensor, z: Tensor) -> Tensor:
 
 class _RowLogSumExp(torch.autograd.Function):
     """lse[a] = log sum_{b kept for a} exp(c <q_a, k_b>) against constant keys ``k`` (a MoCo
-    queue, a memory bank), with an optional keep-mask.
+    queue, a memory bank), with an optional keep-mask (or a function that selects it from the
+    shifted logits, see :func:`_masked_exponentials`).
 
     Backward: with w_a = grad_a c / S_a (softmax normaliser and incoming gradient, per row)
     the gradient is diag(w) E k, the row factor applied to the ``[n, d]`` result, never to the
@@ -155,7 +161,7 @@ class _RowLogSumExp(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, q, keys, c, keep):
-        exps, sums, shift, _ = _masked_exponentials(q, keys, (c,), keep=keep)
+        exps, sums, shift, _, _ = _masked_exponentials(q, keys, (c,), keep=keep)
         ctx.save_for_backward(keys, exps[0], sums[0])
         ctx.c = c
         return _lse((c,), sums, shift, 0)
@@ -202,7 +208,7 @@ class _InBatchLoss(torch.autograd.Function):
     def forward(ctx, z1, z2, pos_scale, scales, partner_kept, keep, head):
         n = 2 * z1.shape[0]
         z = torch.cat([z1, z2])
-        exps, sums, shift, symmetric = _masked_exponentials(z, None, scales, partner_kept, keep)
+        exps, sums, shift, symmetric, _ = _masked_exponentials(z, None, scales, partner_kept, keep)
         if len(scales) == 1:
             stat = _lse(scales, sums, shift, 0)
         elif _squares(scales):

@@ -28,10 +28,11 @@ import torch
 from torch import Tensor
 
 from toolkit import checks
-from toolkit.samplers.masks import (ring_bounds, ring_mask,
+from toolkit.samplers.masks import (RING_DEFAULT, ring_bounds, ring_mask,
                                     ring_official_thresholds_to_percentiles,
                                     ring_percentiles_to_official_thresholds)
 
+from ._kernel import _LOG2E, _RowLogSumExp
 from ._precision import full_precision
 
 __all__ = ["ring_nce", "ir_nce", "ir_ring", "ring_official_thresholds_to_percentiles",
@@ -58,46 +59,26 @@ def _check_index(name: str, idx: Tensor, dim: int, rows: int, high: int) -> None
                          f"[{int(idx.min())}, {int(idx.max())}]")
 
 
-def _ring_partition(logits: Tensor, lower: float, upper: float) -> tuple[Tensor, int]:
-    """Log-sum-exp over each row's ring and the ring size ``hi - lo``.
-
-    When the outer ball (the ``M - lo`` largest) is at most half the row, one ``topk`` takes it
-    (its values carry the gradient) and the inner part is masked inside the ball; otherwise the
-    full row is masked with :func:`ring_mask`. Either way exactly ``hi - lo`` logits enter.
-    """
-    m = logits.shape[1]
-    lo, hi = ring_bounds(m, lower, upper)
-    if lo == 0 and hi == m:
-        return torch.logsumexp(logits, dim=1), m
-    if lo > 0 and m - lo <= lo:
-        ball = torch.topk(logits, m - lo, dim=1, sorted=False).values
-        if hi < m:
-            inner = torch.topk(ball.detach(), m - hi, dim=1, sorted=False).indices
-            drop = torch.zeros(ball.shape, dtype=torch.bool, device=ball.device)
-            drop.scatter_(1, inner, True)
-            ball = ball.masked_fill(drop, float("-inf"))
-        return torch.logsumexp(ball, dim=1), hi - lo
-    keep = ring_mask(logits.detach(), lower, upper)
-    return torch.logsumexp(logits.masked_fill(~keep, float("-inf")), dim=1), hi - lo
-
-
 @full_precision
 def ring_nce(q: Tensor, k: Tensor, queue: Tensor, temperature: float = 0.07,
-             lower: float = 0.0, upper: float = 100.0, include_positive: bool = True, *,
+             lower: float = RING_DEFAULT[0], upper: float = RING_DEFAULT[1], include_positive: bool = True, *,
              stats: dict | None = None) -> Tensor:
     """MoCoRing loss (Ring Sec. 4, Alg. 1; docs/methods.md, section ring_nce), batch mean.
 
     ``L_i = -s+_i + log(e^{s+_i} + sum_{j in ring_i} e^{s_ij})`` with ``s+_i = q_i.k_i / tau``,
     ``s_ij = q_i.queue_j / tau`` and ``ring_i`` the ascending-sorted slice
     ``[int(lower/100 * M), int(upper/100 * M))`` of row i (exactly ``hi - lo`` negatives; see
-    :func:`toolkit.samplers.ring_mask` for ties). Selected with ``topk``, never a full sort.
+    :func:`toolkit.samplers.ring_mask` for ties and for how the slice is found without a
+    sort). The selection is a keep-mask (no gradient through it); the ring's log-sum-exp and
+    its gradient are MoCo's kernel with that mask, so a ring costs the selection on top of a
+    plain MoCo step.
 
     Args:
         q: ``[N, d]`` queries (gradient flows). k: ``[N, d]`` keys (constant).
         queue: ``[M, d]`` queue rows (constant).
         temperature: tau > 0 (paper 0.07).
-        lower, upper: ring percentiles, ``0 <= lower < upper <= 100``; the official
-            ``thres_outer=thres_inner=0.1`` is ``(90, 99)``.
+        lower, upper: ring percentiles, ``0 <= lower < upper <= 100``; default the authors'
+            ``thres_outer = thres_inner = 0.1``, i.e. ``(90, 99)``; ``(0, 100)`` is MoCo.
         include_positive: put ``e^{s+}`` in the partition (code and Thm. 3.1; default) or not
             (Alg. 1 pseudo-code).
         stats: receives ``pos_sim``, ``neg_sim`` (mean over kept negatives) and ``neg_kept``
@@ -105,24 +86,42 @@ def ring_nce(q: Tensor, k: Tensor, queue: Tensor, temperature: float = 0.07,
     """
     _check_pair(q, k, queue, "queue")
     tau = checks.positive("temperature", temperature)
-    qs = q / tau
-    k = k.detach()
-    pos = (qs * k).sum(dim=1)
-    logits = qs @ queue.detach().T
-    partition, kept = _ring_partition(logits, lower, upper)
+    k, queue = k.detach(), queue.detach()
+    m = queue.shape[0]
+    lo, hi = ring_bounds(m, lower, upper)
+    ring = _RingSelection(lower, upper, stats is not None) if (lo > 0 or hi < m) else None
+    partition = _RowLogSumExp.apply(q, queue, 1.0 / tau, ring)
+    pos = (q * k).sum(dim=1) / tau
     if include_positive:
         partition = torch.logaddexp(partition, pos)
     loss = (partition - pos).mean()
     if stats is not None:
         with torch.no_grad():
-            stats["pos_sim"] = pos.mean() * tau
-            stats["neg_kept"] = kept / logits.shape[1]
-            if kept == logits.shape[1]:
-                stats["neg_sim"] = logits.mean() * tau
-            else:
-                keep = ring_mask(logits, lower, upper)
-                stats["neg_sim"] = (logits * keep).sum() / keep.sum() * tau
+            qd = q.detach()
+            stats["pos_sim"] = pos.detach().mean() * tau
+            stats["neg_kept"] = (hi - lo) / m
+            if ring is None:
+                stats["neg_sim"] = qd.mean(0) @ queue.mean(0)
+            else:  # x = (q.Q / tau - shift) log2 e, shift = ||q_i|| max ||Q|| / tau
+                shift = torch.linalg.vector_norm(qd, dim=1) * torch.linalg.vector_norm(queue, dim=1).max()
+                stats["neg_sim"] = (ring.kept_x_sum / _LOG2E * tau + (hi - lo) * shift.sum()) / (len(qd) * (hi - lo))
     return loss
+
+
+class _RingSelection:
+    """The ring's keep-mask, taken inside MoCo's kernel from its shifted logits (an increasing
+    map of q.Q per row, so the ranks and the ring are those of the logits); with ``sums`` it
+    keeps the sum of the selected shifted logits for ``neg_sim``."""
+
+    def __init__(self, lower: float, upper: float, sums: bool) -> None:
+        self.lower, self.upper, self.sums = lower, upper, sums
+        self.kept_x_sum = None
+
+    def __call__(self, x: Tensor) -> Tensor:
+        keep = ring_mask(x, self.lower, self.upper)
+        if self.sums:
+            self.kept_x_sum = torch.where(keep, x, x.new_zeros(())).sum()
+        return keep
 
 
 def _bank_logits(qs: Tensor, bank: Tensor, cols: Tensor) -> Tensor:
@@ -140,9 +139,10 @@ def ir_nce(q: Tensor, bank: Tensor, indices: Tensor, noise_idx: Tensor,
     """Instance-discrimination NCE with a memory bank (Ring Eq. 3; Wu et al. 2018), batch mean.
 
     ``L_i = -q_i.M[idx_i]/tau + log sum_{j in {idx_i} + noise_i} e^{q_i.M[j]/tau}``: the positive
-    is the anchor's own bank entry; ``noise_idx`` ``[N, k-1]`` holds the uniformly drawn bank
-    indices (the authors draw them with ``torch.randint(0, n, (N, k-1))``; they may include
-    ``idx_i`` itself). ``bank`` ``[n, d]`` is a constant.
+    is the anchor's own bank entry; ``noise_idx`` ``[N, K]`` holds the K uniformly drawn bank
+    indices (they may include ``idx_i`` itself). The ``ir_nce`` module draws K = k =
+    ``num_negatives`` (default 4096) with ``torch.randint(0, n, (N, k))``; the authors' ``NCE``
+    class draws k - 1. ``bank`` ``[n, d]`` is a constant.
 
     stats: ``pos_sim``, ``neg_sim`` (mean over the drawn entries), ``neg_kept`` (1.0).
     """

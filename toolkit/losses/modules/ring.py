@@ -12,18 +12,20 @@ from toolkit.losses import functional as F
 from toolkit.losses.base import ContrastiveBatch, ContrastiveLoss, LossOutput, require
 from toolkit.losses.modules.batch_io import Records, bank_inputs, batch_views
 from toolkit.losses.registry import LOSSES
-from toolkit.samplers.masks import ring_bounds
+from toolkit.samplers.masks import RING_DEFAULT, ring_bounds
 
 
 @LOSSES.register("ring_nce", description="Ring / conditional NCE: negatives in a percentile ring of the queue")
 class RingNCE(ContrastiveLoss):
-    """Ring NCE with fixed percentiles [lower, upper) of the queue similarities. For annealed
-    thresholds use ``moco_infonce`` with ``selector: {name: ring, schedule: ...}``."""
+    """Ring NCE with fixed percentiles [lower, upper) of the queue similarities, default the
+    authors' ``thres_outer = thres_inner = 0.1``, i.e. [90, 99) (:data:`RING_DEFAULT`, shared by
+    every Ring component). For annealed thresholds use ``moco_infonce`` with
+    ``selector: {name: ring, schedule: ...}``."""
 
     needs = ("views", "keys", "negatives")
 
-    def __init__(self, temperature: float = 0.07, lower: float = 0.0, upper: float = 100.0,
-                 include_positive: bool = True) -> None:
+    def __init__(self, temperature: float = 0.07, lower: float = RING_DEFAULT[0],
+                 upper: float = RING_DEFAULT[1], include_positive: bool = True) -> None:
         super().__init__()
         self.temperature = checks.positive("temperature", temperature)
         checks.in_range("lower", lower, 0.0, 100.0)
@@ -88,7 +90,8 @@ class IRRing(_IRBank):
     accepts_selector = True
 
     def __init__(self, temperature: float = 0.07, num_negatives: int = 4096,
-                 lower: float = 90.0, upper: float = 99.0, include_positive: bool = True) -> None:
+                 lower: float = RING_DEFAULT[0], upper: float = RING_DEFAULT[1],
+                 include_positive: bool = True) -> None:
         super().__init__(temperature, num_negatives)
         checks.in_range("lower", lower, 0.0, 100.0)
         checks.in_range("upper", upper, 0.0, 100.0)

@@ -1,0 +1,58 @@
+"""scripts/reproductions.py: the page is written from stored runs (one per row and seed, the
+newest when a point ran twice, unfinished ones left out), and its verdicts are the claims
+block's on the same numbers."""
+from __future__ import annotations
+
+import importlib.util
+import textwrap
+from pathlib import Path
+
+from scipy import stats as sps
+
+from tests.reporting.conftest import log_run
+from toolkit.studies.reproduce import load_table
+from toolkit.tracking.store import client_for, experiment_id
+
+ROOT = Path(__file__).resolve().parents[2]
+VALUES = {"base": [0.50, 0.52, 0.49, 0.51], "new": [0.60, 0.63, 0.61, 0.62]}
+
+
+def _script():
+    spec = importlib.util.spec_from_file_location("reproductions", ROOT / "scripts" / "reproductions.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_page_reads_the_stored_runs_and_tests_the_claims(store, tmp_path):
+    (tmp_path / "r.yaml").write_text("name: r\n")
+    (tmp_path / "t.yaml").write_text(textwrap.dedent("""\
+        name: toy-t
+        title: A toy table
+        seeds: [0, 1, 2, 3]
+        metrics: [acc]
+        rows:
+          - {label: base, recipe: r.yaml, paper: {acc: 0.5}}
+          - {label: new, recipe: r.yaml}
+        claims:
+          - {id: better, text: "new above base", section: "Sec. 1", metric: acc, pairs: [[new, base]]}
+        """))
+    table = load_table(tmp_path / "t.yaml")
+    client = client_for(store)
+    eid = experiment_id(client, "reproduce-toy-t")
+    for row, values in VALUES.items():
+        for seed, v in enumerate(values):
+            log_run(client, eid, {"seed": seed}, {"acc": v}, tags={"ctk.table": "toy-t", "ctk.row": row})
+    log_run(client, eid, {"seed": 0}, {"acc": 9.0}, tags={"ctk.table": "toy-t", "ctk.row": "new"},
+            status="FAILED")
+    module = _script()
+    runs = module.stored_runs(store, table)
+    assert len(runs) == 8
+    text = "\n".join(module.table_section(table, runs))
+    p = sps.ttest_rel(VALUES["new"], VALUES["base"]).pvalue
+    assert "8 finished runs (seeds 0, 1, 2, 3)" in text
+    assert "| **holds** | new > base | 4 |" in text
+    assert f"{p:.2g}" in text
+    assert "`ctk reproduce toy-t`" in text
+    empty = load_table(tmp_path / "t.yaml")
+    assert "Not measured" in "\n".join(module.table_section(empty, []))
