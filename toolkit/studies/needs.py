@@ -63,6 +63,8 @@ def table_needs(table: Any, root: str | None = None) -> Needs:
         except (rc.RecipeError, OSError):
             continue  # ctk reproduce NAME reports it with its path
         data = raw.get("data") or {}
+        if data.get("experiment"):  # generated in the run (the toy sets): nothing to fetch
+            continue
         for key in _DATA_KEYS:
             wanted += [n for n in _names(data.get(key)) if n not in wanted]
         resources = raw.get("resources") or {}
