@@ -119,7 +119,7 @@ def test_reproduce_verdicts():
     measured = [0.70, 0.72, 0.69, 0.73]
     low, high = sps.t.interval(0.95, 3, loc=np.mean(measured), scale=sps.sem(measured))
     rows = [TableRow("inside", None, [], {"acc": 0.71}), TableRow("high", None, [], {"acc": 0.9}),
-            TableRow("low", None, [], {"acc": 0.5}), TableRow("one", None, [], {"acc": 0.7}),
+            TableRow("low", None, [], {"acc": 0.5}), TableRow("one", None, [], {"acc": 0.75}),
             TableRow("none", None, [], {})]
     table = PaperTable("t", "T", "paper", [0, 1, 2, 3], ["acc"], rows, None,
                        measured={r.label: {"acc": measured} for r in rows[:3]} | {
