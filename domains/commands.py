@@ -171,8 +171,8 @@ def show(recipe: str, sets: tuple[str, ...]) -> str:
         from toolkit.training.trainer import select_device
         choice = precision_choice("auto", select_device(r.device), registry.get(r.domain))
         lines.append(f"# on this machine: {choice.line()}")
-    from toolkit.objective import with_defaults  # every default the objective's components apply
-    shown = {**r.resolved, "objective": with_defaults(r.resolved["objective"])} if r.resolved.get("objective") else r.resolved
+    from toolkit.objective import recipe_with_defaults  # every default the objective's components apply
+    shown = recipe_with_defaults(r.resolved)
     return "\n".join([*lines, yaml.safe_dump(shown, sort_keys=False).rstrip()])
 
 

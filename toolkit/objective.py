@@ -261,3 +261,8 @@ def with_defaults(objective: dict[str, Any]) -> dict[str, Any]:
                 sel[arg] = value
         fill(schedule, SCHEDULES, skip=("param",))
     return out
+
+
+def recipe_with_defaults(resolved: dict[str, Any]) -> dict[str, Any]:
+    """A resolved recipe as ``ctk show`` prints it: its objective :func:`with_defaults`."""
+    return {**resolved, "objective": with_defaults(resolved["objective"])} if resolved.get("objective") else resolved

@@ -47,6 +47,7 @@ from pydantic import BaseModel
 import cli
 from domains import registry
 from toolkit import recipe as rc
+from toolkit.objective import recipe_with_defaults
 from toolkit.runs import load_recipe
 
 ROOT = Path(__file__).resolve().parents[2] / "recipes"
@@ -346,9 +347,9 @@ def check_case(case: Case, folder: Path) -> str:
     result = CliRunner().invoke(cli.main, args)
     assert result.exit_code == 0 and "Traceback" not in result.output, (case, result.output, result.exception)
     shown = yaml.safe_load(result.output.split("\n", 1)[1])
-    assert shown == yaml.safe_load(yaml.safe_dump(_with_objective_defaults(recipe.resolved), sort_keys=False))
+    assert shown == yaml.safe_load(yaml.safe_dump(recipe_with_defaults(recipe.resolved), sort_keys=False))
     again = load_recipe(path, [], registry.get, data=shown)  # ctk show's output is the same experiment
-    assert _with_objective_defaults(again.resolved) == _with_objective_defaults(recipe.resolved), case
+    assert recipe_with_defaults(again.resolved) == recipe_with_defaults(recipe.resolved), case
     return "accepted"
 
 
@@ -396,10 +397,3 @@ def test_every_recipe_refuses_each_file_level_attack(fuzz_dir, attack):
     for recipe in RECIPES:
         content = make(yaml.safe_load(yaml.safe_dump(DATA[recipe])))
         assert check_case(Case(recipe, attack, path, content, True), fuzz_dir) == "refused"
-
-
-def _with_objective_defaults(resolved):
-    """The resolved recipe as ``ctk show`` prints it: the objective with every default its
-    components apply (toolkit.objective.with_defaults)."""
-    from toolkit.objective import with_defaults
-    return {**resolved, "objective": with_defaults(resolved["objective"])} if resolved.get("objective") else resolved
