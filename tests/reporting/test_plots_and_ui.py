@@ -93,6 +93,9 @@ def test_experiments_open_in_the_ml_view_with_columns(stats_experiment):
     view = json.loads(exp.tags[VIEW_TAG])
     assert view["selectedColumns"] == ["metrics.`linear_top1`", "metrics.`uniformity`",
                                        f"params.`{LOSS_KEY}`", "params.`seed`"]
+    # the grid draws selected metrics by name; columnOrder is what puts the record first
+    assert view["columnOrder"] == view["selectedColumns"]
+    assert set(view["columnWidths"]) == set(view["selectedColumns"])
     assert routes[0][1] in exp.tags["mlflow.note.content"]
 
 

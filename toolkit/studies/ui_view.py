@@ -34,10 +34,18 @@ def view_path(experiment_id: str) -> str:
 
 def view_state(metrics: list[str], params: list[str]) -> dict[str, Any]:
     """The page state mlflow's runs table restores: column ids are ``metrics.`name``` and
-    ``params.`key``` (the UI's own naming), newest runs first, every run visible."""
+    ``params.`key``` (the UI's own naming), newest runs first, every run visible.
+
+    ``selectedColumns`` only says which columns show: the table draws them in its own order
+    (metrics sorted by name). ``columnOrder`` is the order the grid applies after loading (the
+    one a user's drag would save), so the metrics come in the order given, metrics of record
+    first, then the params, then the run attributes; ``columnWidths`` fits each header's name."""
     columns = [f"metrics.`{m}`" for m in metrics] + [f"params.`{p}`" for p in params]
-    return {"selectedColumns": columns, "orderByKey": "attributes.start_time",
-            "orderByAsc": False, "runsHiddenMode": "SHOW_ALL"}
+    widths = {c: min(260, max(100, 8 * len(name) + 36))
+              for c, name in zip(columns, [*metrics, *params])}
+    return {"selectedColumns": columns, "columnOrder": columns, "columnWidths": widths,
+            "orderByKey": "attributes.start_time", "orderByAsc": False,
+            "runsHiddenMode": "SHOW_ALL"}
 
 
 def publish_view(client: Any, experiment: str) -> str | None:
