@@ -123,3 +123,17 @@ def test_the_verdict_reads_the_metric_direction(diff, direction, expected):
     assert _verdict(diff, 0.2, direction, 0.05, 3) == "no detectable difference at n=3"
     assert _verdict(diff, math.nan, direction, 0.05, 3).startswith("not tested")
     assert _verdict(None, None, direction, 0.05, 0) == "n/a"
+
+
+@pytest.mark.parametrize("path", sorted((ROOT / "studies").glob("*.yaml")), ids=lambda p: p.stem)
+def test_shipped_studies_load_with_every_recipe_valid(path):
+    """Each shipped study validates as `ctk study --dry-run` does: every (domain, arm) recipe
+    loads, every metric of record is one its domain logs, the baseline is an arm."""
+    from domains import registry
+    from domains.commands import load
+    from toolkit.studies.study import load_study, study_points
+    study = load_study(path, load, registry.get)
+    assert study.spec.baseline in study.arms and len(study.arms) >= 2
+    points = study_points(study, load)
+    assert len(points) == len(study.recipes) * len(study.arms) * len(study.seeds)
+    assert {d for _, d, _, _ in points} == set(yaml.safe_load(path.read_text())["domains"])
