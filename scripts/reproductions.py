@@ -6,8 +6,8 @@ experiment ``reproduce-NAME``; finished runs tagged ``ctk.table = NAME``, one pe
 so the page is regenerated, not typed; ``--run`` runs the missing tables first (each as
 ``ctk reproduce NAME``, under ``nice``; the minutes add up: see the page's wall times). A table
 with no stored runs is listed with its command and "not measured", or with ``--keep`` keeps the
-section the page already has (one table re-measured without running the others again; the
-page's header names the kept tables).
+measured part of the section the page already has, with the table's current notes (one table
+re-measured without running the others again; the page's header names the kept tables).
 
     python scripts/reproductions.py                       # ./mlflow.db -> docs/reproductions.md
     python scripts/reproductions.py --run --table ring-mi-toy --uri sqlite:///runs.db
@@ -120,9 +120,14 @@ def table_section(table: PaperTable, runs: list) -> list[str]:
         out.append(f"- {row}, `{metric}`: {num(s and s.mean)} {interval(s and s.low, s and s.high)}"
                    f" (n = {s.n if s else 0}){shown_paper}")
     out.append("")
-    if table.notes:
-        out += ["What the numbers mean (the table's notes):", "", "> " + " ".join(table.notes.split()), ""]
-    return out
+    return out + notes_lines(table)
+
+
+NOTES_HEAD = "What the numbers mean (the table's notes):"
+
+
+def notes_lines(table: PaperTable) -> list[str]:
+    return [NOTES_HEAD, "", "> " + " ".join(table.notes.split()), ""] if table.notes else []
 
 
 def old_sections(text: str) -> dict[str, list[str]]:
@@ -151,9 +156,11 @@ def page(tables: dict[str, PaperTable], uri: str, names: list[str],
         sections += [f"## {paper}", ""]
         for name in chosen:
             runs = stored_runs(uri, tables[name])
-            if not runs and keep and name in keep:
+            if not runs and keep and name in keep:  # measured part as written, notes from the table file
                 kept.append(name)
-                sections += keep[name]
+                old = keep[name]
+                cut = old.index(NOTES_HEAD) if NOTES_HEAD in old else len(old)
+                sections += old[:cut] + notes_lines(tables[name])
             else:
                 sections += table_section(tables[name], runs)
     lines = ["# Reproductions: the papers' claims, checked on CPU", "",
@@ -181,7 +188,7 @@ def main() -> None:
     ap.add_argument("--run", action="store_true", help="run each chosen table with ctk reproduce first (skips finished points)")
     ap.add_argument("--out", default=str(ROOT / "docs" / "reproductions.md"))
     ap.add_argument("--keep", action="store_true",
-                    help="a table with no runs in the store keeps its section from the page at --out")
+                    help="a table with no runs in the store keeps its measured section from the page at --out")
     args = ap.parse_args()
     tables = discover_tables([ROOT / "recipes"])
     names = args.table or [n for group in PAPERS.values() for n in group]
