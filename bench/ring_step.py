@@ -13,7 +13,8 @@ inputs); the ratio printed is the median of the per-repeat ratios, measured in t
 * ``moco_infonce + ring selector``: the annealed-ring path (the ``ring`` selector's mask from
   :func:`toolkit.samplers.ring_mask` on a separate product, then ``moco_infonce`` with it), at
   (50, 90);
-* ``ring_mask (50, 90)`` alone (no loss, no gradient): the selection itself, two ``topk`` calls.
+* ``ring_mask (50, 90)`` alone (no loss, no gradient): the selection itself (on CPU two
+  partitions per row and a compare; see :func:`toolkit.samplers.ring_mask`).
 
 Target: every ring case at most ``--target`` (1.3) times the reference. The figures depend on
 the machine and on what else runs on it; ``machine_line`` names the machine.

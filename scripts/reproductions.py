@@ -5,10 +5,13 @@ Each table's runs are read from the mlflow store that ``ctk reproduce NAME`` wro
 experiment ``reproduce-NAME``; finished runs tagged ``ctk.table = NAME``, one per row and seed),
 so the page is regenerated, not typed; ``--run`` runs the missing tables first (each as
 ``ctk reproduce NAME``, under ``nice``; the minutes add up: see the page's wall times). A table
-with no stored runs is listed with its command and "not measured".
+with no stored runs is listed with its command and "not measured", or with ``--keep`` keeps the
+measured part of the section the page already has, with the table's current notes (one table
+re-measured without running the others again; the page's header names the kept tables).
 
     python scripts/reproductions.py                       # ./mlflow.db -> docs/reproductions.md
     python scripts/reproductions.py --run --table ring-mi-toy --uri sqlite:///runs.db
+    python scripts/reproductions.py --keep --uri sqlite:///new-table.db
 """
 from __future__ import annotations
 
@@ -31,7 +34,7 @@ from toolkit.training.precision import machine_line  # noqa: E402
 PAPERS = {
     "Ring: conditional negative sampling (Wu et al. 2021)": ["ring-mi-toy", "ring-mi-toy-cnce-critic"],
     "LMCL: distance polarization (Chen et al. 2021)": ["lmcl-toy"],
-    "CPCL: contrastive principal components": ["cpcl-gaussian-mixture"],
+    "CPCL: contrastive principal components": ["cpcl-gaussian-mixture", "cpcl-gaussian-mixture-hard"],
     "Wang & Liu 2021: temperature and hard negatives": ["wang-liu-temperature"],
     "CACR: contrastive attraction and repulsion (Zheng et al.)": ["cacr-k1-vs-k4"],
 }
@@ -117,12 +120,49 @@ def table_section(table: PaperTable, runs: list) -> list[str]:
         out.append(f"- {row}, `{metric}`: {num(s and s.mean)} {interval(s and s.low, s and s.high)}"
                    f" (n = {s.n if s else 0}){shown_paper}")
     out.append("")
-    if table.notes:
-        out += ["What the numbers mean (the table's notes):", "", "> " + " ".join(table.notes.split()), ""]
+    return out + notes_lines(table)
+
+
+NOTES_HEAD = "What the numbers mean (the table's notes):"
+
+
+def notes_lines(table: PaperTable) -> list[str]:
+    return [NOTES_HEAD, "", "> " + " ".join(table.notes.split()), ""] if table.notes else []
+
+
+def old_sections(text: str) -> dict[str, list[str]]:
+    """The ``### `NAME``` sections of a page as written: name -> its lines (up to the next
+    section or paper heading)."""
+    out: dict[str, list[str]] = {}
+    current: list[str] | None = None
+    for line in text.splitlines():
+        if line.startswith("### `") and line.rstrip().endswith("`"):
+            current = out.setdefault(line.strip()[5:-1], [])
+        elif line.startswith("## "):
+            current = None
+        if current is not None:
+            current.append(line)
     return out
 
 
-def page(tables: dict[str, PaperTable], uri: str, names: list[str]) -> str:
+def page(tables: dict[str, PaperTable], uri: str, names: list[str],
+         keep: dict[str, list[str]] | None = None) -> str:
+    sections: list[str] = []
+    kept: list[str] = []
+    for paper, tnames in PAPERS.items():
+        chosen = [n for n in tnames if n in names and n in tables]
+        if not chosen:
+            continue
+        sections += [f"## {paper}", ""]
+        for name in chosen:
+            runs = stored_runs(uri, tables[name])
+            if not runs and keep and name in keep:  # measured part as written, notes from the table file
+                kept.append(name)
+                old = keep[name]
+                cut = old.index(NOTES_HEAD) if NOTES_HEAD in old else len(old)
+                sections += old[:cut] + notes_lines(tables[name])
+            else:
+                sections += table_section(tables[name], runs)
     lines = ["# Reproductions: the papers' claims, checked on CPU", "",
              "Written by `scripts/reproductions.py` from the runs in the store "
              f"(`{uri if '://' in uri else 'sqlite:///' + uri}` when it ran); do not edit by hand, run the script again. "
@@ -135,14 +175,10 @@ def page(tables: dict[str, PaperTable], uri: str, names: list[str]) -> str:
              f"when one fails.", "",
              f"Written on: {machine_line()}. The runs were made one at a time, under `nice`, on a 2-core "
              "machine shared with other jobs: wall times are longer than on an idle machine.", ""]
-    for paper, tnames in PAPERS.items():
-        chosen = [n for n in tnames if n in names and n in tables]
-        if not chosen:
-            continue
-        lines += [f"## {paper}", ""]
-        for name in chosen:
-            lines += table_section(tables[name], stored_runs(uri, tables[name]))
-    return "\n".join(lines).rstrip() + "\n"
+    if kept:
+        lines += [f"Kept as the previous page had them (no runs of theirs in this store): "
+                  f"{', '.join(f'`{n}`' for n in kept)}.", ""]
+    return "\n".join(lines + sections).rstrip() + "\n"
 
 
 def main() -> None:
@@ -151,6 +187,8 @@ def main() -> None:
     ap.add_argument("--table", action="append", help="only these tables (repeatable; default: every table of PAPERS)")
     ap.add_argument("--run", action="store_true", help="run each chosen table with ctk reproduce first (skips finished points)")
     ap.add_argument("--out", default=str(ROOT / "docs" / "reproductions.md"))
+    ap.add_argument("--keep", action="store_true",
+                    help="a table with no runs in the store keeps its measured section from the page at --out")
     args = ap.parse_args()
     tables = discover_tables([ROOT / "recipes"])
     names = args.table or [n for group in PAPERS.values() for n in group]
@@ -159,7 +197,9 @@ def main() -> None:
         for name in names:
             subprocess.run(["nice", "-n", "15", sys.executable, str(ROOT / "cli.py"), "reproduce", name, "--quiet"],
                            cwd=ROOT, env=env, check=False)
-    Path(args.out).write_text(page(tables, args.uri, names))
+    out = Path(args.out)
+    keep = old_sections(out.read_text()) if args.keep and out.is_file() else None
+    out.write_text(page(tables, args.uri, names, keep))
     print(f"wrote {args.out}")
 
 

@@ -47,9 +47,15 @@ class MixtureData(Section):
     ``views``: ``pool`` (default, the paper's Sec. 5 form) samples each view from the fixed pool
     of ``pool_augmentations`` (2 in Sec. 5, 1600 pool points in all) augmentations per point with
     the row-normalised probabilities ``A[x_bar, :]``; ``fresh`` draws new noise
-    ``x_bar + N(0, s_a I)`` at every step (Algorithm 1 with an unbounded augmentation set)."""
+    ``x_bar + N(0, s_a I)`` at every step (Algorithm 1 with an unbounded augmentation set).
+
+    ``classes``: label each point by its component index modulo ``classes`` (not in the
+    paper); ``null`` (default, the paper) labels by component. 8 components with 2 classes
+    alternate the labels around the circle: no line separates them, so a linear probe on the
+    raw points is far from the Bayes error (the ``cpcl-gaussian-mixture-hard`` table)."""
 
     components: int = Field(4, ge=2)
+    classes: int | None = Field(None, ge=2)
     radius: float = Field(2.0, ge=0)
     component_variance: float = Field(1.0, gt=0)
     per_component: int = Field(200, ge=2)

@@ -98,6 +98,9 @@ class ToyDomain(Domain):
             if m.views == "pool" and m.augment_variance <= 0:
                 problems.append(("data.cpcl_mixture.views", "'pool' draws views from augmented copies "
                                  "and needs augment_variance > 0, got 0"))
+            if m.classes is not None and m.classes > m.components:
+                problems.append(("data.cpcl_mixture.classes", f"must be at most components "
+                                 f"({m.components}), got {m.classes}"))
             points = m.per_component * m.components
             batch = rc.get_path(raw, "budget.batch_size", 256)
             if isinstance(batch, int) and batch > points:
@@ -135,7 +138,8 @@ class ToyDomain(Domain):
         gen = torch.Generator().manual_seed(self.data_seed(recipe))
         if cfg.experiment == "cpcl_mixture":
             m = cfg.cpcl_mixture
-            shape = dict(components=m.components, radius=m.radius, variance=m.component_variance)
+            shape = dict(components=m.components, radius=m.radius, variance=m.component_variance,
+                         classes=m.classes)
             x, y = mixture.sample_mixture(m.per_component, generator=gen, **shape)
             test_x, test_y = mixture.sample_mixture(m.test_per_component, generator=gen, **shape)
             pool = mixture.gaussian_augment(x.repeat(m.pool_augmentations, 1), m.augment_variance, gen)
@@ -240,10 +244,11 @@ class ToyDomain(Domain):
 
     @staticmethod
     def _probe_baselines(store: dict[str, Any], cfg: Any, ev: Any, probe: dict[str, Any]) -> dict[str, float]:
+        m = cfg.cpcl_mixture
         out = {"raw_probe_error": linear_probe_error(store["x"], store["y"], store["test_x"],
                                                      store["test_y"], **probe),
-               "bayes_error": mixture.bayes_error(store["test_x"], store["test_y"],
-                                                  cfg.cpcl_mixture.components, cfg.cpcl_mixture.radius)}
+               "bayes_error": mixture.bayes_error(store["test_x"], store["test_y"], m.components, m.radius,
+                                                  m.component_variance, m.classes)}
         var = cfg.cpcl_mixture.augment_variance
         if ev.augmentation_feature and var > 0:
             af_train = mixture.augmentation_matrix(store["x"], store["pool"], var)

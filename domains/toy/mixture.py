@@ -21,7 +21,7 @@ from torch import Tensor
 
 from toolkit import checks
 
-__all__ = ["circle_means", "sample_mixture", "gaussian_augment", "augmentation_matrix",
+__all__ = ["circle_means", "component_labels", "sample_mixture", "gaussian_augment", "augmentation_matrix",
            "normalized_augmentation_matrix", "bayes_error"]
 
 
@@ -34,19 +34,31 @@ def circle_means(components: int = 4, radius: float = 2.0) -> Tensor:
     return radius * torch.stack([angle.cos(), angle.sin()], dim=1)
 
 
+def component_labels(components: int = 4, classes: int | None = None) -> Tensor:
+    """The class of each component: ``i mod classes`` (``classes=None``: one class per
+    component, the paper's labelling). With an even number of components and ``classes=2``
+    the labels alternate around the circle, so no line separates the classes."""
+    if classes is not None and (not isinstance(classes, int) or not 1 <= classes <= components):
+        raise ValueError(f"classes must be an integer in [1, components={components}] or None, got {classes!r}")
+    return torch.arange(components) % (classes or components)
+
+
 def sample_mixture(per_component: int = 200, components: int = 4, radius: float = 2.0,
-                   variance: float = 1.0, generator: torch.Generator | None = None) -> tuple[Tensor, Tensor]:
+                   variance: float = 1.0, generator: torch.Generator | None = None,
+                   classes: int | None = None) -> tuple[Tensor, Tensor]:
     """``per_component`` points from each isotropic Gaussian ``N(mu_i, variance I)``.
 
-    Returns ``x: [c * per_component, 2]`` (float32) and the component labels ``y`` (long),
+    Returns ``x: [c * per_component, 2]`` (float32) and the labels ``y`` (long): the
+    component, or its class under :func:`component_labels` when ``classes`` is given;
     grouped by component (the batches shuffle them)."""
     if not isinstance(per_component, int) or per_component < 1:
         raise ValueError(f"per_component must be a positive integer, got {per_component!r}")
     checks.positive("variance", variance)
     means = circle_means(components, radius)
+    labels = component_labels(components, classes)
     noise = torch.randn(components, per_component, 2, generator=generator, dtype=torch.float64)
     x = means[:, None, :] + math.sqrt(variance) * noise
-    y = torch.arange(components).repeat_interleave(per_component)
+    y = labels.repeat_interleave(per_component)
     return x.reshape(-1, 2).float(), y
 
 
@@ -81,12 +93,19 @@ def normalized_augmentation_matrix(a: Tensor) -> Tensor:
     return a / d.sqrt()[None, :]
 
 
-def bayes_error(x: Tensor, y: Tensor, components: int = 4, radius: float = 2.0) -> float:
-    """Error (%) on ``(x, y)`` of the Bayes classifier of the mixture: equal weights and one
-    shared isotropic variance make it the nearest mean. No classifier of the points, linear or
-    not, does better in expectation; for the paper's mixture (4 means at radius 2, variance 1)
-    its expected error is 15.11% (the probability that N((2, 0), I) leaves the sector
+def bayes_error(x: Tensor, y: Tensor, components: int = 4, radius: float = 2.0,
+                variance: float = 1.0, classes: int | None = None) -> float:
+    """Error (%) on ``(x, y)`` of the Bayes classifier of the mixture: the class whose
+    components (:func:`component_labels`) have the largest summed density at x. With one
+    class per component, equal weights and one shared isotropic variance it is the nearest
+    mean (``variance`` then does not matter). No classifier of the points, linear or not,
+    does better in expectation; for the paper's mixture (4 means at radius 2, variance 1) its
+    expected error is 15.11% (the probability that N((2, 0), I) leaves the sector
     |angle| < 45 degrees)."""
     checks.tensor("x", x, dim=2)
-    nearest = torch.cdist(x.double(), circle_means(components, radius)).argmin(dim=1)
-    return float(100.0 * (nearest != y).double().mean())
+    checks.positive("variance", variance)
+    labels = component_labels(components, classes)
+    log_density = -torch.cdist(x.double(), circle_means(components, radius)).square() / (2 * variance)
+    score = torch.stack([torch.logsumexp(log_density[:, labels == k], dim=1)
+                         for k in range(int(labels.max()) + 1)], dim=1)
+    return float(100.0 * (score.argmax(dim=1) != y).double().mean())

@@ -9,8 +9,8 @@ import torch
 
 from toolkit.samplers.schedules import (AdaptiveSchedule, ScheduledSelector, adaptive, constant,
                                         exponential, linear, make_schedule, staircase, step)
-from toolkit.samplers.masks import (all_mask, hard_count, hard_mask, ring_bounds, ring_mask,
-                                    ring_official_thresholds_to_percentiles,
+from toolkit.samplers.masks import (_ring_mask_topk, all_mask, hard_count, hard_mask, ring_bounds,
+                                    ring_mask, ring_mask_and_sums, ring_official_thresholds_to_percentiles,
                                     ring_percentiles_to_official_thresholds)
 
 
@@ -129,6 +129,48 @@ def test_wide_hard_mask_matches_kth_largest(num_hard):
     s = _wide_rows()
     threshold = s.sort(dim=1, descending=True).values[:, num_hard - 1:num_hard]
     assert torch.equal(hard_mask(s, num_hard=num_hard), s >= threshold)
+
+
+def _mixed_rows(dtype: torch.dtype) -> torch.Tensor:
+    """64 x 8192 (the rows split over two threads): random rows, ties across the cuts, NaNs."""
+    s = sims(64, 8192, seed=5).to(dtype)
+    s[1] = 0.25                          # all tied
+    s[2, ::2] = 0.5                      # a tied block across every cut
+    s[40] = s[40].mul(8).round()         # few distinct values (ties at the cuts)
+    s[41, 7] = float("nan")
+    s[42, :5000] = float("nan")          # NaN at a cut
+    return s
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("lower,upper", [(50, 90), (90, 99), (10, 60), (0, 90), (30, 100), (1, 2)])
+def test_ring_mask_partition_path_is_the_topk_path(dtype, lower, upper):
+    # CPU float rows take the partition-and-compare path (tied or NaN rows redone by topk):
+    # the mask equals the topk path's, column for column
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        s = _mixed_rows(dtype)
+        lo, hi = ring_bounds(s.shape[1], lower, upper)
+        mask, sums = ring_mask_and_sums(s, lower, upper)
+        assert torch.equal(mask, _ring_mask_topk(s, lo, hi))
+        assert torch.equal(mask, ring_mask(s, lower, upper))
+    finally:
+        torch.set_num_threads(threads)
+    ok = ~s.isnan().any(dim=1)           # the sums are those of the sorted slice's values
+    ref = s.double().sort(dim=1).values[:, lo:hi].sum(1)
+    assert torch.allclose(sums.double()[ok], ref[ok], rtol=1e-5, atol=1e-3)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_ring_mask_of_other_dtypes_is_the_sorted_slice(dtype):
+    s = _wide_rows().to(dtype)           # the topk path (no partition for these dtypes)
+    lo, hi = ring_bounds(WIDE, 50, 90)
+    mask, sums = ring_mask_and_sums(s, 50, 90)
+    assert mask.sum(dim=1).tolist() == [hi - lo] * 5
+    for i in range(5):
+        assert torch.equal(s[i][mask[i]].sort().values, s[i].sort().values[lo:hi])
+    assert torch.equal(sums, torch.where(mask, s, s.new_zeros(())).sum(1))
 
 
 def test_ring_bounds_truncation():

@@ -56,3 +56,27 @@ def test_page_reads_the_stored_runs_and_tests_the_claims(store, tmp_path):
     assert "`ctk reproduce toy-t`" in text
     empty = load_table(tmp_path / "t.yaml")
     assert "Not measured" in "\n".join(module.table_section(empty, []))
+
+
+def test_keep_takes_tables_without_runs_from_the_page_as_written(store, tmp_path, monkeypatch):
+    (tmp_path / "r.yaml").write_text("name: r\n")
+    tables = {}
+    for name in ("toy-a", "toy-b"):
+        (tmp_path / f"{name}.yaml").write_text(f"name: {name}\ntitle: T\nseeds: [0]\nmetrics: [acc]\n"
+                                               "notes: NEW-NOTES\nrows:\n  - {label: base, recipe: r.yaml}\n")
+        tables[name] = load_table(tmp_path / f"{name}.yaml")
+    client = client_for(store)
+    log_run(client, experiment_id(client, "reproduce-toy-a"), {"seed": 0}, {"acc": 0.5},
+            tags={"ctk.table": "toy-a", "ctk.row": "base"})
+    module = _script()
+    monkeypatch.setattr(module, "PAPERS", {"Paper": ["toy-a", "toy-b"]})
+    old = ("# Page\n\n## Paper\n\n### `toy-a`\n\nOLD-A-TEXT\n\n### `toy-b`\n\nOLD-B-TEXT\n\n"
+           f"{module.NOTES_HEAD}\n\n> OLD-NOTES\n\n## Other\n\nx\n")
+    keep = module.old_sections(old)
+    assert keep["toy-b"][:3] == ["### `toy-b`", "", "OLD-B-TEXT"] and "> OLD-NOTES" in keep["toy-b"]
+    text = module.page(tables, store, ["toy-a", "toy-b"], keep)
+    assert "OLD-B-TEXT" in text and "OLD-A-TEXT" not in text and "1 finished runs" in text
+    assert "OLD-NOTES" not in text and "> NEW-NOTES" in text  # the kept section's notes: the table file's
+    assert "no runs of theirs in this store): `toy-b`." in text
+    fresh = module.page(tables, store, ["toy-a", "toy-b"])
+    assert "OLD-B-TEXT" not in fresh and "Not measured" in fresh and "Kept as" not in fresh

@@ -73,7 +73,8 @@ def test_every_recipe_validates_and_names_its_paper(path):
 
 def test_tables_point_at_recipes_and_metrics_the_runs_produce():
     tables = discover_tables([ROOT / "recipes" / "toy"])
-    assert set(tables) == {"ring-mi-toy", "ring-mi-toy-cnce-critic", "cpcl-gaussian-mixture", "lmcl-toy"}
+    assert set(tables) == {"ring-mi-toy", "ring-mi-toy-cnce-critic", "cpcl-gaussian-mixture",
+                           "cpcl-gaussian-mixture-hard", "lmcl-toy"}
     produced = {
         "ring_mi": {"mi_true", "mi_nce", *(metric_name(w) for w in (10, 25, 50, 75, 90, 95))},
         "cpcl_mixture": {"linear_probe_error", "af_probe_error", "raw_probe_error", "bayes_error"},
@@ -278,6 +279,8 @@ def test_three_toy_mistakes_give_three_messages():
         _recipe(RECIPES / "cpcl_mixture_simclr.yaml", *bad)
     paths = [p for p, _ in info.value.problems]
     assert {"data.cpcl_mixture.views", "budget.batch_size", "objective.loss.temperature"} <= set(paths)
+    with pytest.raises(RecipeError, match="classes"):
+        _recipe(RECIPES / "cpcl_mixture_simclr.yaml", "data.cpcl_mixture.classes=5")
 
 
 # -- ring_mi ------------------------------------------------------------------------------

@@ -46,6 +46,56 @@ def test_mixture_means_variances_and_labels():
         assert abs(float(off)) < Z * se_mean(1.0, n)  # SE of a covariance of independent unit draws
 
 
+def test_classes_label_components_modulo_classes():
+    assert mixture.component_labels(4).tolist() == [0, 1, 2, 3]
+    assert mixture.component_labels(8, 2).tolist() == [0, 1, 0, 1, 0, 1, 0, 1]
+    x, y = mixture.sample_mixture(50, 8, 5.0, 1.0, torch.Generator().manual_seed(3), classes=2)
+    means = mixture.circle_means(8, 5.0)
+    for k in range(8):  # points are grouped by component; the label is k mod 2
+        block = slice(50 * k, 50 * (k + 1))
+        assert set(y[block].tolist()) == {k % 2}
+        assert torch.allclose(x[block].double().mean(0), means[k], rtol=0, atol=Z * se_mean(1.0, 50))
+    with pytest.raises(ValueError, match="classes"):
+        mixture.sample_mixture(10, 4, classes=5)
+
+
+def ref_bayes_error(points, labels, components, radius, variance, classes):
+    """Error (%) of argmax over classes of the summed component densities, in loops."""
+    means = [(radius * math.cos(2 * math.pi * i / components), radius * math.sin(2 * math.pi * i / components))
+             for i in range(components)]
+    wrong = 0
+    for (u, v), label in zip(points, labels):
+        density = [0.0] * classes
+        for i, (a, b) in enumerate(means):
+            density[i % classes] += math.exp(-((u - a) ** 2 + (v - b) ** 2) / (2 * variance))
+        wrong += max(range(classes), key=density.__getitem__) != label
+    return 100.0 * wrong / len(labels)
+
+
+@pytest.mark.parametrize("components,classes,radius", [(8, 2, 5.0), (8, 2, 4.0), (6, 3, 3.0), (4, 4, 2.0)])
+def test_bayes_error_with_classes_is_the_summed_density_argmax(components, classes, radius):
+    x, y = mixture.sample_mixture(300, components, radius, 1.0, torch.Generator().manual_seed(4), classes=classes)
+    expected = ref_bayes_error(x.tolist(), y.tolist(), components, radius, 1.0, classes)
+    assert mixture.bayes_error(x, y, components, radius, 1.0, classes) == pytest.approx(expected)
+
+
+def test_alternating_mixture_is_far_from_linear():
+    # the hard table's mixture: a linear probe on the raw points sits near chance, the Bayes
+    # error near 5%, and the augmentation feature (an RBF-like feature of 1600 pool points)
+    # near the Bayes error: room for encoders to differ
+    from domains.toy.evaluation import linear_probe_error
+    g = torch.Generator().manual_seed(0)
+    shape = dict(components=8, radius=5.0, variance=1.0, classes=2)
+    x, y = mixture.sample_mixture(100, generator=g, **shape)
+    tx, ty = mixture.sample_mixture(100, generator=g, **shape)
+    pool = mixture.gaussian_augment(x.repeat(2, 1), 4.0, g)
+    bayes = mixture.bayes_error(tx, ty, 8, 5.0, 1.0, 2)
+    assert 3.0 < bayes < 8.0
+    assert linear_probe_error(x, y, tx, ty) > 40.0
+    af = linear_probe_error(mixture.augmentation_matrix(x, pool, 4.0), y, mixture.augmentation_matrix(tx, pool, 4.0), ty)
+    assert af < bayes + 4.0
+
+
 def test_gaussian_augmentation_has_the_stated_variance():
     n = 1_000_000
     x = torch.zeros(n, 2, dtype=torch.float64)

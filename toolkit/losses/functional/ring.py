@@ -28,7 +28,7 @@ import torch
 from torch import Tensor
 
 from toolkit import checks
-from toolkit.samplers.masks import (RING_DEFAULT, ring_bounds, ring_mask,
+from toolkit.samplers.masks import (RING_DEFAULT, ring_bounds, ring_mask, ring_mask_and_sums,
                                     ring_official_thresholds_to_percentiles,
                                     ring_percentiles_to_official_thresholds)
 
@@ -118,9 +118,10 @@ class _RingSelection:
         self.kept_x_sum = None
 
     def __call__(self, x: Tensor) -> Tensor:
-        keep = ring_mask(x, self.lower, self.upper)
-        if self.sums:
-            self.kept_x_sum = torch.where(keep, x, x.new_zeros(())).sum()
+        if not self.sums:
+            return ring_mask(x, self.lower, self.upper)
+        keep, row_sums = ring_mask_and_sums(x, self.lower, self.upper)
+        self.kept_x_sum = row_sums.sum()
         return keep
 
 
