@@ -274,8 +274,9 @@ def linear_probe(train_x: Any, train_y: Any, test_x: Any, test_y: Any, *,
 def linear_probes(probes: Sequence[dict[str, Any]], n_jobs: int | None = None) -> list[dict[str, float]]:
     """:func:`linear_probe` for each dict of its arguments in ``probes`` (e.g. a trained encoder's
     features and its baselines'), each probe whole in one of ``n_jobs`` worker processes
-    (default: one per core) with its own selection fits in that process: the same results as
-    one call after another, sooner where the probes outnumber nothing but the cores."""
+    (default: one per core, largest features first) with its selection fits in that process:
+    the same results as one call after another (every fit is deterministic and single-threaded
+    either way), while the cores that the final fits of separate calls leave idle are used."""
     n = workers(len(probes), n_jobs)
     if n == 1:
         return [linear_probe(**p) for p in probes]
