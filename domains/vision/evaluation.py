@@ -27,7 +27,7 @@ import torch
 
 from domains.base import Evaluation
 from domains.vision.config import EvaluationConfig, MonitorConfig
-from domains.vision.probes import extract, folded, minibatch_linear_probe
+from domains.vision.probes import extract, minibatch_linear_probe
 from toolkit.evaluation.probes import knn_score_sets, knn_scores, linear_probes, topk_accuracy
 
 __all__ = ["evaluate", "monitor", "probe_features", "probe_sets"]
@@ -103,17 +103,15 @@ def evaluate(domain: Any, encoder: torch.nn.Module, data: Any, recipe: Any) -> E
     was_training = encoder.training
     encoder.eval()
     result = Evaluation()
-    # every feature set first, then all the linear probes at once (one worker process each);
-    # features through a copy with BatchNorm folded into the convolutions (the same function)
+    # every feature set first, then all the linear probes at once (one worker process each)
     with torch.no_grad():
-        net = folded(encoder)
-        tr = extract(net.features, data.probe_train.images, aug.natural, cfg.batch_size, dev)
-        te = extract(net.features, data.test.images, aug.natural, cfg.batch_size, dev)
+        tr = extract(encoder.features, data.probe_train.images, aug.natural, cfg.batch_size, dev)
+        te = extract(encoder.features, data.test.images, aug.natural, cfg.batch_size, dev)
     sets = {"": (tr, te, True)}
     if "random_init" in cfg.baselines:
         state = torch.random.get_rng_state()
         torch.manual_seed(data.seed + 7919)
-        fresh = folded(domain.build_encoder(recipe).to(dev))
+        fresh = domain.build_encoder(recipe).to(dev).eval()
         torch.random.set_rng_state(state)
         with torch.no_grad():
             rtr = extract(fresh.features, data.probe_train.images, aug.natural, cfg.batch_size, dev)

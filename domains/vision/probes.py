@@ -1,8 +1,6 @@
 """The vision domain's probe helpers on frozen features.
 
 * :func:`extract`: features of the frozen backbone, batch by batch, on the CPU.
-* :func:`folded`: a copy of a frozen network for extraction, each BatchNorm folded into the
-  convolution / linear layer before it (the same function, one pass less over every feature map).
 * :func:`minibatch_linear_probe`: the papers' mini-batch protocols for the linear classifier
   (softmax regression trained with Adam or SGD and a step / exponential schedule, e.g.
   Wang & Isola: Adam, lr 1e-3, betas (0.5, 0.999), 100 epochs, x0.2 at 60 and 80, batch 128;
@@ -12,7 +10,6 @@
 """
 from __future__ import annotations
 
-import copy
 from typing import Callable, Sequence
 
 import torch
@@ -21,7 +18,7 @@ from torch import Tensor
 
 from toolkit.evaluation.probes import topk_accuracy
 
-__all__ = ["extract", "folded", "minibatch_linear_probe"]
+__all__ = ["extract", "minibatch_linear_probe"]
 
 
 @torch.no_grad()
@@ -37,31 +34,6 @@ def extract(fn: Callable[[Tensor], Tensor], images: Tensor,
             x = x.to(dev, non_blocking=True)
         out.append(fn(prepare(x)).float().cpu())
     return torch.cat(out) if out else torch.empty(0)
-
-
-def folded(module: torch.nn.Module) -> torch.nn.Module:
-    """A copy of ``module`` in eval mode in which every BatchNorm that directly follows a
-    ``Conv2d`` / ``Linear`` inside an ``nn.Sequential`` is folded into that layer
-    (``torch.nn.utils.fusion``): its running statistics and affine map become the layer's
-    weights and bias. The same function up to round-off (~1e-6 relative); ``module`` is untouched."""
-    from torch.nn.utils.fusion import fuse_conv_bn_eval, fuse_linear_bn_eval
-
-    out = copy.deepcopy(module).eval()
-    for seq in [m for m in out.modules() if isinstance(m, torch.nn.Sequential)]:
-        names = list(seq._modules)
-        for first, second in zip(names, names[1:]):
-            layer, bn = seq._modules[first], seq._modules[second]
-            if isinstance(layer, torch.nn.Conv2d) and type(bn) is torch.nn.BatchNorm2d and bn.track_running_stats:
-                fused = fuse_conv_bn_eval(layer, bn)
-                if layer.weight.is_contiguous(memory_format=torch.channels_last):  # keep the layout
-                    fused.weight.data = fused.weight.data.contiguous(memory_format=torch.channels_last)
-                seq._modules[first] = fused
-            elif isinstance(layer, torch.nn.Linear) and type(bn) is torch.nn.BatchNorm1d and bn.track_running_stats:
-                seq._modules[first] = fuse_linear_bn_eval(layer, bn)
-            else:
-                continue
-            seq._modules[second] = torch.nn.Identity()
-    return out
 
 
 def _check(train_x: Tensor, train_y: Tensor, test_x: Tensor, test_y: Tensor) -> None:

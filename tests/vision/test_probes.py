@@ -73,27 +73,3 @@ def test_lbfgs_probe_is_sklearn_logistic_regression_with_c_from_weight_decay(sel
     ref = 100.0 * np.mean(clf.predict((xte - mean) / std) == yte)
     got = probe_features(x[:240], y[:240], x[240:], y[240:], 4, cfg, seed=0)["linear_top1"]
     assert got == pytest.approx(ref) and 25.0 < ref < 100.0
-
-
-@pytest.mark.parametrize("arch", ["convnet", "small_alexnet"])
-def test_folded_copy_extracts_the_same_features_with_its_batch_norms_folded(arch):
-    """``folded``: each BatchNorm after a conv / linear layer folded into it (eval statistics);
-    the features agree to round-off and the network it copies is left as it was."""
-    from domains.vision.encoders import build_backbone
-    from domains.vision.probes import folded
-
-    torch.manual_seed(0)
-    net, _ = build_backbone(arch, 1, 28, width=8, blocks=3)
-    x = torch.randn(64, 1, 28, 28)
-    net.train()
-    for _ in range(3):  # running statistics that are not the identity
-        net(2.0 * x + 1.0)
-    net.eval()
-    with torch.no_grad():
-        ref = net(x)
-        copy = folded(net)
-        got = copy(x)
-    bns = (torch.nn.BatchNorm1d, torch.nn.BatchNorm2d)
-    assert not any(isinstance(m, bns) for m in copy.modules())
-    assert sum(isinstance(m, bns) for m in net.modules()) > 0 and not net.training
-    torch.testing.assert_close(got, ref, rtol=1e-4, atol=1e-5)
