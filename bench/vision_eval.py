@@ -5,9 +5,11 @@ compared too.
 * ``before``: the evaluation as it was before issue 27, written out from the same library
   functions: the trained encoder's features, its linear probe (every C of ``c_grid`` fitted on
   the held-out split in worker processes, then the final fit in this process), its kNN; then the
-  random-init twin's features and probe; then the pixels' probe and kNN; then the geometry.
+  random-init twin's features and probe; then the pixels' probe and kNN; then the geometry;
+  features extracted in batches of 512.
 * ``after``: ``domains.vision.evaluation.evaluate`` with the recipe as it is (the quickstart:
-  ``c_search: ascend``, every feature set extracted first, the three probes at once).
+  ``c_search: ascend``, extraction batches of 256, every feature set extracted first, the three
+  probes at once).
 
 Each phase is timed (feature extraction, linear probes, kNN, geometry); the worker processes
 are started once before both, so neither pays for that. Usage::
@@ -41,6 +43,8 @@ from toolkit.evaluation.probes import knn_score_sets, linear_probe, topk_accurac
 from toolkit.runs import load_recipe  # noqa: E402
 from toolkit.training.precision import machine_line  # noqa: E402
 
+BEFORE_BATCH = 512  # the extraction batch of every vision recipe before issue 27
+
 SHOWN = ("linear_top1", "linear_top1_random_init", "linear_top1_raw_pixels", "knn_top1",
          "knn5_top1", "knn_top1_raw_pixels", "knn5_top1_raw_pixels")
 
@@ -63,7 +67,7 @@ class Clock:
 
 def before(domain: Any, encoder: torch.nn.Module, data: Any, recipe: Any, clock: Clock) -> dict[str, float]:
     """The evaluation as it was: each feature set probed on its own, one after another."""
-    cfg, lin, nat, bs = recipe.evaluation, recipe.evaluation.linear, data.augment.natural, recipe.evaluation.batch_size
+    cfg, lin, nat, bs = recipe.evaluation, recipe.evaluation.linear, data.augment.natural, BEFORE_BATCH
     ext, probe = clock.wrap("features", extract), clock.wrap("linear probes", linear_probe)
     knn = clock.wrap("knn", knn_score_sets)
     ytr, yte, out = data.probe_train.labels, data.test.labels, {}

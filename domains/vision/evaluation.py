@@ -4,8 +4,8 @@ Metrics (flat snake_case):
 
 * ``linear_top1`` (``linear_top5`` when there are more than 10 classes): softmax regression on
   backbone features extracted once from the un-augmented training images
-  (:func:`toolkit.evaluation.probes.linear_probe` for ``lbfgs``; the papers' Adam / SGD schedules in
-  ``probes.py``);
+  (:func:`toolkit.evaluation.probes.linear_probe` for ``lbfgs``, C chosen as ``linear.c_search``
+  says, the probes of every feature set at once; the papers' Adam / SGD schedules in ``probes.py``);
 * ``knn_top1``: weighted kNN, k=200, t=0.1 (Wu et al. 2018); ``knn5_top1``: 5-NN vote;
 * ``linear_top1_random_init`` / ``linear_top1_raw_pixels`` (``evaluation.baselines``): the
   same probe on a randomly initialised encoder of the same architecture, and on the pixels
