@@ -103,6 +103,9 @@ class LinearConfig(Section):
     c_grid: list[PositiveFloat] = Field(default_factory=lambda: list(C_GRID), min_length=1,
                                         description="lbfgs with select_c: candidate C (inverse L2 strength)")
     holdout: float = Field(0.1, gt=0, lt=1, description="lbfgs with select_c: held-out fraction of the training features")
+    c_search: Literal["grid", "ascend"] = Field(
+        "grid", description="lbfgs with select_c: fit every C of c_grid, or from the smallest up until "
+                            "the held-out accuracy falls (toolkit.evaluation.probes.select_c)")
     batch_size: int = Field(256, ge=1)
     milestones: list[int] = Field(default_factory=list)
     gamma: float = Field(0.1, gt=0, le=1)

@@ -4,8 +4,8 @@ Metrics (flat snake_case):
 
 * ``linear_top1`` (``linear_top5`` when there are more than 10 classes): softmax regression on
   backbone features extracted once from the un-augmented training images
-  (:func:`toolkit.evaluation.probes.linear_probe` for ``lbfgs``; the papers' Adam / SGD schedules in
-  ``probes.py``);
+  (:func:`toolkit.evaluation.probes.linear_probe` for ``lbfgs``, C chosen as ``linear.c_search``
+  says, the probes of every feature set at once; the papers' Adam / SGD schedules in ``probes.py``);
 * ``knn_top1``: weighted kNN, k=200, t=0.1 (Wu et al. 2018); ``knn5_top1``: 5-NN vote;
 * ``linear_top1_random_init`` / ``linear_top1_raw_pixels`` (``evaluation.baselines``): the
   same probe on a randomly initialised encoder of the same architecture, and on the pixels
@@ -28,9 +28,9 @@ import torch
 from domains.base import Evaluation
 from domains.vision.config import EvaluationConfig, MonitorConfig
 from domains.vision.probes import extract, minibatch_linear_probe
-from toolkit.evaluation.probes import knn_score_sets, knn_scores, linear_probe, topk_accuracy
+from toolkit.evaluation.probes import knn_score_sets, knn_scores, linear_probes, topk_accuracy
 
-__all__ = ["evaluate", "monitor", "probe_features"]
+__all__ = ["evaluate", "monitor", "probe_features", "probe_sets"]
 
 
 def _device(encoder: torch.nn.Module) -> torch.device:
@@ -40,43 +40,59 @@ def _device(encoder: torch.nn.Module) -> torch.device:
         return torch.device("cpu")
 
 
+def probe_sets(sets: dict[str, tuple[torch.Tensor, torch.Tensor, bool]], train_y: torch.Tensor,
+               test_y: torch.Tensor, num_classes: int, cfg: EvaluationConfig, seed: int,
+               device: torch.device | None = None) -> dict[str, float]:
+    """Linear probe (and kNN) metrics of several feature sets: ``sets`` maps a name suffix to
+    ``(train_x, test_x, knn)``. The ``lbfgs`` probes run at once, one per worker process
+    (:func:`toolkit.evaluation.probes.linear_probes`); the kNN and the mini-batch probes run on
+    ``device`` (the encoder's)."""
+    out: dict[str, float] = {}
+    lin = cfg.linear
+    results: dict[str, dict[str, float]] = {}
+    if lin.enabled and lin.solver == "lbfgs":
+        # the L2 term weight_decay / 2 ||W||^2 on the mean loss is scikit-learn's C = 1 / (wd N)
+        c = 1.0 / (lin.weight_decay * len(train_y)) if lin.weight_decay > 0 else 1.0
+        common = dict(train_y=train_y, test_y=test_y, c=c, standardize=lin.standardize,
+                      select=lin.select_c, c_grid=lin.c_grid, holdout=lin.holdout,
+                      search=lin.c_search, max_iter=lin.epochs, seed=seed,
+                      topk=(1, 5) if num_classes > 10 else (1,))
+        res = linear_probes([dict(common, train_x=tr, test_x=te) for tr, te, _ in sets.values()])
+        results = dict(zip(sets, res))
+    elif lin.enabled:
+        with torch.enable_grad():  # the loop evaluates under no_grad
+            for suffix, (tr, te, _) in sets.items():
+                results[suffix] = minibatch_linear_probe(
+                    tr, train_y, te, test_y, num_classes, solver=lin.solver,
+                    epochs=lin.epochs, lr=lin.lr, weight_decay=lin.weight_decay,
+                    batch_size=lin.batch_size, milestones=lin.milestones, gamma=lin.gamma,
+                    betas=lin.betas, momentum=lin.momentum, final_lr=lin.final_lr,
+                    standardize=lin.standardize, seed=seed, device=device)
+    for suffix, (tr, te, knn) in sets.items():
+        if lin.enabled:
+            res = results[suffix]
+            out[f"linear_top1{suffix}"] = res["top1"]
+            if "top5" in res:
+                out[f"linear_top5{suffix}"] = res["top5"]
+            if "c" in res:  # the L2 strength used (chosen on the held-out split with select_c)
+                out[f"linear_c{suffix}"] = res["c"]
+        if knn and cfg.knn.enabled:
+            classifiers = [(cfg.knn.k, True)] + ([(5, False)] if cfg.knn.five_nn else [])
+            scores = knn_score_sets(tr, train_y, te, num_classes, classifiers,
+                                    temperature=cfg.knn.temperature, device=device)
+            out[f"knn_top1{suffix}"] = topk_accuracy(scores[0].cpu(), test_y, 1)
+            if cfg.knn.five_nn:
+                out[f"knn5_top1{suffix}"] = topk_accuracy(scores[1].cpu(), test_y, 1)
+    return out
+
+
 def probe_features(train_x: torch.Tensor, train_y: torch.Tensor, test_x: torch.Tensor,
                    test_y: torch.Tensor, num_classes: int, cfg: EvaluationConfig, seed: int,
                    suffix: str = "", knn: bool = True,
                    device: torch.device | None = None) -> dict[str, float]:
-    """Linear probe (and kNN) metrics on given features, names suffixed with ``suffix``;
-    the classifiers run on ``device`` (the encoder's)."""
-    out: dict[str, float] = {}
-    lin = cfg.linear
-    if lin.enabled and lin.solver == "lbfgs":
-        # the L2 term weight_decay / 2 ||W||^2 on the mean loss is scikit-learn's C = 1 / (wd N)
-        c = 1.0 / (lin.weight_decay * len(train_y)) if lin.weight_decay > 0 else 1.0
-        res = linear_probe(train_x, train_y, test_x, test_y, c=c, standardize=lin.standardize,
-                           select=lin.select_c, c_grid=lin.c_grid, holdout=lin.holdout,
-                           max_iter=lin.epochs, seed=seed,
-                           topk=(1, 5) if num_classes > 10 else (1,))
-    elif lin.enabled:
-        with torch.enable_grad():  # the loop evaluates under no_grad
-            res = minibatch_linear_probe(
-                train_x, train_y, test_x, test_y, num_classes, solver=lin.solver,
-                epochs=lin.epochs, lr=lin.lr, weight_decay=lin.weight_decay,
-                batch_size=lin.batch_size, milestones=lin.milestones, gamma=lin.gamma,
-                betas=lin.betas, momentum=lin.momentum, final_lr=lin.final_lr,
-                standardize=lin.standardize, seed=seed, device=device)
-    if lin.enabled:
-        out[f"linear_top1{suffix}"] = res["top1"]
-        if "top5" in res:
-            out[f"linear_top5{suffix}"] = res["top5"]
-        if "c" in res:  # the L2 strength used (chosen on the held-out split with select_c)
-            out[f"linear_c{suffix}"] = res["c"]
-    if knn and cfg.knn.enabled:
-        classifiers = [(cfg.knn.k, True)] + ([(5, False)] if cfg.knn.five_nn else [])
-        scores = knn_score_sets(train_x, train_y, test_x, num_classes, classifiers,
-                                temperature=cfg.knn.temperature, device=device)
-        out[f"knn_top1{suffix}"] = topk_accuracy(scores[0].cpu(), test_y, 1)
-        if cfg.knn.five_nn:
-            out[f"knn5_top1{suffix}"] = topk_accuracy(scores[1].cpu(), test_y, 1)
-    return out
+    """:func:`probe_sets` of one feature set, names suffixed with ``suffix``."""
+    return probe_sets({suffix: (train_x, test_x, knn)}, train_y, test_y, num_classes, cfg, seed,
+                      device=device)
 
 
 def evaluate(domain: Any, encoder: torch.nn.Module, data: Any, recipe: Any) -> Evaluation:
@@ -87,13 +103,11 @@ def evaluate(domain: Any, encoder: torch.nn.Module, data: Any, recipe: Any) -> E
     was_training = encoder.training
     encoder.eval()
     result = Evaluation()
+    # every feature set first, then all the linear probes at once (one worker process each)
     with torch.no_grad():
         tr = extract(encoder.features, data.probe_train.images, aug.natural, cfg.batch_size, dev)
         te = extract(encoder.features, data.test.images, aug.natural, cfg.batch_size, dev)
-    ytr, yte = data.probe_train.labels, data.test.labels
-    result.metrics.update(probe_features(tr, ytr, te, yte, data.num_classes, cfg, data.seed,
-                                         device=dev))
-
+    sets = {"": (tr, te, True)}
     if "random_init" in cfg.baselines:
         state = torch.random.get_rng_state()
         torch.manual_seed(data.seed + 7919)
@@ -102,15 +116,15 @@ def evaluate(domain: Any, encoder: torch.nn.Module, data: Any, recipe: Any) -> E
         with torch.no_grad():
             rtr = extract(fresh.features, data.probe_train.images, aug.natural, cfg.batch_size, dev)
             rte = extract(fresh.features, data.test.images, aug.natural, cfg.batch_size, dev)
-        result.metrics.update(probe_features(rtr, ytr, rte, yte, data.num_classes, cfg, data.seed,
-                                             suffix="_random_init", knn=False, device=dev))
+        sets["_random_init"] = (rtr, rte, False)
     if "raw_pixels" in cfg.baselines:
         def pixels(x: torch.Tensor) -> torch.Tensor:
             return x.flatten(1)
         ptr = extract(pixels, data.probe_train.images, aug.natural, cfg.batch_size)
         pte = extract(pixels, data.test.images, aug.natural, cfg.batch_size)
-        result.metrics.update(probe_features(ptr, ytr, pte, yte, data.num_classes, cfg, data.seed,
-                                             suffix="_raw_pixels", device=dev))
+        sets["_raw_pixels"] = (ptr, pte, True)
+    result.metrics.update(probe_sets(sets, data.probe_train.labels, data.test.labels,
+                                     data.num_classes, cfg, data.seed, device=dev))
 
     if cfg.diagnostics.enabled:
         from domains.vision.diagnostics import geometry

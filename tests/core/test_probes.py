@@ -12,7 +12,9 @@ import torch
 from sklearn.linear_model import LogisticRegression
 from sklearn.model_selection import StratifiedShuffleSplit
 
-from toolkit.evaluation.probes import fit_linear_probe, knn_score_sets, knn_scores, linear_probe, topk_accuracy, workers
+import toolkit.evaluation.probes as probes
+from toolkit.evaluation.probes import (fit_linear_probe, knn_score_sets, knn_scores, linear_probe, linear_probes,
+                                       topk_accuracy, workers)
 
 
 def _problem(n=400, d=12, classes=4, spread=2.0, seed=0):
@@ -77,6 +79,74 @@ def test_held_out_c_is_chosen_on_the_training_rows_only():
     assert res["c"] == best
 
 
+def _few_informative(seed, n=300, d=100, classes=3, informative=8):
+    """Eight informative columns among 100 noisy ones: weak penalties overfit, so the held-out
+    accuracy rises and then falls along a c grid (for seed 3: unimodal; for seed 2: not)."""
+    g = torch.Generator().manual_seed(seed)
+    centres = torch.zeros(classes, d)
+    centres[:, :informative] = torch.randn(classes, informative, generator=g)
+    y = torch.arange(classes).repeat_interleave(n // classes)
+    x = centres[y] + torch.randn(len(y), d, generator=g)
+    perm = torch.randperm(len(y), generator=g)
+    return x[perm].double(), y[perm]
+
+
+def _held_out_curve(x, y, grid, holdout=0.25, seed=0):
+    fit, val = next(StratifiedShuffleSplit(1, test_size=holdout, random_state=seed).split(np.zeros(len(y)), y))
+    accs = []
+    for c in grid:  # the exhaustive grid, written out
+        ref, xva = _plain(x[fit], y[fit], x[val], c, tol=1e-4)
+        accs.append(float(np.mean(ref.predict(xva) == y[val].numpy())))
+    return accs
+
+
+GRID = (1e-4, 1e-3, 1e-2, 1e-1, 1.0, 10.0)
+
+
+def test_ascending_search_chooses_the_grids_c_where_the_held_out_curve_has_one_peak(monkeypatch):
+    x, y = _few_informative(seed=3)
+    accs = _held_out_curve(x, y, GRID)
+    peak = int(np.argmax(accs))
+    assert 0 < peak < len(GRID) - 1  # the curve rises to one peak, then falls: the precondition
+    assert all(a <= b for a, b in zip(accs[:peak], accs[1:peak + 1]))
+    assert all(a >= b for a, b in zip(accs[peak:], accs[peak + 1:]))
+    fitted = []
+    real = probes._held_out_accuracy
+    monkeypatch.setattr(probes, "_held_out_accuracy", lambda x, y, c, *a: fitted.append(c) or real(x, y, c, *a))
+    grid = fit_linear_probe(x, y, select=True, c_grid=GRID, holdout=0.25, n_jobs=1)
+    assert grid.c == GRID[peak] and fitted == list(GRID)
+    fitted.clear()
+    ascend = fit_linear_probe(x, y, select=True, c_grid=GRID[::-1], holdout=0.25, n_jobs=1, search="ascend")
+    assert ascend.c == GRID[peak] and fitted == list(GRID[:peak + 2])  # stops one past the peak
+    np.testing.assert_array_equal(ascend.scores(x), grid.scores(x))
+
+
+def test_ascending_search_stops_at_the_first_fall_whatever_the_workers():
+    x, y = _few_informative(seed=2)
+    accs = _held_out_curve(x, y, GRID)
+    best, top = GRID[0], accs[0]
+    for c, a in zip(GRID[1:], accs[1:]):  # the rule, written out: walk up until the accuracy falls
+        if a < top:
+            break
+        if a > top:
+            best, top = c, a
+    assert best != GRID[int(np.argmax(accs))]  # here the curve has two peaks: the rule, not the grid
+    for n_jobs in (1, 2, 3):
+        assert fit_linear_probe(x, y, select=True, c_grid=GRID, holdout=0.25, n_jobs=n_jobs,
+                                search="ascend").c == best
+
+
+def test_several_probes_at_once_equal_one_after_another():
+    xtr, ytr, xte, yte = _problem(spread=3.0)
+    jobs = [dict(train_x=xtr, train_y=ytr, test_x=xte, test_y=yte, c=0.1),
+            dict(train_x=xtr[:, :4], train_y=ytr, test_x=xte[:, :4], test_y=yte, select=True,
+                 c_grid=(0.01, 1.0), search="ascend"),
+            dict(train_x=xtr.numpy(), train_y=ytr.numpy(), test_x=xte.numpy(), test_y=yte.numpy(),
+                 select=True, c_grid=(0.01, 1.0))]
+    alone = [linear_probe(**job) for job in jobs]
+    assert linear_probes(jobs, n_jobs=2) == alone == linear_probes(jobs, n_jobs=1)
+
+
 def test_features_on_any_device_and_dtype_give_the_same_fit():
     xtr, ytr, xte, yte = _problem()
     a = linear_probe(xtr, ytr, xte, yte, c=0.5)
@@ -114,6 +184,8 @@ def test_probe_arguments_are_checked():
         fit_linear_probe(xtr, ytr, select=True, c_grid=(0.1, 1.0), n_jobs=0)
     with pytest.raises(ValueError, match="columns"):
         linear_probe(xtr, ytr, xte[:, :3], yte)
+    with pytest.raises(ValueError, match="search must be one of grid, ascend"):
+        fit_linear_probe(xtr, ytr, select=True, search="golden")
     with pytest.warns(UserWarning, match="raise evaluation.max_iter"):
         fit_linear_probe(xtr, ytr, c=100.0, max_iter=1, warn_convergence="raise evaluation.max_iter")
 

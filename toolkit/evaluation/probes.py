@@ -7,9 +7,12 @@ classifier.
   cross-entropy plus ``||W||^2 / (2 c N)``. Options: standardise the features with the
   training rows' mean / std (``standardize``); a fixed ``c``, or ``c`` chosen from ``c_grid``
   on a stratified held-out part (``holdout``) of the TRAINING rows, then refit on all of them
-  (``select_c``; the test rows never choose anything). Deterministic: the held-out split is
-  drawn from ``seed``, L-BFGS has no randomness. Sparse features (bag-of-words) take
-  ``solver="liblinear"``, one-vs-rest above two classes, unstandardised.
+  (``select_c``; the test rows never choose anything), every grid entry fitted or, with
+  ``search="ascend"``, the entries from the smallest ``c`` up until the held-out accuracy
+  falls (:func:`select_c`). Deterministic: the held-out split is drawn from ``seed``, L-BFGS has
+  no randomness. :func:`linear_probes` runs several probes in worker processes at once. Sparse
+  features (bag-of-words) take ``solver="liblinear"``, one-vs-rest above two classes,
+  unstandardised.
 * :func:`knn_scores`: the weighted kNN of instance discrimination (Wu et al. 2018, Sec. 3.4;
   the InstDisc kNN monitor): cosine similarities ``s_i`` of a test feature to its ``k`` nearest
   training features, class score ``sum_i exp(s_i / t) [y_i = c]`` (k = 200, t = 0.1 there).
@@ -48,10 +51,12 @@ import torch.nn.functional as F
 from torch import Tensor
 
 __all__ = ["LinearProbe", "fit_linear_probe", "linear_probe", "select_c", "knn_scores", "knn_score_sets",
-           "topk_accuracy", "workers", "C_GRID", "SOLVERS"]
+           "topk_accuracy", "workers", "C_GRID", "SOLVERS", "SEARCHES",
+           "linear_probes"]
 
 C_GRID = (0.001, 0.01, 0.1, 1.0, 10.0, 100.0)
 SOLVERS = ("lbfgs", "liblinear")
+SEARCHES = ("grid", "ascend")
 
 
 def _matrix(name: str, x: Any) -> Any:
@@ -150,44 +155,73 @@ def workers(tasks: int, n_jobs: int | None = None) -> int:
     return max(1, min(n_jobs, tasks))
 
 
-def select_c(x: Any, y: Any, c_grid: Sequence[float], splits: Sequence[tuple[np.ndarray, np.ndarray]], *,
-             standardize: bool = True, solver: str = "lbfgs", max_iter: int = 1000, seed: int = 0,
-             warn_convergence: bool | str = False, n_jobs: int | None = None) -> float:
-    """The ``c`` of ``c_grid`` with the best mean accuracy over ``splits`` (pairs of row
-    indices ``(fit_rows, score_rows)`` of the training set); ties go to the earliest entry
-    (the smallest ``c``, the strongest penalty, for an ascending grid). The fits run in
-    ``n_jobs`` worker processes (default: one per core), each with one BLAS / OpenMP thread."""
-    x, y = _matrix("x", x), np.asarray(y)
-    fit = dict(standardize=standardize and solver == "lbfgs", solver=solver, max_iter=max_iter,
-               seed=seed, warn_convergence=warn_convergence)
-    jobs = [(float(c), a, b) for c in c_grid for a, b in splits]
-    n = workers(len(jobs), n_jobs)
+def _accuracies(x: Any, y: np.ndarray, cs: Sequence[float], splits: Sequence[tuple[np.ndarray, np.ndarray]],
+                fit: dict[str, Any], n: int) -> np.ndarray:
+    """Mean held-out accuracy over ``splits`` of each ``c`` of ``cs``, the fits in ``n`` processes."""
+    jobs = [(float(c), a, b) for c in cs for a, b in splits]
     if n == 1:
         acc = [_held_out_accuracy(x, y, c, a, b, fit) for c, a, b in jobs]
     else:
         from joblib import Parallel, delayed
 
         acc = Parallel(n_jobs=n)(delayed(_held_out_accuracy)(x, y, c, a, b, fit) for c, a, b in jobs)
-    scores = np.asarray(acc, dtype=np.float64).reshape(len(c_grid), len(splits)).mean(axis=1)
-    return float(c_grid[int(np.argmax(scores))])
+    return np.asarray(acc, dtype=np.float64).reshape(len(cs), len(splits)).mean(axis=1)
+
+
+def select_c(x: Any, y: Any, c_grid: Sequence[float], splits: Sequence[tuple[np.ndarray, np.ndarray]], *,
+             standardize: bool = True, solver: str = "lbfgs", max_iter: int = 1000, seed: int = 0,
+             warn_convergence: bool | str = False, n_jobs: int | None = None,
+             search: str = "grid") -> float:
+    """The ``c`` of ``c_grid`` with the best mean accuracy over ``splits`` (pairs of row
+    indices ``(fit_rows, score_rows)`` of the training set). ``search="grid"`` fits every
+    entry; ties go to the earliest entry (the smallest ``c``, the strongest penalty, for an
+    ascending grid). ``search="ascend"`` walks the grid from the smallest ``c`` up and stops at
+    the first entry whose accuracy is below the best one before it; the choice is that best
+    one (ties to the smaller ``c``). Where the accuracy rises to one peak and then falls, both
+    choose the same ``c``; ``ascend`` skips the fits past the peak (the costly weak penalties).
+    The fits run in ``n_jobs`` worker processes (default: one per core), each with one BLAS /
+    OpenMP thread; ``ascend`` fits as many consecutive entries at a time as there are workers
+    and ignores any past the first fall, so its choice does not depend on ``n_jobs``."""
+    if search not in SEARCHES:
+        raise ValueError(f"search must be one of {', '.join(SEARCHES)}, got {search!r}")
+    x, y = _matrix("x", x), np.asarray(y)
+    fit = dict(standardize=standardize and solver == "lbfgs", solver=solver, max_iter=max_iter,
+               seed=seed, warn_convergence=warn_convergence)
+    n = workers(len(c_grid) * len(splits), n_jobs)
+    if search == "grid":
+        return float(c_grid[int(np.argmax(_accuracies(x, y, c_grid, splits, fit, n)))])
+    grid = sorted(float(c) for c in c_grid)
+    step = max(1, n // len(splits))  # entries per round: one fit per worker
+    best, best_score = grid[0], -np.inf
+    for start in range(0, len(grid), step):
+        cs = grid[start:start + step]
+        for c, score in zip(cs, _accuracies(x, y, cs, splits, fit, workers(len(cs) * len(splits), n))):
+            if score < best_score:
+                return best
+            if score > best_score:
+                best, best_score = c, score
+    return best
 
 
 def fit_linear_probe(x: Any, y: Any, *, c: float = 1.0, standardize: bool = True,
                      select: bool = False, c_grid: Sequence[float] = C_GRID, holdout: float = 0.1,
                      solver: str = "lbfgs", max_iter: int = 1000, seed: int = 0,
-                     warn_convergence: bool | str = False, n_jobs: int | None = None) -> LinearProbe:
+                     warn_convergence: bool | str = False, n_jobs: int | None = None,
+                     search: str = "grid") -> LinearProbe:
     """Fit the probe on training features ``x`` ``[N, d]`` (tensor on any device, numpy, or
     scipy sparse) and labels ``y``; see the module doc. ``select=True`` chooses ``c`` from
     ``c_grid`` on a stratified ``holdout`` fraction of these rows (seeded by ``seed``).
     ``warn_convergence``: warn when L-BFGS stops at ``max_iter`` (a string is the advice the
     warning gives, e.g. which config keys to change). ``n_jobs``: processes for the selection
-    fits (default: one per core)."""
+    fits (default: one per core); ``search``: how the grid is searched (:func:`select_c`)."""
     from sklearn.model_selection import StratifiedShuffleSplit
 
     x = _matrix("x", x)
     y = _labels("y", y, x.shape[0])
     if solver not in SOLVERS:
         raise ValueError(f"solver must be one of {', '.join(SOLVERS)}, got {solver!r}")
+    if search not in SEARCHES:
+        raise ValueError(f"search must be one of {', '.join(SEARCHES)}, got {search!r}")
     if sp.issparse(x) and solver != "liblinear":
         raise ValueError(f"sparse features need solver='liblinear', got solver={solver!r}")
     if x.shape[0] < 2 or len(np.unique(y)) < 2:
@@ -208,7 +242,7 @@ def fit_linear_probe(x: Any, y: Any, *, c: float = 1.0, standardize: bool = True
     split = StratifiedShuffleSplit(n_splits=1, test_size=holdout, random_state=seed)
     best = select_c(x, y, grid, list(split.split(np.zeros(len(y)), y)), standardize=standardize,
                     solver=solver, max_iter=max_iter, seed=seed, warn_convergence=warn_convergence,
-                    n_jobs=n_jobs)
+                    n_jobs=n_jobs, search=search)
     return _fit(x, y, best, **fit)
 
 
@@ -234,6 +268,29 @@ def linear_probe(train_x: Any, train_y: Any, test_x: Any, test_y: Any, *,
         for k in topk:
             out[f"top{k}"] = topk_accuracy(torch.as_tensor(scores), cols, k)
     out["c"] = probe.c
+    return out
+
+
+def linear_probes(probes: Sequence[dict[str, Any]], n_jobs: int | None = None) -> list[dict[str, float]]:
+    """:func:`linear_probe` for each dict of its arguments in ``probes`` (e.g. a trained encoder's
+    features and its baselines'), each probe whole in one of ``n_jobs`` worker processes
+    (default: one per core, largest features first) with its selection fits in that process:
+    the same results as one call after another (every fit is deterministic and single-threaded
+    either way), while the cores that the final fits of separate calls leave idle are used."""
+    n = workers(len(probes), n_jobs)
+    if n == 1:
+        return [linear_probe(**p) for p in probes]
+    from joblib import Parallel, delayed
+
+    # numpy arrays, not tensors: joblib hands large arrays to the workers as memory maps
+    shipped = [{k: (v.detach().cpu().numpy() if isinstance(v, Tensor) else v) for k, v in p.items()}
+               for p in probes]
+    # the largest feature matrices first, so that the last probe to start is a small one
+    order = sorted(range(len(shipped)), key=lambda i: -int(np.prod(np.shape(shipped[i]["train_x"]))))
+    done = Parallel(n_jobs=n)(delayed(linear_probe)(**dict(shipped[i], n_jobs=1)) for i in order)
+    out: list[dict[str, float]] = [{}] * len(shipped)
+    for i, res in zip(order, done):
+        out[i] = res
     return out
 
 
