@@ -43,13 +43,7 @@ W_L = (0.0, 10.0, 25.0, 50.0, 75.0, 90.0, 95.0)
 def ring_estimate(f: torch.Tensor, similarity: torch.Tensor, lower: float, k: int, seed: int) -> float:
     """The estimate with critic scores ``f`` and the ring of each row ranked by ``similarity``
     (w_l = 0: every j != i, i.e. NCE)."""
-    keep = ring_mi.percentile_candidates(similarity, lower)
-    keys = torch.rand(f.shape, generator=torch.Generator().manual_seed(seed), dtype=f.dtype)
-    top = keys.masked_fill(~keep, -1.0).topk(k, dim=1)
-    drawn = torch.zeros_like(keep).scatter_(1, top.indices, top.values >= 0)
-    diag = f.diagonal()
-    log_sum = torch.logsumexp(torch.cat([diag[:, None], f.masked_fill(~drawn, -math.inf)], dim=1), dim=1)
-    return float((diag - log_sum + math.log(k + 1)).mean())
+    return ring_mi.contrastive_mi_estimate(f, lower, k, torch.Generator().manual_seed(seed), ranking=similarity)
 
 
 def nce_trained(x: torch.Tensor, y: torch.Tensor, seed: int) -> ring_mi.MLPCritic:

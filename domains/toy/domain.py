@@ -249,7 +249,7 @@ class ToyDomain(Domain):
                                                      store["test_y"], **probe),
                "bayes_error": mixture.bayes_error(store["test_x"], store["test_y"], m.components, m.radius,
                                                   m.component_variance, m.classes)}
-        var = cfg.cpcl_mixture.augment_variance
+        var = m.augment_variance
         if ev.augmentation_feature and var > 0:
             af_train = mixture.augmentation_matrix(store["x"], store["pool"], var)
             af_test = mixture.augmentation_matrix(store["test_x"], store["pool"], var)

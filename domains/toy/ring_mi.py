@@ -148,16 +148,20 @@ def percentile_candidates(scores: Tensor, lower: float) -> Tensor:
 
 def contrastive_mi_estimate(scores: Tensor, lower: float = 0.0, num_negatives: int | None = None,
                             generator: torch.Generator | None = None, *,
-                            stats: dict | None = None) -> float:
+                            stats: dict | None = None, ranking: Tensor | None = None) -> float:
     """NCE (``lower = 0``) or CNCE (``lower = w_l``) estimate of I(X; Y) from critic scores.
 
     ``mean_i [ f_ii - log mean_{ {i} u N_i } exp f_ij ]`` with ``N_i`` all of ``S_B(i)``
     (``num_negatives=None``) or ``num_negatives`` uniform draws from it without replacement.
+    ``S_B(i)`` ranks the candidates by ``ranking`` ``[n, n]`` (default: the scores themselves,
+    the paper's CNCE; another similarity tests how the ring's definition moves the estimate).
     ``stats`` receives ``negatives_mean`` (mean ``|N_i|``) and ``log_bound`` (``log(mean |N_i| + 1)``).
     """
     if num_negatives is not None and (not isinstance(num_negatives, int) or num_negatives < 1):
         raise ValueError(f"num_negatives must be a positive integer or None (all candidates), got {num_negatives!r}")
-    keep = percentile_candidates(scores, lower)
+    if ranking is not None and ranking.shape != scores.shape:
+        raise ValueError(f"ranking must have the scores' shape {tuple(scores.shape)}, got {tuple(ranking.shape)}")
+    keep = percentile_candidates(scores if ranking is None else ranking, lower)
     if num_negatives is not None:
         keys = torch.rand(scores.shape, generator=generator, dtype=torch.float64).to(scores.device)
         keys = keys.masked_fill(~keep, -1.0)
