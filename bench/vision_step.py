@@ -39,6 +39,7 @@ sys.path.insert(0, str(ROOT))
 from domains.vision import VisionDomain  # noqa: E402
 from toolkit import objective as objective_mod  # noqa: E402
 from toolkit import recipe as rc  # noqa: E402
+from toolkit.runs import precision_choice  # noqa: E402
 from toolkit.training.precision import machine_line  # noqa: E402
 
 
@@ -61,7 +62,12 @@ def load_recipe(overrides: list[str]) -> rc.Recipe:
     """The quickstart recipe under ``overrides``, without its wall-time budget: a benchmark times
     steps, and ``budget.minutes`` would spend the first ones calibrating a step count."""
     raw = rc.apply_overrides(rc.load_yaml(ROOT / "recipes/vision/quickstart.yaml"), ["budget.minutes=null", *overrides])
-    return rc.validate(raw, VisionDomain.sections(), objective_mod.check, domain_check=VisionDomain.check)
+    recipe = rc.validate(raw, VisionDomain.sections(), objective_mod.check, domain_check=VisionDomain.check)
+    if recipe.precision == "auto":  # what `ctk run` computes in on this machine (the bare loop needs it too)
+        choice = precision_choice("auto", "cpu", VisionDomain)
+        raw = rc.apply_overrides(raw, [f"precision={choice.value}"])
+        recipe = rc.validate(raw, VisionDomain.sections(), objective_mod.check, domain_check=VisionDomain.check)
+    return recipe
 
 
 def toolkit_steps(recipe: rc.Recipe, warmup: int, steps: int) -> float:
