@@ -157,3 +157,8 @@ class EvaluationConfig(Section):
     probe_train_subset: int | None = Field(None, ge=2, description="labelled training images for the probes (a fixed random subset)")
     test_subset: int | None = Field(None, ge=2, description="test images (a fixed random subset)")
     batch_size: int = Field(512, ge=1, description="feature-extraction batch size")
+    image_size: int | None = Field(
+        None, ge=1, description="side of the images that the probes, kNN, monitor and diagnostics see "
+        "(resized un-augmented images; default: the training view size). Above the view size it is "
+        "FixRes (Touvron et al. 2019): random crops enlarge objects, so small training views meet the "
+        "test objects at their training scale at a larger test size")

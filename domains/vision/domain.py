@@ -10,7 +10,7 @@ device the loop moved it to.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Mapping
 
 import torch
@@ -60,6 +60,13 @@ def build_augment(cfg: DataConfig) -> BatchAugment:
     return BatchAugment(spec, mean, std)
 
 
+def eval_augment(train: BatchAugment, ev: EvaluationConfig) -> BatchAugment:
+    """The view family at ``evaluation.image_size`` (the training one where it is unset)."""
+    if ev.image_size is None or ev.image_size == train.spec.size:
+        return train
+    return BatchAugment(replace(train.spec, size=ev.image_size), train.mean, train.std)
+
+
 class VisionDomain(Domain):
     """CIFAR-10/100, STL-10, MNIST and Fashion-MNIST with the papers' view families, ResNet /
     small-AlexNet / conv-net encoders, linear probe, weighted kNN and geometry diagnostics."""
@@ -102,6 +109,21 @@ class VisionDomain(Domain):
             return {"knn_top1": ()} if ev.knn.enabled else {}
         return {"linear_top1": tuple(f"linear_top1_{b}" for b in ev.baselines)}
 
+    @classmethod
+    def check(cls, raw: Mapping[str, Any], sections: Mapping[str, Any]) -> list[tuple[str, str]]:
+        """Also: an evaluation size other than the view size needs an encoder that pools over
+        any input size (the small AlexNet's classifier is sized for the views)."""
+        problems = super().check(raw, sections)
+        ev, enc, data = (sections.get(k) for k in ("evaluation", "encoder", "data"))
+        if ev is None or enc is None or data is None or ev.image_size is None:
+            return problems
+        view = build_augment(data).spec.size
+        if ev.image_size != view and enc.arch == "small_alexnet":
+            problems.append(("evaluation.image_size",
+                             f"small_alexnet takes only its training view size ({view}), got {ev.image_size}; "
+                             f"leave it unset or use convnet / resnet18 / resnet50"))
+        return problems
+
     # -- data -------------------------------------------------------------------------------
     def check_data(self, recipe: Any) -> list[tuple[str, str]]:
         """The dataset's files are where torchvision reads them (MNIST / Fashion-MNIST fetched)."""
@@ -126,8 +148,8 @@ class VisionDomain(Domain):
         test = ds.load_split(cfg.dataset, "test", cfg.root, download=cfg.download, verify=cfg.verify)
         probe = _seeded_subset(probe, ev.probe_train_subset, _SUBSET_SEEDS[1])
         test = _seeded_subset(test, ev.test_subset, _SUBSET_SEEDS[2])
-        return VisionEvalData(probe, test, self.augment or build_augment(cfg), probe.num_classes,
-                              recipe.seed, ev.monitor)
+        return VisionEvalData(probe, test, eval_augment(self.augment or build_augment(cfg), ev),
+                              probe.num_classes, recipe.seed, ev.monitor)
 
     def build_data(self, recipe: Any) -> DataBundle:
         from toolkit.training.batches import TensorBatches

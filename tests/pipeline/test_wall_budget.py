@@ -93,3 +93,21 @@ def test_minutes_need_a_ceiling():
     with pytest.raises(RecipeError) as info:
         load_recipe(QUICKSTART, ["budget.epochs=null", "budget.minutes=3"], registry.get)
     assert "budget" in str(info.value) and "give epochs or steps" in str(info.value)
+
+
+def _fits_by_counting(seconds, per_step, every, monitor):
+    """The plain answer: add steps one by one, with a monitor after every ``every``-th."""
+    steps, spent = 0, 0.0
+    while True:
+        cost = per_step + (monitor if every and (steps + 1) % every == 0 else 0.0)
+        if spent + cost > seconds + 1e-9:
+            return steps
+        steps, spent = steps + 1, spent + cost
+
+
+@pytest.mark.parametrize("seconds", [0.05, 1.0, 7.3, 40.0, 165.0])
+@pytest.mark.parametrize("per_step,every,monitor", [(0.2, 400, 3.0), (0.07, 400, 2.0), (0.5, 7, 1.3),
+                                                    (0.1, 5, 0.0), (0.1, None, 4.0), (0.3, 1, 0.2)])
+def test_steps_that_fit_count_only_the_monitors_they_reach(seconds, per_step, every, monitor):
+    # a slow machine reaching 2 of the ceiling's 9 monitors is charged for those 2, not all 9
+    assert budget.steps_that_fit(seconds, per_step, every, monitor) == _fits_by_counting(seconds, per_step, every, monitor)

@@ -175,3 +175,43 @@ def test_config_errors_name_the_key(fmnist_root):
         make_recipe(fmnist_root, data={"dataset": "fashion-mnist", "imbalance": "linear"})
     with pytest.raises(rc.RecipeError, match="preset"):
         make_recipe(fmnist_root, data={"dataset": "fashion-mnist", "augment": {"preset": "nope"}})
+
+
+def test_evaluation_image_size_sees_full_size_images_while_training_views_stay_small(fmnist_root):
+    data_cfg = {"dataset": "fashion-mnist", "root": str(fmnist_root), "train_subset": 64,
+                "augment": {"preset": "grey", "size": 20}}
+    ev = {**copy.deepcopy(BASE["evaluation"]), "image_size": 28, "baselines": ["raw_pixels"],
+          "linear": {"epochs": 5}}
+    recipe = make_recipe(fmnist_root, data=data_cfg, evaluation=ev)
+    dom = VisionDomain(recipe)
+    data = dom.build_data(recipe)
+    batch = next(iter(data.train))
+    assert dom.make_views(batch, 2, torch.Generator().manual_seed(0)).shape == (16, 2, 1, 20, 20)
+    ev_data = data.eval
+    # the probes' images: the 28x28 images normalised, not resized (what the pixel baseline reads)
+    ref = (ev_data.test.images.float() / 255 - 0.2860) / 0.3530
+    assert torch.allclose(ev_data.augment.natural(ev_data.test.images), ref, atol=1e-6)
+    enc = dom.build_encoder(recipe)
+    enc.eval()
+    with torch.no_grad():
+        m = dom.evaluate(enc, data, recipe).metrics
+    knn = recipe.evaluation.knn
+    pixels = [((s.images.float() / 255 - 0.2860) / 0.3530).flatten(1) for s in (ev_data.probe_train, ev_data.test)]
+    expected = topk_accuracy(knn_scores(pixels[0], ev_data.probe_train.labels, pixels[1], ev_data.num_classes,
+                                        k=knn.k, temperature=knn.temperature), ev_data.test.labels, 1)
+    assert m["knn_top1_raw_pixels"] == pytest.approx(expected)
+    # unset, the evaluation sees the training view size, as before
+    plain = make_recipe(fmnist_root, data=data_cfg)
+    plain_dom = VisionDomain(plain)
+    assert plain_dom.build_data(plain).eval.augment.natural(ev_data.test.images[:4]).shape == (4, 1, 20, 20)
+
+
+def test_evaluation_image_size_needs_a_size_agnostic_encoder(fmnist_root):
+    raw = copy.deepcopy(BASE)
+    raw["data"]["root"] = str(fmnist_root)
+    raw["encoder"] = {"arch": "small_alexnet", "head": {"hidden": [16], "out_dim": 8}}
+    raw["evaluation"] = {**raw["evaluation"], "image_size": 32}
+    with pytest.raises(rc.RecipeError, match=r"evaluation.image_size: small_alexnet .*\(28\), got 32"):
+        rc.validate(raw, VisionDomain.sections(), objective_mod.check, domain_check=VisionDomain.check)
+    raw["evaluation"]["image_size"] = 28  # the view size itself is fine
+    rc.validate(raw, VisionDomain.sections(), objective_mod.check, domain_check=VisionDomain.check)

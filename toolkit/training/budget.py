@@ -17,7 +17,7 @@ from typing import Any
 
 import torch
 
-__all__ = ["CALIBRATION_STEPS", "fix_steps_from_speed"]
+__all__ = ["CALIBRATION_STEPS", "fix_steps_from_speed", "steps_that_fit"]
 
 # steps timed to fix a run's length, after untimed warm-up steps
 CALIBRATION_STEPS = (12, 3)
@@ -27,6 +27,18 @@ _clock = time.perf_counter  # the calibration's clock (tests replace it)
 def _sync(device: torch.device) -> None:
     if device.type == "cuda":
         torch.cuda.synchronize(device)
+
+
+def steps_that_fit(seconds: float, per_step: float, monitor_every: int | None, monitor_seconds: float) -> int:
+    """The most steps whose training and online monitors (one after every ``monitor_every``-th
+    step, each ``monitor_seconds`` long) fit in ``seconds``: only the monitors those steps reach
+    are counted."""
+    if not monitor_every or monitor_seconds <= 0:
+        return int(seconds / per_step + 1e-6)
+    cycle = monitor_every * per_step + monitor_seconds
+    cycles = int(seconds // cycle)
+    rest = int((seconds - cycles * cycle) / per_step + 1e-6)
+    return cycles * monitor_every + min(rest, monitor_every - 1)
 
 
 def fix_steps_from_speed(trainer: Any, monitor_seconds: float) -> int:
@@ -48,9 +60,8 @@ def fix_steps_from_speed(trainer: Any, monitor_seconds: float) -> int:
     trainer.load_state_dict(snapshot)
     trainer._bad = bad
     ceiling = trainer.total
-    monitors = (ceiling // budget.monitor_every) if budget.monitor_every else 0
-    seconds = budget.minutes * 60.0 - monitors * monitor_seconds
-    steps = max(1, min(ceiling, int(seconds / per_step + 1e-6)))
+    steps = max(1, min(ceiling, steps_that_fit(budget.minutes * 60.0, per_step, budget.monitor_every,
+                                               monitor_seconds)))
     if dist:
         steps = int(dist.broadcast_object(steps))
     trainer.total = trainer.state.planned_steps = steps
