@@ -29,3 +29,40 @@ def test_precision_sensitive_tests_pass_under_avx2_emulation():
     tail = "\n".join(out.stdout.splitlines()[-25:])
     assert out.returncode == 0, tail + out.stderr[-3000:]
     assert " passed" in tail and "failed" not in tail, tail
+
+
+SCRIPT = ROOT / "scripts" / "like-avx2.sh"
+PROBE = ("import os, torch; from toolkit.training.precision import cpu_bf16; "
+         "print(torch.backends.cpu.get_cpu_capability(), os.environ['ONEDNN_MAX_CPU_ISA'], cpu_bf16().native); "
+         "print(open('/proc/self/cgroup').read())")
+
+
+def _like_avx2(*command: str) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if k not in ("CTK_CPU_BF16", "ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA")}
+    return subprocess.run(["bash", str(SCRIPT), "--cpus", "1.9", "--", *command], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=120)
+
+
+def _leftover_groups() -> list[Path]:
+    roots = [Path("/sys/fs/cgroup"), Path("/sys/fs/cgroup/cpu")]
+    return [p for r in roots if r.is_dir() for p in r.glob("ctk-like-avx2-*")]
+
+
+def test_like_avx2_script_runs_the_command_with_avx2_kernels_and_no_native_bf16():
+    before = _leftover_groups()
+    out = _like_avx2(sys.executable, "-c", PROBE)
+    assert out.returncode == 0, out.stderr
+    first = out.stdout.splitlines()[0]
+    assert first == "AVX2 AVX2 False", out.stdout  # what `precision: auto` reads: fp32
+    if "cannot make a cgroup" in out.stderr:  # not root: the kernels only, and it says so
+        assert "ctk-like-avx2" not in out.stdout
+    else:  # the command ran inside the capped group, which is gone afterwards
+        assert "CPU capped at 1.9 cores (emulated)" in out.stderr
+        assert "ctk-like-avx2-" in out.stdout, out.stdout
+        assert _leftover_groups() == before
+
+
+def test_like_avx2_script_returns_the_commands_exit_status():
+    out = _like_avx2(sys.executable, "-c", "raise SystemExit(3)")
+    assert out.returncode == 3, out.stderr
+    assert _like_avx2("true").returncode == 0
