@@ -62,12 +62,10 @@ def load_recipe(overrides: list[str]) -> rc.Recipe:
     """The quickstart recipe under ``overrides``, without its wall-time budget: a benchmark times
     steps, and ``budget.minutes`` would spend the first ones calibrating a step count."""
     raw = rc.apply_overrides(rc.load_yaml(ROOT / "recipes/vision/quickstart.yaml"), ["budget.minutes=null", *overrides])
-    recipe = rc.validate(raw, VisionDomain.sections(), objective_mod.check, domain_check=VisionDomain.check)
-    if recipe.precision == "auto":  # what `ctk run` computes in on this machine (the bare loop needs it too)
-        choice = precision_choice("auto", "cpu", VisionDomain)
-        raw = rc.apply_overrides(raw, [f"precision={choice.value}"])
-        recipe = rc.validate(raw, VisionDomain.sections(), objective_mod.check, domain_check=VisionDomain.check)
-    return recipe
+    # `auto` as `ctk run` resolves it on this machine (the bare loop needs the resolved value too)
+    choice = precision_choice(rc.get_path(raw, "precision", "auto"), "cpu", VisionDomain)
+    raw = rc.apply_overrides(raw, [f"precision={choice.value}"])
+    return rc.validate(raw, VisionDomain.sections(), objective_mod.check, domain_check=VisionDomain.check)
 
 
 def toolkit_steps(recipe: rc.Recipe, warmup: int, steps: int) -> float:
