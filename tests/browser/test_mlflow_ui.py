@@ -66,14 +66,14 @@ def ui(tmp_path_factory):
                             stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     base = f"http://127.0.0.1:{port}"
     try:
-        for _ in range(120):
-            try:
-                urllib.request.urlopen(base + "/health", timeout=2)
-                break
-            except OSError:
-                time.sleep(0.5)
-        else:
-            pytest.fail(f"ctk ui did not answer on {base}: {(work / 'ui.log').read_text()[-2000:]}")
+        # ready once ctk ui has printed its links, which it does only after the UI answers (the
+        # last line it prints): polling /health here would race with that print
+        deadline = time.monotonic() + 180
+        while "stop it with Ctrl-C" not in (work / "ui.log").read_text():
+            if proc.poll() is not None or time.monotonic() > deadline:
+                pytest.fail(f"ctk ui did not get ready on {base}: {(work / 'ui.log').read_text()[-2000:]}")
+            time.sleep(0.2)
+        urllib.request.urlopen(base + "/health", timeout=10)  # and the UI does answer
         yield base, env["MLFLOW_TRACKING_URI"], (work / "ui.log").read_text()
     finally:
         os.killpg(proc.pid, signal.SIGTERM)  # the server and its workers: our own session
