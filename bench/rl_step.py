@@ -22,6 +22,9 @@ Prints:
 * ``recipe``: the CPU recipe's agent step (act, update, environment step with its render) as
   it was before the time-to-accuracy work (fp32, the default shadow map) and after (bf16,
   ``shadow_size: 512``), in alternating rounds, and the ratio of agent steps per second;
+* ``encoders``: seconds per update for encoder variants (conv layers x filters, optionally
+  on other renders and crops), interleaved, and their speed against the first one: how the
+  CPU recipe's encoder was chosen (``--only encoders --batch 64 --image-size 64 --crop 56``);
 * the replay buffer's memory at 100k capacity against the reference's obs + next_obs stacks.
 
 Timings need the machine to themselves (another busy process makes updates 2.5-3.5x slower
@@ -86,13 +89,14 @@ def filled_buffer(image_size: int = 100, action_dim: int = 1, frames: int = 3000
 
 
 def make_agent(objective: bool, fused: bool, channels_last: bool, crop: int = 84,
-               conv_dtype: torch.dtype = torch.float32) -> CurlSacAgent:
+               conv_dtype: torch.dtype = torch.float32, layers: int = 4, filters: int = 32) -> CurlSacAgent:
     from toolkit.objective import build
     from toolkit.recipe import ObjectiveSection as Objective
 
     obj = build(Objective.model_validate({"loss": {"name": "info_nce"}})) if objective else None
     torch.manual_seed(0)
-    return CurlSacAgent((9, crop, crop), 1, encoder=EncoderConfig(), agent=AgentConfig(), objective=obj,
+    return CurlSacAgent((9, crop, crop), 1, encoder=EncoderConfig(num_layers=layers, num_filters=filters),
+                        agent=AgentConfig(), objective=obj,
                         fused=fused, channels_last=channels_last, compute_dtype=conv_dtype)
 
 
@@ -163,6 +167,26 @@ def bench_precision(batch: int, repeats: int, image_size: int, crop: int,
     out.update({f"cpu_{name}": statistics.median(v) for name, v in cpu.items()})
     out.update({f"act_{name}": statistics.median(v) for name, v in acts.items()})
     return out
+
+
+def bench_encoders(batch: int, repeats: int, image_size: int, crop: int, conv_dtype: torch.dtype,
+                   variants: list[tuple[int, int, int, int]]) -> dict:
+    """Seconds per update (sampling included) for encoder variants ``(layers, filters,
+    image_size, crop)``, interleaved in rounds of 4 updates; the first variant is the reference."""
+    bufs = {size: filled_buffer(size) for size in {v[2] for v in variants}}
+    agents = {v: make_agent(True, True, True, v[3], conv_dtype, v[0], v[1]) for v in variants}
+    rng = np.random.default_rng(3)
+    times: dict[tuple, list[float]] = {v: [] for v in variants}
+    for v, agent in agents.items():  # warm-up: an update with and one without the actor step
+        for _ in range(2):
+            agent.update(bufs[v[2]].sample(rng, batch, v[3]))
+    for _ in range(repeats):
+        for v, agent in agents.items():
+            t = time.perf_counter()
+            for _ in range(4):
+                agent.update(bufs[v[2]].sample(rng, batch, v[3]))
+            times[v].append((time.perf_counter() - t) / 4)
+    return {v: statistics.median(t) for v, t in times.items()}
 
 
 def timed_env(image_size: int = 100, action_repeat: int = 8, shadow_size: int | None = None):
@@ -267,7 +291,7 @@ def child(args: argparse.Namespace, allocator: str) -> dict:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--only", nargs="+", choices=["env", "updates", "precision", "loop", "memory", "recipe"],
+    p.add_argument("--only", nargs="+", choices=["env", "updates", "precision", "loop", "memory", "recipe", "encoders"],
                    default=None)
     p.add_argument("--batch", type=int, nargs="+", default=[512, 128])
     p.add_argument("--image-size", type=int, default=100, help="rendered size (CPU recipe: 64)")
@@ -278,6 +302,9 @@ def main() -> None:
     p.add_argument("--shadow-size", type=int, default=None,
                    help="env: also time renders with this shadow map size (data.shadow_size)")
     p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--encoders", nargs="+", default=["4x32", "4x16", "3x16", "2x32", "4x16@48/42"],
+                   metavar="LxF[@SIZE/CROP]", help="encoders: conv layers x filters, optionally on other renders")
+    p.add_argument("--precision", choices=["fp32", "bf16"], default="fp32", help="encoders: the networks' dtype")
     p.add_argument("--loop-steps", type=int, default=12)
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--allocators", nargs="+", default=["glibc", "glibc-tuned", "jemalloc"])
@@ -335,6 +362,20 @@ def main() -> None:
                   f"acting {100 * lp['act_share']:.1f}%, updates {100 * lp['update_share']:.1f}% (contrastive "
                   f"term {100 * lp['contrastive_share']:.1f}%), rendering {100 * lp['render_share']:.1f}%, "
                   f"physics and stacking {100 * lp['physics_share']:.1f}%  [{load()}]")
+    if "encoders" in only:
+        def parse(spec: str) -> tuple[int, int, int, int]:
+            shape, _, sizes = spec.partition("@")
+            layers, filters = map(int, shape.split("x"))
+            image, crop_ = map(int, sizes.split("/")) if sizes else (size, crop)
+            return layers, filters, image, crop_
+        variants = [parse(v) for v in args.encoders]
+        dtype = torch.bfloat16 if args.precision == "bf16" else torch.float32
+        res = bench_encoders(args.batch[-1], args.repeats, size, crop, dtype, variants)
+        ref = res[variants[0]]
+        for v, t in res.items():
+            print(f"encoder {v[0]} layers x {v[1]} filters on {v[2]}->{v[3]} crops, {args.precision}, batch "
+                  f"{args.batch[-1]}: {1000 * t:.0f} ms/update, {ref / t:.2f}x the speed of "
+                  f"{variants[0][0]}x{variants[0][1]} on {variants[0][2]}->{variants[0][3]}  [{load()}]")
     if "recipe" in only:
         # the CPU recipe's agent step before the time-to-accuracy work (fp32, DMControl's 2048
         # shadow map) and after (bf16 networks, 512 shadow map), in alternating rounds

@@ -16,7 +16,7 @@ from toolkit.tracking.store import client_for
 ROOT = Path(__file__).resolve().parents[2]
 
 VISION = ["data.train_subset=512", "encoder.arch=convnet", "encoder.width=8", "encoder.head.hidden=[32]",
-          "encoder.head.out_dim=16", "budget.epochs=null", "budget.steps=16", "budget.batch_size=64",
+          "encoder.head.out_dim=16", "budget.epochs=null", "budget.minutes=null", "budget.steps=16", "budget.batch_size=64",
           "budget.checkpoint_every=5", "budget.log_every=4", "budget.monitor_every=null",
           "budget.eval_every=null", "evaluation.probe_train_subset=512", "evaluation.test_subset=256",
           "tracking.log_model=false", "tracking.experiment=resume-vision"]

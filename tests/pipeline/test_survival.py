@@ -26,24 +26,27 @@ TOY = ROOT / "recipes" / "toy" / "lmcl_three_bars_dp.yaml"
 TOY_SETS = ["budget.steps=600", "budget.checkpoint_every=50", "evaluation.histogram=false"]
 VISION = ROOT / "recipes" / "vision" / "quickstart.yaml"
 VISION_SETS = ["data.train_subset=1024", "encoder.arch=convnet", "encoder.width=8", "encoder.head.hidden=[32]",
-               "encoder.head.out_dim=16", "budget.epochs=null", "budget.steps=64", "budget.batch_size=64",
+               "encoder.head.out_dim=16", "budget.epochs=null", "budget.minutes=null", "budget.steps=64", "budget.batch_size=64",
                "budget.checkpoint_every=8", "budget.log_every=8", "budget.monitor_every=null",
                "budget.eval_every=null", "evaluation.probe_train_subset=512", "evaluation.test_subset=256",
                "tracking.log_model=false", "tracking.experiment=survive-vision"]
 
 
-def _cli(cwd: Path, *args: str) -> subprocess.Popen:
+def _cli(cwd: Path, *args: str, store: Path | None = None) -> subprocess.Popen:
+    """``ctk ARGS`` in ``cwd`` (its checkpoints go there), logging to ``store`` (default
+    ``cwd/mlflow.db``)."""
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", "CTK_DATA": str(DATA),
-           "MLFLOW_TRACKING_URI": f"sqlite:///{cwd / 'mlflow.db'}"}
+           "MLFLOW_TRACKING_URI": f"sqlite:///{store or cwd / 'mlflow.db'}"}
     env.pop("CTK_CHECKPOINTS", None)
     return subprocess.Popen([sys.executable, str(ROOT / "cli.py"), *args], cwd=cwd, env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             preexec_fn=default_signals_in_child)  # the SIGTERM test's run
 
 
-def _toy(cwd: Path, *extra: str, recipe: Path = TOY, sets: list[str] = TOY_SETS) -> subprocess.Popen:
+def _toy(cwd: Path, *extra: str, recipe: Path = TOY, sets: list[str] = TOY_SETS,
+         store: Path | None = None) -> subprocess.Popen:
     args = [a for s in sets for a in ("--set", s)]
-    return _cli(cwd, "run", str(recipe), "--quiet", *args, *extra)
+    return _cli(cwd, "run", str(recipe), "--quiet", *args, *extra, store=store)
 
 
 def _wait_for_checkpoint(cwd: Path, step: int, proc: subprocess.Popen, timeout: float = 120) -> None:
@@ -54,12 +57,12 @@ def _wait_for_checkpoint(cwd: Path, step: int, proc: subprocess.Popen, timeout: 
         time.sleep(0.02)
 
 
-def _client(cwd: Path):
-    return client_for(f"sqlite:///{cwd / 'mlflow.db'}")
+def _client(cwd: Path, store: Path | None = None):
+    return client_for(f"sqlite:///{store or cwd / 'mlflow.db'}")
 
 
-def _final(cwd: Path, run_id: str) -> tuple[dict, dict]:
-    run = _client(cwd).get_run(run_id)
+def _final(cwd: Path, run_id: str, store: Path | None = None) -> tuple[dict, dict]:
+    run = _client(cwd, store).get_run(run_id)
     weights = ckpt.load(ckpt.latest(cwd / "checkpoints" / run_id))["trainer"]["encoder"]
     return {k: v for k, v in run.data.metrics.items() if k not in ("train/samples_per_s", "train/wall_seconds")}, weights
 
@@ -69,28 +72,28 @@ def _final(cwd: Path, run_id: str) -> tuple[dict, dict]:
     (VISION, VISION_SETS, "survive-vision", (8, 24, 48)),
 ], ids=["toy", "vision"])
 def test_kill_9_at_three_points_then_resume_matches_the_uninterrupted_run(tmp_path, recipe, sets, experiment, points):
+    store = tmp_path / "mlflow.db"  # one store for all the runs (each in a folder of its own)
     ref_dir = tmp_path / "ref"
     ref_dir.mkdir()
-    out, _ = _toy(ref_dir, recipe=recipe, sets=sets).communicate(timeout=300)
+    out, _ = _toy(ref_dir, recipe=recipe, sets=sets, store=store).communicate(timeout=300)
     ref_id = out.split("run ", 1)[1].split()[0]
-    ref_metrics, ref_weights = _final(ref_dir, ref_id)
+    ref_metrics, ref_weights = _final(ref_dir, ref_id, store)
     for kill_at in points:
         cwd = tmp_path / f"kill{kill_at}"
         cwd.mkdir()
-        proc = _toy(cwd, recipe=recipe, sets=sets)
+        proc = _toy(cwd, recipe=recipe, sets=sets, store=store)
         _wait_for_checkpoint(cwd, kill_at, proc)
         proc.kill()  # SIGKILL: no handler runs, the run is left RUNNING in the store
         proc.wait()
         run_id = next((cwd / "checkpoints").iterdir()).name
-        assert _client(cwd).get_run(run_id).info.status == "RUNNING"
-        listing = CliRunner(env={"MLFLOW_TRACKING_URI": f"sqlite:///{cwd / 'mlflow.db'}"}).invoke(
-            cli.main, ["runs", experiment])
+        assert _client(cwd, store).get_run(run_id).info.status == "RUNNING"
+        listing = CliRunner(env={"MLFLOW_TRACKING_URI": f"sqlite:///{store}"}).invoke(cli.main, ["runs", experiment])
         assert listing.exit_code == 0, listing.output
         assert "KILLED (process" in listing.output and f"--resume {run_id}" in listing.output
-        out, _ = _toy(cwd, "--resume", run_id, recipe=recipe, sets=sets).communicate(timeout=300)
+        out, _ = _toy(cwd, "--resume", run_id, recipe=recipe, sets=sets, store=store).communicate(timeout=300)
         assert f"run {run_id}" in out, out
-        metrics, weights = _final(cwd, run_id)
-        assert _client(cwd).get_run(run_id).info.status == "FINISHED"
+        metrics, weights = _final(cwd, run_id, store)
+        assert _client(cwd, store).get_run(run_id).info.status == "FINISHED"
         assert metrics == ref_metrics, kill_at
         assert all(torch.equal(weights[k], ref_weights[k]) for k in ref_weights), kill_at
 

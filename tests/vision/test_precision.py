@@ -19,7 +19,7 @@ from toolkit.runs import execute, load_recipe
 from toolkit.tracking.store import client_for
 
 QUICKSTART = Path(cli.__file__).resolve().parent / "recipes" / "vision" / "quickstart.yaml"
-TINY = ["data.train_subset=256", "budget.steps=6", "budget.batch_size=64", "budget.log_every=2",
+TINY = ["data.train_subset=256", "budget.minutes=null", "budget.steps=6", "budget.batch_size=64", "budget.log_every=2",
         "budget.monitor_every=null", "evaluation.probe_train_subset=256", "evaluation.test_subset=128",
         "evaluation.baselines=[]", "evaluation.diagnostics.samples=64", "evaluation.linear.epochs=5",
         "evaluation.knn.k=10", "tracking.experiment=precision", "tracking.log_model=false"]
