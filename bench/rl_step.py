@@ -169,8 +169,7 @@ def bench_precision(batch: int, repeats: int, image_size: int, crop: int,
     return out
 
 
-def bench_encoders(batch: int, repeats: int, image_size: int, crop: int, conv_dtype: torch.dtype,
-                   variants: list[tuple[int, int, int, int]]) -> dict:
+def bench_encoders(batch: int, repeats: int, conv_dtype: torch.dtype, variants: list[tuple[int, int, int, int]]) -> dict:
     """Seconds per update (sampling included) for encoder variants ``(layers, filters,
     image_size, crop)``, interleaved in rounds of 4 updates; the first variant is the reference."""
     bufs = {size: filled_buffer(size) for size in {v[2] for v in variants}}
@@ -370,7 +369,7 @@ def main() -> None:
             return layers, filters, image, crop_
         variants = [parse(v) for v in args.encoders]
         dtype = torch.bfloat16 if args.precision == "bf16" else torch.float32
-        res = bench_encoders(args.batch[-1], args.repeats, size, crop, dtype, variants)
+        res = bench_encoders(args.batch[-1], args.repeats, dtype, variants)
         ref = res[variants[0]]
         for v, t in res.items():
             print(f"encoder {v[0]} layers x {v[1]} filters on {v[2]}->{v[3]} crops, {args.precision}, batch "
