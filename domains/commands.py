@@ -111,6 +111,7 @@ def execute(recipe: Any, **kwargs: Any) -> tuple[str | None, dict[str, float]]:
     from toolkit.checkpoint import CheckpointError
     from toolkit.runs import RunFinished
     from toolkit.runs import execute as execute_recipe
+    from toolkit.training.batches import DataStop
     from toolkit.training.trainer import NonFiniteLoss
     try:
         return execute_recipe(recipe, **kwargs)
@@ -118,7 +119,7 @@ def execute(recipe: Any, **kwargs: Any) -> tuple[str | None, dict[str, float]]:
         raise
     except (CheckpointError, RunFinished) as exc:  # RecipeMismatch is a CheckpointError
         raise CtkError(f"--resume: {exc}", 2) from exc
-    except NonFiniteLoss as exc:
+    except (NonFiniteLoss, DataStop) as exc:
         raise CtkError(f"run stopped: {exc}", 1) from exc
     except (FileNotFoundError, ValueError) as exc:
         raise CtkError(str(exc), 1) from exc

@@ -29,6 +29,8 @@ Presets (``PRESETS``) pin the families of the papers' appendices:
 * ``ring_imagenet``: Ring Sec. 5, "a 224 by 224-pixel random crop, random color jittering,
   random horizontal flip, and random grayscale conversion" (no blur), with the IR / CMC code
   family's values: crop scale (0.2, 1), jitter 0.4 always, grayscale 0.2.
+* ``simclr_tiny``: SimCLR's family at Tiny ImageNet's 64 px (CPCL's Tiny ImageNet runs): crop
+  64, scale (0.08, 1), flip, jitter (0.4, 0.4, 0.4, 0.1) p=0.8, grayscale 0.2.
 * ``grey``: MNIST / Fashion-MNIST: crop 28, scale (0.3, 1), flip, brightness/contrast jitter
   0.4 with p=0.8 (saturation and hue have no meaning on one channel).
 """
@@ -99,6 +101,7 @@ PRESETS: dict[str, AugmentSpec] = {
     "ring_imagenet": AugmentSpec(224, scale=(0.2, 1.0), jitter=(0.4, 0.4, 0.4, 0.4), jitter_p=1.0),
     "grey": AugmentSpec(28, scale=(0.3, 1.0), jitter=(0.4, 0.4, 0.0, 0.0), jitter_p=0.8,
                         grayscale_p=0.0),
+    "simclr_tiny": AugmentSpec(64, scale=(0.08, 1.0), jitter=(0.4, 0.4, 0.4, 0.1), jitter_p=0.8),
 }
 
 

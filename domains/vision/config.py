@@ -21,10 +21,13 @@ from domains.base import Section
 from domains.vision.augment import PRESETS
 from toolkit.evaluation.probes import C_GRID
 
-__all__ = ["AugmentConfig", "DataConfig", "HeadConfig", "EncoderConfig", "LinearConfig",
+__all__ = ["AugmentConfig", "LoaderConfig", "DataConfig", "STREAMED", "HeadConfig", "EncoderConfig", "LinearConfig",
            "KnnConfig", "MonitorConfig", "DiagnosticsConfig", "EvaluationConfig"]
 
-Dataset = Literal["cifar10", "cifar100", "stl10", "mnist", "fashion-mnist"]
+Dataset = Literal["cifar10", "cifar100", "stl10", "mnist", "fashion-mnist",
+                  "imagefolder", "imagenet", "imagenet100", "tiny-imagenet"]
+# read from disk image by image (domains/vision/folders.py, streaming.py); the rest in memory
+STREAMED = ("imagefolder", "imagenet", "imagenet100", "tiny-imagenet")
 
 
 class AugmentConfig(Section):
@@ -49,9 +52,34 @@ class AugmentConfig(Section):
         return self
 
 
+class LoaderConfig(Section):
+    """How streamed datasets (``imagefolder``, ``imagenet``, ``imagenet100``, ``tiny-imagenet``)
+    are read: DataLoader worker processes decode each image at the reduced resolution its crop
+    needs (``domains/vision/streaming.py``)."""
+
+    workers: int | Literal["auto"] = Field("auto", description="decoding worker processes (0: in the "
+                                           "training process); auto: the cores this process may use, at most 16")
+    decode: Literal["auto", "cpu", "device"] = Field(
+        "auto", description="cpu: workers decode (PIL, JPEG DCT scaling); device: workers read the bytes and "
+        "torchvision.io.decode_jpeg decodes on the training device (nvJPEG on CUDA); auto: device on CUDA "
+        "where a start-up timing finds it faster, else cpu")
+    prefetch: int = Field(2, ge=1, description="batches each worker prepares ahead")
+    bad_image_limit: float = Field(0.001, ge=0, le=1, description="stop (with a checkpoint) once this fraction "
+                                   "of an epoch's images was unreadable; each is replaced by a seeded redraw")
+
+
 class DataConfig(Section):
     dataset: Dataset = "fashion-mnist"
     root: str | None = Field(None, description="data root; default: the data provider's ($CTK_DATA or ./data)")
+    path: str | None = Field(None, description="streamed datasets: the folder holding train/ and val/ "
+                             "(default <root>/imagenet, <root>/imagenet100 else <root>/imagenet, "
+                             "<root>/tiny-imagenet-200); required for imagefolder")
+    classes: list[str] | str | None = Field(None, description="imagefolder / imagenet: the class folders to "
+                                            "use, as a list or a text file with one name per line")
+    val_labels: str | None = Field(None, description="imagenet with a flat val/: the devkit folder "
+                                   "(ILSVRC2012_devkit_t12) or a file of 'filename label' lines / "
+                                   "LOC_val_solution.csv; default: looked for beside val/")
+    loader: LoaderConfig = Field(default_factory=LoaderConfig)
     download: bool = Field(False, description="let torchvision download CIFAR / STL-10 (needs a network)")
     verify: bool = Field(True, description="torchvision's md5 check of the CIFAR files")
     train_split: Literal["train", "unlabeled", "train+unlabeled"] = Field(
@@ -69,6 +97,13 @@ class DataConfig(Section):
             raise ValueError(f"train_split {self.train_split!r} exists only for stl10, got dataset {self.dataset!r}")
         if self.imbalance is not None and self.dataset not in ("cifar10", "cifar100"):
             raise ValueError(f"imbalance applies to cifar10 / cifar100 (CACR Sec. 5.2), got dataset {self.dataset!r}")
+        if self.dataset == "imagefolder" and not self.path:
+            raise ValueError("dataset 'imagefolder' needs data.path: a folder holding train/ and val/ "
+                             "(each with one folder of images per class), got none")
+        if self.dataset not in STREAMED:
+            for key in ("path", "classes", "val_labels"):
+                if getattr(self, key) is not None:
+                    raise ValueError(f"data.{key} applies to {', '.join(STREAMED)}, got dataset {self.dataset!r}")
         return self
 
 
@@ -113,6 +148,9 @@ class LinearConfig(Section):
     momentum: float = Field(0.9, ge=0, lt=1)
     final_lr: float | None = Field(None, gt=0, description="exponential decay per epoch to this rate (replaces milestones)")
     standardize: bool = Field(True, description="standardise features with the training split's mean / std")
+    augment: bool = Field(False, description="streamed datasets: train the linear layer on random-resized "
+                          "crops and flips of the training images, streamed through the frozen backbone each "
+                          "epoch (the papers' ImageNet protocol); off: centre crops")
 
     @model_validator(mode="after")
     def _penalised(self) -> "LinearConfig":

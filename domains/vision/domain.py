@@ -19,14 +19,24 @@ from torch import Tensor
 from domains.base import DataBundle, Domain, Evaluation
 from domains.vision import datasets as ds
 from domains.vision.augment import BatchAugment, preset
-from domains.vision.config import DataConfig, EncoderConfig, EvaluationConfig, MonitorConfig
+from domains.vision.config import STREAMED, DataConfig, EncoderConfig, EvaluationConfig, MonitorConfig
 from domains.vision.encoders import ProjectionHead, VisionEncoder, build_backbone
 
 __all__ = ["VisionDomain", "VisionEvalData", "default_preset"]
 
 
 def default_preset(dataset: str) -> str:
-    return {"cifar10": "cacr_cifar", "cifar100": "cacr_cifar", "stl10": "cacr_stl10"}.get(dataset, "grey")
+    return {"cifar10": "cacr_cifar", "cifar100": "cacr_cifar", "stl10": "cacr_stl10",
+            "imagefolder": "moco_v2", "imagenet": "moco_v2", "imagenet100": "moco_v2",
+            "tiny-imagenet": "simclr_tiny"}.get(dataset, "grey")
+
+
+def normalization(dataset: str) -> tuple[tuple[float, ...], tuple[float, ...]]:
+    """Channel mean / std of ``dataset`` (ImageNet's for the folder datasets)."""
+    if dataset in STREAMED:
+        from domains.vision.folder_data import IMAGENET_NORMALIZATION
+        return IMAGENET_NORMALIZATION
+    return ds.NORMALIZATION[dataset]
 
 
 @dataclass
@@ -39,6 +49,7 @@ class VisionEvalData:
     num_classes: int
     seed: int = 0
     monitor: MonitorConfig | None = None
+    streams: Any = None  # folder datasets: the whole labelled splits the final probes stream
 
 
 # Subsets do not depend on the run's seed: runs with different seeds see the same images, so
@@ -56,7 +67,10 @@ def _seeded_subset(split: ds.ImageSplit, n: int | None, seed: int) -> ds.ImageSp
 def build_augment(cfg: DataConfig) -> BatchAugment:
     a = cfg.augment
     spec = preset(a.preset or default_preset(cfg.dataset), **a.model_dump(exclude={"preset"}))
-    mean, std = ds.NORMALIZATION[cfg.dataset]
+    mean, std = normalization(cfg.dataset)
+    if cfg.dataset in STREAMED:  # the workers crop; the device does the rest of the family
+        from domains.vision.folder_data import crop_rest
+        return BatchAugment(crop_rest(spec), mean, std)
     return BatchAugment(spec, mean, std)
 
 
@@ -115,6 +129,15 @@ class VisionDomain(Domain):
         any input size (the small AlexNet's classifier is sized for the views)."""
         problems = super().check(raw, sections)
         ev, enc, data = (sections.get(k) for k in ("evaluation", "encoder", "data"))
+        if ev is not None and data is not None and data.dataset in STREAMED:
+            if ev.linear.enabled and ev.linear.solver == "lbfgs":
+                problems.append(("evaluation.linear.solver",
+                                 f"{data.dataset} is streamed from disk and its features are never all in "
+                                 "memory: use sgd (the papers' protocol) or adam, got 'lbfgs'"))
+            if "raw_pixels" in ev.baselines:
+                problems.append(("evaluation.baselines",
+                                 f"raw_pixels probes every pixel of the images in memory; not for the streamed "
+                                 f"dataset {data.dataset} (got {ev.baselines})"))
         if ev is None or enc is None or data is None or ev.image_size is None:
             return problems
         view = build_augment(data).spec.size
@@ -128,6 +151,9 @@ class VisionDomain(Domain):
     def check_data(self, recipe: Any) -> list[tuple[str, str]]:
         """The dataset's files are where torchvision reads them (MNIST / Fashion-MNIST fetched)."""
         cfg: DataConfig = recipe.data
+        if cfg.dataset in STREAMED:
+            from domains.vision.folder_data import folder_problems
+            return folder_problems(cfg)
         problem = ds.unavailable(cfg.dataset, cfg.root, cfg.download)
         return [("data.dataset", problem)] if problem else []
 
@@ -144,6 +170,12 @@ class VisionDomain(Domain):
     def load_eval(self, recipe: Any) -> VisionEvalData:
         cfg: DataConfig = recipe.data
         ev: EvaluationConfig = recipe.evaluation
+        if cfg.dataset in STREAMED:
+            from domains.vision.folder_data import FolderStreams, monitor_splits, training_device
+            aug = eval_augment(self.augment or build_augment(cfg), ev)
+            small_tr, small_te, train, val = monitor_splits(recipe, aug.spec.size)
+            streams = FolderStreams(train, val, aug.spec.size, cfg.loader, training_device(recipe))
+            return VisionEvalData(small_tr, small_te, aug, train.num_classes, recipe.seed, ev.monitor, streams)
         probe = ds.load_split(cfg.dataset, "train", cfg.root, download=cfg.download, verify=cfg.verify)
         test = ds.load_split(cfg.dataset, "test", cfg.root, download=cfg.download, verify=cfg.verify)
         probe = _seeded_subset(probe, ev.probe_train_subset, _SUBSET_SEEDS[1])
@@ -155,6 +187,10 @@ class VisionDomain(Domain):
         from toolkit.training.batches import TensorBatches
 
         self.augment = build_augment(recipe.data)
+        if recipe.data.dataset in STREAMED:
+            from domains.vision.folder_data import train_batches, training_device
+            stream, split = train_batches(recipe, self.augment.spec, training_device(recipe))
+            return DataBundle(train=stream, num_instances=len(split), eval=self.load_eval(recipe), sampler=stream)
         train = self.load_train(recipe)
         batches = TensorBatches({"x": train.images, "y": train.labels}, recipe.budget.batch_size,
                                 seed=recipe.seed, drop_last=recipe.data.drop_last)
@@ -165,7 +201,7 @@ class VisionDomain(Domain):
     def build_encoder(self, recipe: Any) -> VisionEncoder:
         cfg: EncoderConfig = recipe.encoder
         data: DataConfig = recipe.data
-        channels = len(ds.NORMALIZATION[data.dataset][0])
+        channels = len(normalization(data.dataset)[0])
         size = (self.augment or build_augment(data)).spec.size
         backbone, dim = build_backbone(cfg.arch, channels, size, stem=cfg.stem, feature=cfg.feature,
                                        width=cfg.width, blocks=cfg.blocks)
@@ -187,13 +223,18 @@ class VisionDomain(Domain):
             raise ValueError(f"num_views must be an integer >= 1, got {num_views!r}")
         x = batch["x"]
         n = x.shape[0]
+        if x.dim() == 5:  # streamed: each view already cropped by a worker ([N, V, C, S, S])
+            if x.shape[1] < num_views:
+                raise ValueError(f"the loader cropped {x.shape[1]} views per image, {num_views} asked")
+            views = self._aug()(x[:, :num_views].flatten(0, 1), generator)
+            return views.view(n, num_views, *views.shape[1:])
         rep = x.unsqueeze(1).expand(n, num_views, *x.shape[1:]).reshape(n * num_views, *x.shape[1:])
         views = self._aug()(rep, generator)
         return views.view(n, num_views, *views.shape[1:])
 
     def natural_view(self, batch: Mapping[str, Any]) -> Tensor:
         """The un-augmented image, resized to the view size and normalised (CPCL's x-bar)."""
-        return self._aug().natural(batch["x"])
+        return self._aug().natural(batch["natural_x"] if "natural_x" in batch else batch["x"])
 
     # -- evaluation -------------------------------------------------------------------------
     def evaluate(self, encoder: VisionEncoder, data: DataBundle, recipe: Any) -> Evaluation:

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
-__all__ = ["find_foolbox_pngs", "write_cifar_fixture"]
+__all__ = ["find_foolbox_pngs", "write_cifar_fixture", "packaged_photos", "write_photo_folder", "PHOTO_SIZES"]
 
 _NAME = re.compile(r"^(cifar10|cifar100)_(\d+)_(\d+)\.png$")
 
@@ -91,4 +91,63 @@ def write_cifar_fixture(png_folder: str | Path, root: str | Path, num_train: int
             _dump({"fine_label_names": [f"class_{i}" for i in range(100)],
                    "coarse_label_names": [f"superclass_{i}" for i in range(20)]}, out / "meta")
         written[dataset] = (images[tr], labels[tr], images[te], labels[te])
+    return written
+
+
+# -- a small real image folder (train/ and val/ by class) from photos that ship in packages ----
+
+PHOTO_SIZES = ((500, 375), (375, 500), (500, 333), (500, 400), (333, 500), (640, 480))
+
+
+def packaged_photos(foolbox_folder: str | Path | None = None) -> list[Path]:
+    """Real photos on this machine without a network: scikit-learn's two sample photos
+    (``china.jpg``, ``flower.jpg``, 640x427) and foolbox's 20 ImageNet validation photos
+    (``imagenet_<i>_<label>.jpg``, 512x512; ``domains.vision.packaged.locate("foolbox-samples")``)."""
+    import sklearn.datasets
+
+    images = Path(sklearn.datasets.__file__).with_name("images")
+    photos = [images / "china.jpg", images / "flower.jpg"]
+    if foolbox_folder is None:
+        from domains.vision.packaged import locate
+        foolbox_folder = locate("foolbox-samples")
+    photos += sorted(Path(foolbox_folder).glob("imagenet_*.jpg"))
+    return photos
+
+
+def write_photo_folder(out: str | Path, classes: int = 6, train_per_class: int = 8, val_per_class: int = 3,
+                       seed: int = 0, foolbox_folder: str | Path | None = None) -> dict[str, list[Path]]:
+    """Write an ImageFolder layout under ``out``: one class per packaged photo (the first
+    ``classes`` of :func:`packaged_photos`), each image a different random crop of its photo
+    (40-90% of the area) resized to one of ImageNet's typical sizes (``PHOTO_SIZES``) and
+    re-encoded: JPEGs of quality 70-95, plus one PNG and one WebP per class in train.
+    Deterministic in ``seed``. Returns the files written per split."""
+    from PIL import Image
+
+    photos = packaged_photos(foolbox_folder)
+    if not 1 <= classes <= len(photos):
+        raise ValueError(f"classes must lie in [1, {len(photos)}] (packaged photos), got {classes!r}")
+    rng = np.random.default_rng(seed)
+    written: dict[str, list[Path]] = {"train": [], "val": []}
+    for photo in photos[:classes]:
+        name = photo.stem
+        with Image.open(photo) as im:
+            src = im.convert("RGB")
+        for split, count in (("train", train_per_class), ("val", val_per_class)):
+            folder = Path(out) / split / name
+            folder.mkdir(parents=True, exist_ok=True)
+            for k in range(count):
+                frac = rng.uniform(0.4, 0.9)
+                w = int(src.width * np.sqrt(frac))
+                h = int(src.height * np.sqrt(frac))
+                left = int(rng.integers(0, src.width - w + 1))
+                top = int(rng.integers(0, src.height - h + 1))
+                size = PHOTO_SIZES[int(rng.integers(0, len(PHOTO_SIZES)))]
+                img = src.crop((left, top, left + w, top + h)).resize(size, Image.BICUBIC)
+                ext = {0: ".png", 1: ".webp"}.get(k, ".jpg") if split == "train" else ".jpg"
+                path = folder / f"{name}_{k:02d}{ext}"
+                if ext == ".jpg":
+                    img.save(path, quality=int(rng.integers(70, 96)))
+                else:
+                    img.save(path)
+                written[split].append(path)
     return written

@@ -1,7 +1,11 @@
-"""Seeded, resumable batch iteration for in-memory datasets.
+"""Seeded, resumable batch iteration.
 
 The order of epoch ``e`` depends only on ``(seed, e)``, so a resumed run sees the same batches
-as an uninterrupted one (the loop skips the batches already done in the current epoch).
+as an uninterrupted one. :class:`Batches` is the face the training loop reads; a training set
+that is not one (any iterable of batch dicts) is re-iterated and the batches already done in a
+resumed epoch are skipped (:func:`epoch_batches`). :class:`TensorBatches` serves in-memory
+tensors; streamed datasets (``domains/vision/streaming.py``) start an epoch at any batch
+without reading the ones before it, and give each rank its own share of every batch.
 """
 from __future__ import annotations
 
@@ -31,7 +35,47 @@ class SeededEpochSampler(torch.utils.data.Sampler[int]):
         return self.n
 
 
-class TensorBatches:
+class DataStop(RuntimeError):
+    """The training data cannot go on (e.g. too many unreadable images): the loop checkpoints
+    the last step and stops; the message lists what went wrong."""
+
+
+class Batches:
+    """What the training loop iterates: an epoch's batches of dicts, from any batch on.
+
+    Subclasses implement ``__len__`` (batches per epoch) and :meth:`iter_from`; the defaults
+    below say what the loop may rely on."""
+
+    #: True when every rank already gets its own share of each global batch (the loop then
+    #: does not slice the batch by rank itself)
+    sharded: bool = False
+
+    def set_epoch(self, epoch: int) -> None:
+        """Order the next iteration as epoch ``epoch``."""
+
+    def __len__(self) -> int:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def iter_from(self, start: int) -> Iterator[dict[str, Any]]:  # pragma: no cover - abstract
+        """The current epoch's batches from batch ``start`` on (a resumed epoch)."""
+        raise NotImplementedError
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        return self.iter_from(0)
+
+    def metrics(self) -> dict[str, float]:
+        """Counters the loop logs with the training metrics (e.g. ``data_bad_images``)."""
+        return {}
+
+
+def epoch_batches(train: Any, start: int) -> Iterator[tuple[int, dict[str, Any]]]:
+    """``(index in epoch, batch)`` of the current epoch from batch ``start`` on."""
+    if isinstance(train, Batches):
+        return enumerate(train.iter_from(start), start=start)
+    return ((i, b) for i, b in enumerate(train) if i >= start)
+
+
+class TensorBatches(Batches):
     """Batches of dicts from in-memory tensors of equal length: ``{"x": ..., "y": ...,
     "index": ...}``. ``index`` (dataset positions) is added automatically."""
 
@@ -54,9 +98,9 @@ class TensorBatches:
         full, rest = divmod(self.n, self.batch_size)
         return full if self.drop_last or rest == 0 else full + 1
 
-    def __iter__(self) -> Iterator[dict[str, Any]]:
+    def iter_from(self, start: int) -> Iterator[dict[str, Any]]:
         order = torch.tensor(list(iter(self.sampler)), dtype=torch.long)
-        for b in range(len(self)):
+        for b in range(start, len(self)):
             idx = order[b * self.batch_size:(b + 1) * self.batch_size]
             batch = {k: v[idx] for k, v in self.tensors.items()}
             batch["index"] = idx

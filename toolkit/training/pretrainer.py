@@ -26,13 +26,14 @@ import contextlib
 import math
 import time
 from dataclasses import asdict, dataclass, field
-from typing import Any, Mapping
+from typing import Any, Iterator, Mapping
 
 import torch
 from tqdm import tqdm
 
 from toolkit import checkpoint as ckpt
 from toolkit import objective as objective_mod
+from toolkit.training.batches import Batches, DataStop, epoch_batches
 from toolkit.training.budget import fix_steps_from_speed
 from toolkit.training.optim import build_optimizer, build_scheduler
 from toolkit.training.precision import autocast_dtype
@@ -223,13 +224,11 @@ class Pretrainer(Trainer):
         self._tick = (time.perf_counter(), state.step)
         self._clock = (time.perf_counter(), state.train_seconds)
         sampler = getattr(self.data, "sampler", None) or self.data.train
-        with StopAfterStep(allow_force=dist is None) as stop:
+        with StopAfterStep(allow_force=dist is None) as stop, self._data_stop():
             while state.step < self.total:
                 if hasattr(sampler, "set_epoch"):
                     sampler.set_epoch(state.epoch)
-                for i, batch in enumerate(self.data.train):
-                    if i < state.batch_in_epoch:
-                        continue
+                for i, batch in epoch_batches(self.data.train, state.batch_in_epoch):
                     self._train_step(batch, i)
                     bar.update(1)
                     self._after_step(bar)
@@ -250,9 +249,21 @@ class Pretrainer(Trainer):
             steps, values = zip(*state.history)
             self.tracker.log_figure(loss_curve_figure(list(steps), list(values)), "loss_curve")
 
+    @contextlib.contextmanager
+    def _data_stop(self) -> Iterator[None]:
+        """The data gave up (:class:`DataStop`): checkpoint the last finished step, then stop."""
+        try:
+            yield
+        except DataStop as exc:
+            path = self.save_checkpoint()
+            folder = self.options.checkpoint_dir
+            where = (f"; step {self.state.step} is checkpointed in {path}, continue with: ctk run --resume "
+                     f"{folder.name}" if path is not None and folder is not None else "")
+            raise DataStop(f"{exc}{where}") from exc
+
     def _train_step(self, batch: Any, index: int) -> None:
         state, dist, objective = self.state, self.options.distributed, self.objective
-        if dist:
+        if dist and not (isinstance(self.data.train, Batches) and self.data.train.sharded):
             batch = dist.shard(batch)
         batch = to_device(batch, self.device)
         with self._autocast():
@@ -340,8 +351,9 @@ class Pretrainer(Trainer):
         avg["train/lr"] = self.optimizer.param_groups[0]["lr"]
         avg["train/epoch"] = state.epoch + state.batch_in_epoch / self.steps_per_epoch
         state.history.append((state.step, avg["train/loss"]))
-        self.tracker.log_metrics({**avg, "train/samples_per_s": rate, "train/wall_seconds": state.train_seconds},
-                                 state.step)
+        data = self.data.train.metrics() if isinstance(self.data.train, Batches) else {}
+        self.tracker.log_metrics({**avg, **data, "train/samples_per_s": rate,
+                                  "train/wall_seconds": state.train_seconds}, state.step)
         bar.set_postfix(loss=f"{avg['train/loss']:.4f}", rate=f"{rate:.0f}/s")
         state.sums, state.count = {}, 0
 

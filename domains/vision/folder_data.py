@@ -1,0 +1,186 @@
+"""The vision domain's folder datasets (``imagefolder``, ``imagenet``, ``imagenet100``,
+``tiny-imagenet``) behind the same faces as the in-memory ones: the training batches stream
+(``streaming.py``); the online monitor and the geometry diagnostics read small fixed subsets
+decoded into memory once; the final probes stream the whole train and val splits through the
+frozen backbone in chunks (``toolkit.evaluation.streamed``), so memory is bounded by a chunk.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Any, Iterator
+
+import torch
+from torch import Tensor
+
+from domains.vision import datasets as ds
+from domains.vision.augment import AugmentSpec, BatchAugment
+from domains.vision.config import DataConfig, EvaluationConfig
+from domains.vision.folders import FolderSplit, find_problems, load_folder_split
+from domains.vision.streaming import CropSpec, StreamBatches, auto_workers, choose_decode, materialize
+
+__all__ = ["FolderStreams", "training_device", "folder_problems", "load_folder", "train_batches", "crop_rest",
+           "needs_natural", "monitor_splits", "streamed_probes"]
+
+IMAGENET_NORMALIZATION = ((0.485, 0.456, 0.406), (0.229, 0.224, 0.225))
+_SUBSET_SEEDS = (1009, 2003, 3001)
+
+
+@dataclass
+class FolderStreams:
+    """What the streamed probes read: the labelled splits as file lists, the eval view size and
+    the loader settings."""
+
+    train: FolderSplit
+    val: FolderSplit
+    size: int
+    loader: Any
+    device: torch.device
+
+
+def training_device(recipe: Any) -> torch.device:
+    """The device this process trains on (``recipe.device``; under DDP on CUDA, this rank's)."""
+    from toolkit.training.trainer import select_device
+
+    dev = select_device(recipe.device)
+    if dev.type == "cuda" and dev.index is None:
+        dev = torch.device("cuda", torch.cuda.current_device())
+    return dev
+
+
+def folder_problems(cfg: DataConfig) -> list[tuple[str, str]]:
+    """Every problem of the dataset's folder, under the recipe key it concerns."""
+    problems = find_problems(cfg.dataset, cfg.path, cfg.root, cfg.classes, cfg.val_labels)
+    key = "data.path" if cfg.path else "data.dataset"
+    return [(key, p) for p in problems]
+
+
+def load_folder(cfg: DataConfig, split: str) -> FolderSplit:
+    return load_folder_split(cfg.dataset, split, cfg.path, cfg.root, cfg.classes, cfg.val_labels)
+
+
+def _subset(split: FolderSplit, n: int | None, seed: int) -> FolderSplit:
+    if n is None or n >= len(split):
+        return split
+    g = torch.Generator().manual_seed(seed)
+    return split.subset(torch.randperm(len(split), generator=g)[:n].sort().values.numpy())
+
+
+def crop_rest(spec: AugmentSpec) -> AugmentSpec:
+    """The part of a view family left for the device once a worker cropped: the crop of a
+    square ``size`` input at scale 1 and ratio 1 is the whole input (identity resampling), so
+    flip, jitter, grayscale, blur and normalisation run as for in-memory data."""
+    return replace(spec, scale=(1.0, 1.0), ratio=(1.0, 1.0))
+
+
+def needs_natural(recipe: Any) -> bool:
+    """Whether the objective reads the un-augmented view (CPCL's projection term)."""
+    from toolkit.losses.registry import LOSSES
+
+    name = recipe.objective.loss.name
+    return name in LOSSES and "natural" in LOSSES.get(name).needs
+
+
+def train_batches(recipe: Any, spec: AugmentSpec, device: torch.device | None) -> tuple[StreamBatches, FolderSplit]:
+    """The streamed pretraining batches (``{"x": uint8 [n, V, 3, S, S], "y", "index"}``)."""
+    cfg: DataConfig = recipe.data
+    train = _subset(load_folder(cfg, "train"), cfg.train_subset, _SUBSET_SEEDS[0])
+    crop = CropSpec(spec.size, views=recipe.objective.views, scale=spec.scale, ratio=spec.ratio,
+                    natural=needs_natural(recipe))
+    dev = device or torch.device("cpu")
+    decode = choose_decode(cfg.loader.decode, dev)
+    workers = auto_workers(cfg.loader.workers)
+    print(f"[ctk] streaming {len(train):,} images of {train.name} from {train.root}: {workers} decoding "
+          f"workers, decode on {'the device (torchvision decode_jpeg)' if decode == 'device' else 'the CPU (PIL)'}",
+          flush=True)
+    batches = StreamBatches(train, crop, recipe.budget.batch_size, seed=recipe.seed,
+                            drop_last=cfg.drop_last, workers=workers, prefetch=cfg.loader.prefetch,
+                            decode=decode, device=dev, bad_image_limit=cfg.loader.bad_image_limit)
+    return batches, train
+
+
+def monitor_splits(recipe: Any, size: int) -> tuple[ds.ImageSplit, ds.ImageSplit, FolderSplit, FolderSplit]:
+    """Centre views of fixed subsets of train and val decoded into memory (the online kNN and
+    the diagnostics read these), and the full labelled file lists (the final probes)."""
+    cfg: DataConfig = recipe.data
+    ev: EvaluationConfig = recipe.evaluation
+    train = _subset(load_folder(cfg, "train"), ev.probe_train_subset, _SUBSET_SEEDS[1])
+    val = _subset(load_folder(cfg, "val"), ev.test_subset, _SUBSET_SEEDS[2])
+    crop = CropSpec(size, views=1, mode="center")
+    workers = min(auto_workers(cfg.loader.workers), 4)
+    n_tr = min(len(train), ev.monitor.train_samples)
+    n_te = min(len(val), max(ev.monitor.test_samples, ev.diagnostics.samples if ev.diagnostics.enabled else 0))
+    small_tr = _subset(train, n_tr, _SUBSET_SEEDS[1] + 1)
+    small_te = _subset(val, n_te, _SUBSET_SEEDS[2] + 1)
+    xs = [materialize(s, crop, workers=workers) for s in (small_tr, small_te)]
+    splits = [ds.ImageSplit(s.name, x, y, s.num_classes) for s, (x, y) in zip((small_tr, small_te), xs)]
+    return splits[0], splits[1], train, val
+
+
+def _feature_chunks(fn: Any, split: FolderSplit, crop: CropSpec, normalize: BatchAugment,
+                    streams: FolderStreams, batch_size: int, seed: int, epoch: int = 0,
+                    shuffle: bool = False) -> Iterator[tuple[Tensor, Tensor]]:
+    """``(features, labels)`` of ``split`` batch by batch through ``fn`` (no grad)."""
+    cfg = streams.loader
+    loader = StreamBatches(split, crop, batch_size=min(batch_size, len(split)), seed=seed, shuffle=shuffle,
+                           drop_last=False, workers=auto_workers(cfg.workers), prefetch=cfg.prefetch,
+                           decode=choose_decode(cfg.decode, streams.device), device=streams.device,
+                           bad_image_limit=cfg.bad_image_limit, rank=0, world_size=1)
+    loader.set_epoch(epoch)
+    for batch in loader.iter_from(0):
+        x = batch["x"].to(streams.device, non_blocking=True).flatten(0, 1)
+        with torch.no_grad():
+            feats = fn(normalize.normalize(x.float().div_(255.0)) if crop.mode == "center"
+                       else normalize(x))
+        yield feats.float(), batch["y"].to(streams.device)
+    loader.close()
+
+
+def streamed_probes(fn: Any, streams: FolderStreams, aug: BatchAugment, cfg: EvaluationConfig,
+                    seed: int, suffix: str = "", knn: bool = True) -> dict[str, float]:
+    """The papers' protocol on frozen features, streamed: a linear layer trained with SGD (or
+    Adam) on the device (random-resized crops and flips each epoch with ``linear.augment``,
+    centre crops otherwise) reporting top-1 / top-5, and the weighted kNN (k, t) and 5-NN,
+    over the whole train and val splits, in chunks."""
+    from toolkit.evaluation.streamed import chunked_knn_scores, streamed_linear_probe
+    from toolkit.evaluation.probes import topk_accuracy
+
+    out: dict[str, float] = {}
+    center = CropSpec(streams.size, views=1, mode="center")
+    bs = cfg.batch_size
+    nc = streams.train.num_classes
+    if cfg.knn.enabled and knn:
+        test_x, test_y = zip(*_feature_chunks(fn, streams.val, center, aug, streams, bs, seed))
+        tx, ty = torch.cat(test_x), torch.cat(test_y)
+        classifiers = [(cfg.knn.k, True)] + ([(5, False)] if cfg.knn.five_nn else [])
+        scores = chunked_knn_scores(_feature_chunks(fn, streams.train, center, aug, streams, bs, seed),
+                                    tx, nc, classifiers, temperature=cfg.knn.temperature, device=streams.device)
+        out[f"knn_top1{suffix}"] = topk_accuracy(scores[0].cpu(), ty.cpu(), 1)
+        if cfg.knn.five_nn:
+            out[f"knn5_top1{suffix}"] = topk_accuracy(scores[1].cpu(), ty.cpu(), 1)
+    lin = cfg.linear
+    if lin.enabled:
+        random_crop = CropSpec(streams.size, views=1, mode="random", scale=(0.08, 1.0))
+        train_aug = BatchAugment(AugmentSpec(streams.size, scale=(1.0, 1.0), ratio=(1.0, 1.0), flip_p=0.5,
+                                             jitter_p=0.0, grayscale_p=0.0), aug.mean, aug.std)
+
+        def train_epoch(epoch: int) -> Iterator[tuple[Tensor, Tensor]]:
+            if lin.augment:
+                return _feature_chunks(fn, streams.train, random_crop, train_aug, streams, lin.batch_size,
+                                       seed + 1, epoch, shuffle=True)
+            return _feature_chunks(fn, streams.train, center, aug, streams, lin.batch_size, seed + 1, epoch,
+                                   shuffle=True)
+
+        def test_chunks() -> Iterator[tuple[Tensor, Tensor]]:
+            return _feature_chunks(fn, streams.val, center, aug, streams, bs, seed)
+
+        with torch.enable_grad():
+            res = streamed_linear_probe(
+                train_epoch, test_chunks, nc, epochs=lin.epochs, lr=lin.lr or (0.1 if lin.solver == "sgd" else 1e-3),
+                momentum=lin.momentum, weight_decay=lin.weight_decay, milestones=tuple(lin.milestones),
+                gamma=lin.gamma, standardize=lin.standardize, seed=seed, device=streams.device,
+                topk=(1, 5) if nc > 5 else (1,))
+        out[f"linear_top1{suffix}"] = res["top1"]
+        if "top5" in res:
+            out[f"linear_top5{suffix}"] = res["top5"]
+    return out
+

@@ -1,0 +1,372 @@
+"""The streaming input pipeline of the folder datasets (``folders.py``).
+
+Each worker process of a ``torch.utils.data.DataLoader`` turns a file into ``V`` uint8 crops of
+``size x size``: it reads the image size from the header, draws each view's
+``RandomResizedCrop`` box (torchvision's rule: 10 tries of area ``U(scale)`` and log aspect
+``U(log ratio)``, centre fallback), asks PIL's JPEG decoder for the smallest DCT scale (1/1,
+1/2, 1/4, 1/8) that still gives every box at least ``size`` pixels a side (``Image.draft``),
+and resamples each box to ``size x size`` (``Image.resize(box=...)``, antialiased). A 500x375
+JPEG whose crop becomes 224 px is thus decoded at 250x188 or 500x375, never more. The crops go to
+the device in pinned batches, where :class:`~domains.vision.augment.BatchAugment` does the rest
+of the view family in the presets' order (flip, colour jitter, grayscale, blur, normalise);
+what differs from torchvision's per-image pipeline: the crop is resampled from the DCT-scaled
+image (PIL's reducing decode, then an antialiased resize) rather than from the full-resolution
+decode, and the flip is drawn on the device.
+
+Determinism: the random draws of an image depend only on ``(seed, epoch, position in the
+epoch)``; an epoch is one seeded permutation of the dataset, so the checkpointed ``(epoch,
+batch)`` of the training loop fixes every worker's stream: a resumed run reads and crops
+exactly what the uninterrupted one did, whatever the number of workers.
+
+Ranks: batch ``b`` of an epoch is ``perm[b B : (b + 1) B]`` (``B`` the global batch); rank
+``r`` of ``W`` reads its ``B / W`` contiguous share, so every image of an epoch is read once,
+by one rank.
+
+Bad files: an image that cannot be read (truncated, corrupt, vanished) is replaced by a seeded
+redraw of another image (the redraw's label goes with it), counted (``data_bad_images``) and
+named in a warning (the first few); past ``bad_image_limit`` of an epoch the run stops with the
+list (:class:`~toolkit.training.batches.DataStop`: the loop checkpoints first).
+"""
+from __future__ import annotations
+
+import math
+import os
+import sys
+import warnings
+from dataclasses import dataclass
+from typing import Any, Iterator, Sequence
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from domains.vision.folders import FolderSplit
+from toolkit.training.batches import Batches, DataStop
+
+__all__ = ["CropSpec", "StreamedImages", "StreamBatches", "crop_boxes", "decode_views",
+           "auto_workers", "choose_decode", "READ_ERRORS"]
+
+# what reading a bad file raises: PIL's UnidentifiedImageError is an OSError, a truncated JPEG
+# raises OSError on load, a vanished file FileNotFoundError; odd headers ValueError / SyntaxError
+READ_ERRORS = (OSError, ValueError, SyntaxError, EOFError)
+_REDRAWS = 10
+_WARN_FIRST = 5
+
+
+@dataclass(frozen=True)
+class CropSpec:
+    """What each image becomes: ``views`` random-resized crops (``mode="random"``: ``scale``,
+    ``ratio``), or one centre view (``mode="center"``: the shorter side resized to
+    ``size / center_fraction``, then the centre ``size x size``; 256 -> 224 at 0.875), and with
+    ``natural`` also the whole image resized to ``size x size`` (CPCL's un-augmented view)."""
+
+    size: int
+    views: int = 2
+    mode: str = "random"
+    scale: tuple[float, float] = (0.2, 1.0)
+    ratio: tuple[float, float] = (3 / 4, 4 / 3)
+    center_fraction: float = 0.875
+    natural: bool = False
+
+    def __post_init__(self) -> None:
+        if self.mode not in ("random", "center"):
+            raise ValueError(f"crop mode must be 'random' or 'center', got {self.mode!r}")
+        if self.size < 1 or self.views < 1:
+            raise ValueError(f"crop size and views must be >= 1, got {self.size!r}, {self.views!r}")
+
+
+def crop_boxes(width: int, height: int, spec: CropSpec, rng: np.random.Generator) -> list[tuple[float, ...]]:
+    """Boxes ``(left, top, right, bottom)`` in pixels of a ``width x height`` image: one per view."""
+    if spec.mode == "center":
+        short = min(width, height)
+        side = short * spec.center_fraction
+        left, top = (width - side) / 2, (height - side) / 2
+        return [(left, top, left + side, top + side)]
+    area = width * height
+    log_lo, log_hi = math.log(spec.ratio[0]), math.log(spec.ratio[1])
+    boxes = []
+    for _ in range(spec.views):
+        for _ in range(10):
+            target = area * rng.uniform(spec.scale[0], spec.scale[1])
+            aspect = math.exp(rng.uniform(log_lo, log_hi))
+            w = int(round(math.sqrt(target * aspect)))
+            h = int(round(math.sqrt(target / aspect)))
+            if 0 < w <= width and 0 < h <= height:
+                i = int(rng.integers(0, height - h + 1))
+                j = int(rng.integers(0, width - w + 1))
+                boxes.append((j, i, j + w, i + h))
+                break
+        else:  # torchvision's fallback: the whole image clipped to the ratio range, centred
+            ratio = width / height
+            if ratio < spec.ratio[0]:
+                w, h = width, int(round(width / spec.ratio[0]))
+            elif ratio > spec.ratio[1]:
+                w, h = int(round(height * spec.ratio[1])), height
+            else:
+                w, h = width, height
+            j, i = (width - w) // 2, (height - h) // 2
+            boxes.append((j, i, j + w, i + h))
+    return boxes
+
+
+def decode_views(path: str, spec: CropSpec, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray | None]:
+    """``[V, 3, S, S]`` uint8 crops of the image at ``path`` (and its natural view ``[3, S, S]``
+    with ``spec.natural``), decoded at the smallest JPEG scale the crops allow."""
+    from PIL import Image
+
+    size = spec.size
+    with Image.open(path) as im:
+        width, height = im.size
+        boxes = crop_boxes(width, height, spec, rng)
+        # the smallest side any output needs, relative to the full image
+        need = max(size / max(1e-6, min(b[2] - b[0], b[3] - b[1])) for b in boxes)
+        if spec.natural:
+            need = max(need, size / min(width, height))
+        if im.format == "JPEG" and need < 1:
+            im.draft("RGB", (max(1, math.ceil(width * need)), max(1, math.ceil(height * need))))
+        im = im.convert("RGB")  # decodes (a truncated file raises here)
+        fx, fy = im.size[0] / width, im.size[1] / height
+        crops = [np.asarray(im.resize((size, size), Image.BILINEAR,
+                                      box=(b[0] * fx, b[1] * fy, b[2] * fx, b[3] * fy)))
+                 for b in boxes]
+        natural = np.asarray(im.resize((size, size), Image.BILINEAR)).transpose(2, 0, 1) if spec.natural else None
+    return np.stack(crops).transpose(0, 3, 1, 2), natural
+
+
+class StreamedImages(torch.utils.data.Dataset):
+    """Map-style dataset whose keys are ``(epoch, position, index)``: the image ``index`` at
+    ``position`` of ``epoch`` (the position seeds its random draws)."""
+
+    def __init__(self, split: FolderSplit, spec: CropSpec, seed: int = 0, raw: bool = False) -> None:
+        self.split, self.spec, self.seed, self.raw = split, spec, int(seed), raw
+
+    def __len__(self) -> int:
+        return len(self.split)
+
+    def __getitem__(self, key: tuple[int, int, int]) -> dict[str, Any]:
+        epoch, position, index = key
+        bad: list[tuple[str, str]] = []
+        for attempt in range(_REDRAWS + 1):
+            rng = np.random.default_rng([self.seed, epoch, position, attempt])
+            if attempt:  # a seeded redraw of another image
+                index = int(rng.integers(0, len(self.split)))
+            path = self.split.path(index)
+            try:
+                if self.raw:
+                    return dict(self._raw(path, rng), y=int(self.split.labels[index]), index=index, bad=bad)
+                views, natural = decode_views(path, self.spec, rng)
+            except READ_ERRORS as err:
+                bad.append((path, f"{type(err).__name__}: {err}"))
+                continue
+            out = {"x": views, "y": int(self.split.labels[index]), "index": index, "bad": bad}
+            if natural is not None:
+                out["natural_x"] = natural
+            return out
+        raise DataStop(f"{_REDRAWS + 1} images in a row could not be read: "
+                       + "; ".join(f"{p} ({why})" for p, why in bad))
+
+    def _raw(self, path: str, rng: np.random.Generator) -> dict[str, Any]:
+        """The file's bytes and the crop boxes on its full-size pixels (decoded on the device)."""
+        from PIL import Image
+
+        with Image.open(path) as im:
+            width, height = im.size
+            im.verify()
+        with open(path, "rb") as fh:
+            data = fh.read()
+        boxes = crop_boxes(width, height, self.spec, rng)
+        return {"bytes": np.frombuffer(data, dtype=np.uint8).copy(), "boxes": np.asarray(boxes, dtype=np.float32)}
+
+
+def _collate(items: list[dict[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "y": torch.as_tensor([it["y"] for it in items], dtype=torch.long),
+        "index": torch.as_tensor([it["index"] for it in items], dtype=torch.long),
+        "bad": [b for it in items for b in it["bad"]],
+    }
+    if "x" in items[0]:
+        out["x"] = torch.from_numpy(np.stack([it["x"] for it in items]))
+    if "natural_x" in items[0]:
+        out["natural_x"] = torch.from_numpy(np.stack([it["natural_x"] for it in items]))
+    if "bytes" in items[0]:
+        out["bytes"] = [torch.from_numpy(it["bytes"]) for it in items]
+        out["boxes"] = torch.from_numpy(np.stack([it["boxes"] for it in items]))
+    return out
+
+
+def auto_workers(setting: int | str) -> int:
+    """``loader.workers``: a number, or ``auto``: the cores this process may use, at most 16."""
+    if setting != "auto":
+        return int(setting)
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        cores = os.cpu_count() or 1
+    return max(1, min(16, cores))
+
+
+def choose_decode(setting: str, device: torch.device) -> str:
+    """``loader.decode``: ``cpu`` (workers decode) or ``device`` (torchvision's decode_jpeg on the
+    training device). ``auto``: ``device`` on CUDA (nvJPEG), ``cpu`` elsewhere."""
+    if setting != "auto":
+        return setting
+    return "device" if device.type == "cuda" else "cpu"
+
+
+def _decode_on_device(batch: dict[str, Any], size: int, device: torch.device) -> Tensor:
+    """``[N, V, 3, S, S]`` uint8 crops decoded from ``batch["bytes"]`` on ``device``."""
+    from torchvision.io import ImageReadMode, decode_image, decode_jpeg
+
+    data, boxes = batch["bytes"], batch["boxes"]
+    try:
+        images = decode_jpeg(data, mode=ImageReadMode.RGB, device=device)
+    except RuntimeError:  # a PNG / WebP in the batch: one by one, on the CPU where needed
+        images = []
+        for blob in data:
+            try:
+                images.append(decode_jpeg(blob, mode=ImageReadMode.RGB, device=device))
+            except RuntimeError:
+                images.append(decode_image(blob, mode=ImageReadMode.RGB).to(device))
+    out = []
+    for img, bs in zip(images, boxes.tolist()):
+        views = []
+        for left, top, right, bottom in bs:
+            crop = img[:, int(top):int(math.ceil(bottom)), int(left):int(math.ceil(right))]
+            views.append(F.interpolate(crop[None].float(), size=(size, size), mode="bilinear",
+                                       antialias=True, align_corners=False)[0])
+        out.append(torch.stack(views))
+    return torch.stack(out).round_().clamp_(0, 255).to(torch.uint8)
+
+
+class StreamBatches(Batches):
+    """An epoch of a folder dataset in global batches of ``batch_size``, this rank's share of
+    each, decoded by ``workers`` processes (see the module doc)."""
+
+    def __init__(self, split: FolderSplit, spec: CropSpec, batch_size: int, *, seed: int = 0,
+                 shuffle: bool = True, drop_last: bool = True, workers: int = 0, prefetch: int = 2,
+                 decode: str = "cpu", device: torch.device | None = None, bad_image_limit: float = 0.001,
+                 rank: int | None = None, world_size: int | None = None) -> None:
+        if rank is None or world_size is None:
+            dist = torch.distributed
+            on = dist.is_available() and dist.is_initialized()
+            rank, world_size = (dist.get_rank(), dist.get_world_size()) if on else (0, 1)
+        n = len(split)
+        if batch_size < 1 or (drop_last and batch_size > n):
+            raise ValueError(f"batch_size must lie in [1, {n}] (dataset size), got {batch_size}")
+        if batch_size % world_size:
+            raise ValueError(f"the global batch ({batch_size}) must divide evenly over {world_size} processes")
+        self.split, self.spec, self.batch_size = split, spec, batch_size
+        self.seed, self.shuffle, self.drop_last = int(seed), shuffle, drop_last
+        self.rank, self.world_size = rank, world_size
+        self.sharded = world_size > 1
+        self.decode, self.device = decode, device or torch.device("cpu")
+        self.bad_image_limit = bad_image_limit
+        self.epoch = 0
+        self.bad_total, self.bad_epoch, self._bad_epoch_of = 0, 0, -1
+        self.bad_paths: list[str] = []
+        self.dataset = StreamedImages(split, spec, seed, raw=decode == "device")
+        self.workers, self.prefetch = workers, prefetch
+        self._loader: torch.utils.data.DataLoader | None = None
+        self._start = 0
+
+    # -- order ------------------------------------------------------------------------------
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = int(epoch)
+
+    def __len__(self) -> int:
+        full, rest = divmod(len(self.split), self.batch_size)
+        return full if self.drop_last or rest == 0 else full + 1
+
+    def order(self, epoch: int) -> np.ndarray:
+        """The epoch's permutation of the dataset (the same on every rank)."""
+        n = len(self.split)
+        if not self.shuffle:
+            return np.arange(n)
+        return np.random.default_rng([self.seed, 104_729, epoch]).permutation(n)
+
+    def shares(self, epoch: int, start: int = 0) -> Iterator[list[tuple[int, int, int]]]:
+        """This rank's ``(epoch, position, index)`` keys of each batch from batch ``start`` on."""
+        perm = self.order(epoch)
+        per = self.batch_size // self.world_size
+        for b in range(start, len(self)):
+            lo = b * self.batch_size
+            hi = min(lo + self.batch_size, len(perm))
+            per_here = (hi - lo) // self.world_size if hi - lo < self.batch_size else per
+            first = lo + self.rank * per_here
+            yield [(epoch, p, int(perm[p])) for p in range(first, first + per_here)]
+
+    # -- iteration --------------------------------------------------------------------------
+    def _make_loader(self) -> torch.utils.data.DataLoader:
+        owner = self
+
+        class _Keys(torch.utils.data.Sampler):
+            def __iter__(self) -> Iterator[list[tuple[int, int, int]]]:
+                return owner.shares(owner.epoch, owner._start)
+
+            def __len__(self) -> int:
+                return len(owner) - owner._start
+
+        extra: dict[str, Any] = {}
+        if self.workers > 0:
+            extra = {"num_workers": self.workers, "prefetch_factor": self.prefetch, "persistent_workers": True}
+        return torch.utils.data.DataLoader(
+            self.dataset, batch_sampler=_Keys(), collate_fn=_collate,
+            pin_memory=self.device.type == "cuda", **extra)
+
+    def iter_from(self, start: int) -> Iterator[dict[str, Any]]:
+        self._start = int(start)
+        if self._loader is None:
+            self._loader = self._make_loader()
+        if self._bad_epoch_of != self.epoch:
+            self.bad_epoch, self._bad_epoch_of = 0, self.epoch
+        for batch in self._loader:
+            self._note_bad(batch.pop("bad"))
+            if "bytes" in batch:
+                batch["x"] = _decode_on_device(batch, self.spec.size, self.device)
+                del batch["bytes"], batch["boxes"]
+            yield batch
+
+    def _note_bad(self, bad: Sequence[tuple[str, str]]) -> None:
+        if not bad:
+            return
+        for path, why in bad:
+            if len(self.bad_paths) < _WARN_FIRST:
+                warnings.warn(f"unreadable image replaced by a seeded redraw: {path} ({why})", stacklevel=3)
+            self.bad_paths.append(path)
+        self.bad_total += len(bad)
+        self.bad_epoch += len(bad)
+        limit = self.bad_image_limit * len(self.split) / self.world_size
+        if self.bad_epoch > limit:
+            listing = "\n  ".join(self.bad_paths[-self.bad_epoch:])
+            raise DataStop(f"{self.bad_epoch} unreadable images in epoch {self.epoch} on this rank, over the "
+                           f"limit of {self.bad_image_limit:g} of an epoch ({limit:.1f} images; "
+                           f"data.loader.bad_image_limit):\n  {listing}")
+
+    def metrics(self) -> dict[str, float]:
+        return {"data_bad_images": float(self.bad_total)}
+
+    def close(self) -> None:
+        """Stop the worker processes."""
+        self._loader = None
+
+    def __del__(self) -> None:  # workers go with the loader
+        self._loader = None
+
+
+def materialize(split: FolderSplit, spec: CropSpec, batch_size: int = 256, workers: int = 0,
+                seed: int = 0) -> tuple[Tensor, Tensor]:
+    """A small split decoded into memory: ``([N, 3, S, S] uint8, labels)`` (centre views; for the
+    online monitor and the geometry diagnostics, which read a few thousand images)."""
+    loader = StreamBatches(split, spec, batch_size=min(batch_size, max(1, len(split))), seed=seed,
+                           shuffle=False, drop_last=False, workers=workers, rank=0, world_size=1,
+                           bad_image_limit=1.0)
+    xs, ys = [], []
+    for batch in loader.iter_from(0):
+        xs.append(batch["x"][:, 0])
+        ys.append(batch["y"])
+    loader.close()
+    if loader.bad_total:
+        print(f"[ctk] {loader.bad_total} unreadable images replaced while decoding {split.name}",
+              file=sys.stderr)
+    return torch.cat(xs), torch.cat(ys)
