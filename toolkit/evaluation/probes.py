@@ -19,6 +19,9 @@ classifier.
   ``weighted=False`` is the plain majority vote of the ``k`` neighbours (ties go to the class
   with the larger summed similarity). :func:`knn_score_sets` gives several such classifiers
   from one similarity pass (the weighted kNN and the 5-NN of an evaluation).
+* :mod:`toolkit.evaluation.streamed` has both for data that does not fit in memory: the same kNN
+  scores from a stream of training chunks (:func:`knn_votes` scores both), and a linear probe
+  trained with mini-batch SGD on a stream.
 
 Why scikit-learn for the linear probe (``bench/probes.py``, one CPU thread, random ReLU
 features of Fashion-MNIST, 10 classes, the objective above with ``c = 1 / (1e-4 N)``):
@@ -51,7 +54,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 __all__ = ["LinearProbe", "fit_linear_probe", "linear_probe", "select_c", "knn_scores", "knn_score_sets",
-           "topk_accuracy", "workers", "C_GRID", "SOLVERS", "SEARCHES",
+           "knn_votes", "check_knn", "topk_accuracy", "topk_hits", "workers", "C_GRID", "SOLVERS", "SEARCHES",
            "linear_probes"]
 
 C_GRID = (0.001, 0.01, 0.1, 1.0, 10.0, 100.0)
@@ -294,11 +297,16 @@ def linear_probes(probes: Sequence[dict[str, Any]], n_jobs: int | None = None) -
     return out
 
 
+def topk_hits(scores: Tensor, labels: Tensor, k: int = 1) -> Tensor:
+    """Per row, whether its label is among the ``k`` highest scores (a bool vector; ``k`` is
+    capped at the number of columns)."""
+    top = scores.topk(min(k, scores.shape[1]), dim=1).indices
+    return (top == labels[:, None].to(top.device)).any(dim=1)
+
+
 def topk_accuracy(scores: Tensor, labels: Tensor, k: int = 1) -> float:
     """Percentage of rows whose label is among the ``k`` highest scores."""
-    k = min(k, scores.shape[1])
-    top = scores.topk(k, dim=1).indices
-    return float((top == labels[:, None].to(top.device)).any(dim=1).float().mean().item() * 100.0)
+    return float(topk_hits(scores, labels, k).float().mean().item() * 100.0)
 
 
 @torch.no_grad()
@@ -318,11 +326,7 @@ def knn_score_sets(train_x: Tensor, train_y: Tensor, test_x: Tensor, num_classes
     """The scores of several kNN classifiers, one ``[N_test, num_classes]`` tensor per
     ``(k, weighted)`` in ``classifiers``, from one similarity pass: each test row's neighbours
     are ranked once (up to the largest ``k``) and each classifier votes with its first ``k``."""
-    for k, _ in classifiers:
-        if k < 1:
-            raise ValueError(f"k must be >= 1, got {k!r}")
-    if temperature <= 0:
-        raise ValueError(f"temperature must be > 0, got {temperature!r}")
+    check_knn(classifiers, temperature)
     if train_x.dim() != 2 or test_x.dim() != 2 or train_x.shape[1] != test_x.shape[1]:
         raise ValueError(f"features must be [N, d] with the same d, got {tuple(train_x.shape)} "
                          f"and {tuple(test_x.shape)}")
@@ -330,18 +334,38 @@ def knn_score_sets(train_x: Tensor, train_y: Tensor, test_x: Tensor, num_classes
         raise ValueError(f"train_y must have one entry per training row, got shape {tuple(train_y.shape)}")
     bank = F.normalize(train_x.float().to(device if device is not None else train_x.device), dim=1)
     labels = train_y.long().to(bank.device)
-    ks = [min(k, bank.shape[0]) for k, _ in classifiers]
     out: list[list[Tensor]] = [[] for _ in classifiers]
     for start in range(0, test_x.shape[0], chunk):
         q = F.normalize(test_x[start:start + chunk].float().to(bank.device), dim=1)
-        sims, idx = (q @ bank.t()).topk(max(ks), dim=1)  # sorted: the first k are the k nearest
-        for scores, k, (_, weighted) in zip(out, ks, classifiers):
-            s, i = sims[:, :k], idx[:, :k]
-            if weighted:
-                w = (s / temperature).exp()
-            else:  # majority vote; a tiny similarity term breaks ties
-                w = 1.0 + 1e-6 * s
-            votes = torch.zeros(q.shape[0], num_classes, device=bank.device)
-            votes.scatter_add_(1, labels[i], w)
+        sims, idx = (q @ bank.t()).topk(min(max(k for k, _ in classifiers), bank.shape[0]), dim=1)
+        for scores, votes in zip(out, knn_votes(sims, labels[idx], num_classes, classifiers, temperature)):
             scores.append(votes)
     return [torch.cat(scores) for scores in out]
+
+
+def check_knn(classifiers: Sequence[tuple[int, bool]], temperature: float) -> None:
+    """Refuse a ``k`` below 1 or a temperature that is not positive."""
+    for k, _ in classifiers:
+        if k < 1:
+            raise ValueError(f"k must be >= 1, got {k!r}")
+    if temperature <= 0:
+        raise ValueError(f"temperature must be > 0, got {temperature!r}")
+
+
+def knn_votes(sims: Tensor, neighbour_labels: Tensor, num_classes: int,
+              classifiers: Sequence[tuple[int, bool]], temperature: float) -> list[Tensor]:
+    """The class scores ``[M, num_classes]`` of each ``(k, weighted)`` classifier, from each test
+    row's nearest neighbours ranked by cosine similarity: ``sims`` ``[M, K]`` sorted in
+    descending order along a row and their labels ``neighbour_labels`` ``[M, K]``; a classifier
+    votes with the first ``min(k, K)`` (``K``: the largest ``k``, or all training rows if fewer)."""
+    out = []
+    for k, weighted in classifiers:
+        s, lab = sims[:, :k], neighbour_labels[:, :k]
+        if weighted:
+            w = (s / temperature).exp()
+        else:  # majority vote; a tiny similarity term breaks ties
+            w = 1.0 + 1e-6 * s
+        votes = torch.zeros(sims.shape[0], num_classes, device=sims.device)
+        votes.scatter_add_(1, lab, w)
+        out.append(votes)
+    return out
