@@ -130,10 +130,11 @@ class VisionDomain(Domain):
         problems = super().check(raw, sections)
         ev, enc, data = (sections.get(k) for k in ("evaluation", "encoder", "data"))
         if ev is not None and data is not None and data.dataset in STREAMED:
-            if ev.linear.enabled and ev.linear.solver == "lbfgs":
+            if ev.linear.enabled and ev.linear.solver != "sgd":
                 problems.append(("evaluation.linear.solver",
                                  f"{data.dataset} is streamed from disk and its features are never all in "
-                                 "memory: use sgd (the papers' protocol) or adam, got 'lbfgs'"))
+                                 f"memory: the linear probe trains with sgd (the papers' protocol; lr, epochs, "
+                                 f"milestones or final_lr), got {ev.linear.solver!r}"))
             if "raw_pixels" in ev.baselines:
                 problems.append(("evaluation.baselines",
                                  f"raw_pixels probes every pixel of the images in memory; not for the streamed "

@@ -103,16 +103,48 @@ def evaluate(domain: Any, encoder: torch.nn.Module, data: Any, recipe: Any) -> E
     was_training = encoder.training
     encoder.eval()
     result = Evaluation()
-    # every feature set first, then all the linear probes at once (one worker process each)
+    if data.streams is not None:  # a folder dataset: the whole splits stream through the backbone
+        from domains.vision.folder_data import streamed_probes
+
+        result.metrics.update(streamed_probes(encoder.features, data.streams, aug, cfg, data.seed))
+        if "random_init" in cfg.baselines:
+            fresh = _random_twin(domain, recipe, data.seed, dev)
+            result.metrics.update(streamed_probes(fresh.features, data.streams, aug, cfg, data.seed,
+                                                  suffix="_random_init", knn=False))
+    else:
+        _probe_in_memory(domain, encoder, data, recipe, dev, result)
+    if cfg.diagnostics.enabled:
+        from domains.vision.diagnostics import geometry
+
+        metrics, figures = geometry(encoder, data, recipe)
+        result.metrics.update(metrics)
+        result.figures.update(figures)
+    encoder.train(was_training)
+    for key in [k for k in result.metrics if k == "linear_c" or k.startswith("linear_c_")]:
+        result.settings[key] = result.metrics.pop(key)  # the probe's chosen L2 strength: a setting
+    return result
+
+
+def _random_twin(domain: Any, recipe: Any, seed: int, dev: torch.device) -> torch.nn.Module:
+    """A randomly initialised encoder of the same architecture (the random-init baseline)."""
+    state = torch.random.get_rng_state()
+    torch.manual_seed(seed + 7919)
+    fresh = domain.build_encoder(recipe).to(dev).eval()
+    torch.random.set_rng_state(state)
+    return fresh
+
+
+def _probe_in_memory(domain: Any, encoder: torch.nn.Module, data: Any, recipe: Any, dev: torch.device,
+                     result: Evaluation) -> None:
+    """Features of the in-memory splits extracted once, then every probe at once."""
+    cfg: EvaluationConfig = recipe.evaluation
+    aug = data.augment
     with torch.no_grad():
         tr = extract(encoder.features, data.probe_train.images, aug.natural, cfg.batch_size, dev)
         te = extract(encoder.features, data.test.images, aug.natural, cfg.batch_size, dev)
     sets = {"": (tr, te, True)}
     if "random_init" in cfg.baselines:
-        state = torch.random.get_rng_state()
-        torch.manual_seed(data.seed + 7919)
-        fresh = domain.build_encoder(recipe).to(dev).eval()
-        torch.random.set_rng_state(state)
+        fresh = _random_twin(domain, recipe, data.seed, dev)
         with torch.no_grad():
             rtr = extract(fresh.features, data.probe_train.images, aug.natural, cfg.batch_size, dev)
             rte = extract(fresh.features, data.test.images, aug.natural, cfg.batch_size, dev)
@@ -125,17 +157,6 @@ def evaluate(domain: Any, encoder: torch.nn.Module, data: Any, recipe: Any) -> E
         sets["_raw_pixels"] = (ptr, pte, True)
     result.metrics.update(probe_sets(sets, data.probe_train.labels, data.test.labels,
                                      data.num_classes, cfg, data.seed, device=dev))
-
-    if cfg.diagnostics.enabled:
-        from domains.vision.diagnostics import geometry
-
-        metrics, figures = geometry(encoder, data, recipe)
-        result.metrics.update(metrics)
-        result.figures.update(figures)
-    encoder.train(was_training)
-    for key in [k for k in result.metrics if k == "linear_c" or k.startswith("linear_c_")]:
-        result.settings[key] = result.metrics.pop(key)  # the probe's chosen L2 strength: a setting
-    return result
 
 
 @torch.no_grad()

@@ -151,3 +151,12 @@ def write_photo_folder(out: str | Path, classes: int = 6, train_per_class: int =
                     img.save(path)
                 written[split].append(path)
     return written
+
+
+if __name__ == "__main__":  # python -m domains.vision.fixtures photos DEST
+    import sys
+
+    if len(sys.argv) != 3 or sys.argv[1] != "photos":
+        sys.exit("usage: python -m domains.vision.fixtures photos DEST  (writes DEST/train and DEST/val)")
+    files = write_photo_folder(sys.argv[2])
+    print(f"wrote {len(files['train'])} training and {len(files['val'])} validation images under {sys.argv[2]}")

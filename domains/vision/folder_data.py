@@ -137,8 +137,8 @@ def _feature_chunks(fn: Any, split: FolderSplit, crop: CropSpec, normalize: Batc
 
 def streamed_probes(fn: Any, streams: FolderStreams, aug: BatchAugment, cfg: EvaluationConfig,
                     seed: int, suffix: str = "", knn: bool = True) -> dict[str, float]:
-    """The papers' protocol on frozen features, streamed: a linear layer trained with SGD (or
-    Adam) on the device (random-resized crops and flips each epoch with ``linear.augment``,
+    """The papers' protocol on frozen features, streamed: a linear layer trained with SGD on the
+    device (random-resized crops and flips each epoch with ``linear.augment``,
     centre crops otherwise) reporting top-1 / top-5, and the weighted kNN (k, t) and 5-NN,
     over the whole train and val splits, in chunks."""
     from toolkit.evaluation.streamed import chunked_knn_scores, streamed_linear_probe
@@ -173,11 +173,13 @@ def streamed_probes(fn: Any, streams: FolderStreams, aug: BatchAugment, cfg: Eva
         def test_chunks() -> Iterator[tuple[Tensor, Tensor]]:
             return _feature_chunks(fn, streams.val, center, aug, streams, bs, seed)
 
+        with torch.no_grad():
+            dim = fn(torch.zeros(2, 3, streams.size, streams.size, device=streams.device)).shape[1]
         with torch.enable_grad():
             res = streamed_linear_probe(
-                train_epoch, test_chunks, nc, epochs=lin.epochs, lr=lin.lr or (0.1 if lin.solver == "sgd" else 1e-3),
+                train_epoch, test_chunks, nc, dim, epochs=lin.epochs, lr=lin.lr or 0.1,
                 momentum=lin.momentum, weight_decay=lin.weight_decay, milestones=tuple(lin.milestones),
-                gamma=lin.gamma, standardize=lin.standardize, seed=seed, device=streams.device,
+                gamma=lin.gamma, final_lr=lin.final_lr, standardize=lin.standardize, device=streams.device,
                 topk=(1, 5) if nc > 5 else (1,))
         out[f"linear_top1{suffix}"] = res["top1"]
         if "top5" in res:

@@ -36,3 +36,14 @@ def fmnist_root() -> Path:
     from domains.vision.packaged import locate
 
     return Path(locate("fashion-mnist")).parent
+
+
+@pytest.fixture(scope="session")
+def photo_folder(tmp_path_factory, foolbox_dir) -> Path:
+    """A small real image folder (train/ and val/ by class): 6 packaged photos, each class a set
+    of different crops of its photo re-encoded at ImageNet's typical sizes (JPEG, PNG, WebP)."""
+    from domains.vision.fixtures import write_photo_folder
+
+    root = tmp_path_factory.mktemp("photos")
+    write_photo_folder(root, classes=6, train_per_class=8, val_per_class=3, foolbox_folder=foolbox_dir)
+    return root

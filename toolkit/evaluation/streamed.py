@@ -24,7 +24,7 @@
   those of augmented views, as the probe will see). The papers' protocols below train on raw
   features (``standardize=False``); their learning rates (30) assume them.
 
-The linear protocols the papers state for ImageNet-100 (read in /work/shared/papers):
+The linear protocols the papers state for ImageNet-100:
 
 * CACR, App. B.2 ("Linear Classification Evaluation", for ImageNet-100 and ImageNet-1K): SGD,
   100 epochs, momentum 0.9, mini-batch 256, lr 30.0 decayed x0.1 at epochs 60 and 80 (weight

@@ -1,0 +1,172 @@
+"""The streaming input pipeline: crops decoded at a reduced JPEG scale against a full decode,
+seeded draws, rank shares under gloo covering every image once per epoch, bad files counted and
+redrawn, the device's part of the view family, and decoding on the training device."""
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+import torch.multiprocessing as mp
+from PIL import Image
+
+from domains.vision.augment import BatchAugment, preset
+from domains.vision.folder_data import crop_rest
+from domains.vision.folders import load_folder_split
+from domains.vision.streaming import CropSpec, StreamBatches, StreamedImages, crop_boxes, decode_views
+from toolkit.training.batches import DataStop
+
+
+def _reference_crop(path: Path, box, size: int) -> np.ndarray:
+    """torchvision's order, plainly: full-resolution decode, crop, resize (PIL bilinear)."""
+    with Image.open(path) as im:
+        full = im.convert("RGB")
+    return np.asarray(full.crop(tuple(int(round(v)) for v in box)).resize((size, size), Image.BILINEAR))
+
+
+def test_reduced_scale_decode_matches_the_full_decode(photo_folder):
+    jpegs = sorted(photo_folder.glob("train/*/*.jpg"))[:6]
+    spec = CropSpec(64, views=3, scale=(0.2, 1.0))
+    errors = []
+    for i, path in enumerate(jpegs):
+        views, _ = decode_views(str(path), spec, np.random.default_rng([0, 0, i, 0]))
+        assert views.shape == (3, 3, 64, 64) and views.dtype == np.uint8
+        with Image.open(path) as im:
+            boxes = crop_boxes(*im.size, spec, np.random.default_rng([0, 0, i, 0]))
+        for v, box in zip(views, boxes):
+            ref = _reference_crop(path, box, 64).astype(np.float64)
+            errors.append(np.abs(v.transpose(1, 2, 0) - ref).mean())
+    # the DCT-scaled decode is a different (antialiased) resampling of the same pixels: a few
+    # grey levels apart on average, never a different crop
+    assert max(errors) < 8.0 and np.mean(errors) < 4.0, errors
+
+
+def test_draws_depend_on_epoch_and_position_only(photo_folder):
+    split = load_folder_split("imagefolder", "train", str(photo_folder))
+    spec = CropSpec(32, views=2)
+    a, b = StreamedImages(split, spec, seed=3), StreamedImages(split, spec, seed=3)
+    assert np.array_equal(a[(1, 5, 7)]["x"], b[(1, 5, 7)]["x"])
+    assert not np.array_equal(a[(1, 5, 7)]["x"], a[(2, 5, 7)]["x"])
+    # the same keys through 0 and 2 worker processes give the same batches
+    one = [bt["x"] for bt in StreamBatches(split, spec, 8, seed=3, workers=0, rank=0, world_size=1).iter_from(2)]
+    two = [bt["x"] for bt in StreamBatches(split, spec, 8, seed=3, workers=2, rank=0, world_size=1).iter_from(2)]
+    assert len(one) == len(two) == len(split) // 8 - 2
+    assert all(torch.equal(x, y) for x, y in zip(one, two))
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _rank(rank: int, world: int, port: int, folder: str, out: dict) -> None:
+    torch.distributed.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
+                                         world_size=world)
+    split = load_folder_split("imagefolder", "train", folder)
+    loader = StreamBatches(split, CropSpec(16, views=1), 8, seed=5, drop_last=True)  # rank from the group
+    seen = {}
+    for epoch in (0, 1):
+        loader.set_epoch(epoch)
+        idx = [bt["index"].tolist() for bt in loader.iter_from(0)]
+        gathered = [None] * world
+        torch.distributed.all_gather_object(gathered, idx)
+        seen[epoch] = gathered
+    if rank == 0:
+        out.update(seen=seen, batches=len(loader), sharded=loader.sharded)
+    torch.distributed.destroy_process_group()
+
+
+def test_two_ranks_under_gloo_read_every_image_once_per_epoch(photo_folder):
+    out = mp.Manager().dict()
+    mp.spawn(_rank, args=(2, _free_port(), str(photo_folder), out), nprocs=2, join=True)
+    n = len(load_folder_split("imagefolder", "train", str(photo_folder)))
+    assert out["sharded"] and out["batches"] == n // 8
+    orders = []
+    for epoch, (r0, r1) in out["seen"].items():
+        assert all(len(b) == 4 for b in r0 + r1)  # each rank gets half of the global batch of 8
+        flat = [i for b0, b1 in zip(r0, r1) for i in b0 + b1]
+        assert sorted(flat) == list(range(n)), epoch  # every image exactly once
+        orders.append(flat)
+    assert orders[0] != orders[1]  # a new permutation each epoch
+
+
+def _broken_folder(tmp_path: Path, photo_folder: Path) -> tuple[Path, list[Path]]:
+    f = tmp_path / "f"
+    shutil.copytree(photo_folder, f)
+    jpegs = sorted(f.glob("train/*/*.jpg"))
+    truncated, corrupt = jpegs[0], jpegs[7]
+    data = truncated.read_bytes()
+    truncated.write_bytes(data[: len(data) // 3])
+    corrupt.write_bytes(b"\xff\xd8\xff\xe0" + os.urandom(3000))
+    return f, [truncated, corrupt]
+
+
+def test_corrupt_and_truncated_images_are_counted_and_redrawn(tmp_path, photo_folder):
+    f, bad = _broken_folder(tmp_path, photo_folder)
+    split = load_folder_split("imagefolder", "train", str(f))
+    loader = StreamBatches(split, CropSpec(16, views=2), 8, seed=1, workers=0, rank=0, world_size=1,
+                           bad_image_limit=0.2)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        batches = list(loader.iter_from(0))
+    assert loader.metrics()["data_bad_images"] == loader.bad_total >= 2
+    assert {Path(p) for p in loader.bad_paths} == set(bad)
+    assert any(str(bad[0]) in str(w.message) for w in caught)
+    names = {split.path(i) for b in batches for i in b["index"].tolist()}
+    assert not names & {str(p) for p in bad}  # the redraws stand in for them...
+    assert all(b["x"].shape == (8, 2, 3, 16, 16) for b in batches)  # ...and nothing is lost
+    for b in batches:  # each redraw carries its own label
+        assert b["y"].tolist() == [int(split.labels[i]) for i in b["index"].tolist()]
+    # the same redraws on a second pass (seeded), and a vanished file counts the same way
+    again = StreamBatches(split, CropSpec(16, views=2), 8, seed=1, rank=0, world_size=1, bad_image_limit=0.2)
+    assert all(torch.equal(a["x"], b["x"]) for a, b in zip(batches, again.iter_from(0)))
+    gone = sorted(f.glob("train/*/*.jpg"))[3]
+    gone.unlink()
+    third = StreamBatches(split, CropSpec(16, views=2), 8, seed=1, rank=0, world_size=1, bad_image_limit=0.2)
+    list(third.iter_from(0))
+    assert str(gone) in third.bad_paths and third.bad_total >= 3
+
+
+def test_past_the_limit_the_data_stops_with_the_list(tmp_path, photo_folder):
+    f, bad = _broken_folder(tmp_path, photo_folder)
+    split = load_folder_split("imagefolder", "train", str(f))
+    loader = StreamBatches(split, CropSpec(16), 8, seed=1, rank=0, world_size=1, bad_image_limit=0.001)
+    with pytest.raises(DataStop) as err, warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        list(loader.iter_from(0))
+    assert "bad_image_limit" in str(err.value) and any(str(p) in str(err.value) for p in bad)
+
+
+def test_the_device_does_the_rest_of_the_view_family(photo_folder):
+    """Once a worker cropped, the device's crop is the identity: with jitter, grayscale, blur and
+    flip off, the views are the normalised crops; with flip on, flipped ones."""
+    spec = preset("moco_v2", size=16, jitter_p=0.0, grayscale_p=0.0, blur_p=0.0, flip_p=0.0)
+    mean, std = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
+    rest = BatchAugment(crop_rest(spec), mean, std)
+    x = torch.randint(0, 256, (5, 3, 16, 16), dtype=torch.uint8)
+    out = rest(x, torch.Generator().manual_seed(0))
+    assert torch.allclose(out, rest.normalize(x.float() / 255), atol=1e-5)
+    flip = BatchAugment(crop_rest(preset("moco_v2", size=16, jitter_p=0.0, grayscale_p=0.0, blur_p=0.0,
+                                         flip_p=1.0)), mean, std)
+    assert torch.allclose(flip(x, torch.Generator().manual_seed(0)), rest.normalize(x.flip(-1).float() / 255),
+                          atol=1e-5)
+
+
+def test_decoding_on_the_training_device_matches_the_workers(photo_folder):
+    """decode: device reads the bytes in the workers and decodes with torchvision's decode_jpeg where
+    the model trains (nvJPEG on CUDA; here the same code path on the CPU)."""
+    split = load_folder_split("imagefolder", "val", str(photo_folder))
+    spec = CropSpec(32, views=2)
+    cpu = next(StreamBatches(split, spec, 6, seed=2, rank=0, world_size=1).iter_from(0))
+    dev = next(StreamBatches(split, spec, 6, seed=2, rank=0, world_size=1, decode="device",
+                             device=torch.device("cpu")).iter_from(0))
+    assert dev["x"].shape == cpu["x"].shape and dev["x"].dtype == torch.uint8
+    assert torch.equal(dev["index"], cpu["index"]) and torch.equal(dev["y"], cpu["y"])
+    diff = (dev["x"].float() - cpu["x"].float()).abs().mean()
+    assert diff < 6.0, diff  # two decoders and resamplers of the same crop boxes
