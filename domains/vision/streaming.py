@@ -115,14 +115,14 @@ def decode_views(path: str, spec: CropSpec, rng: np.random.Generator) -> tuple[n
     with ``spec.natural``), decoded at the smallest JPEG scale the crops allow."""
     from PIL import Image
 
+    fast = _decode_turbo(path, spec, rng)
+    if fast is not None:
+        return fast
     size = spec.size
     with Image.open(path) as im:
         width, height = im.size
         boxes = crop_boxes(width, height, spec, rng)
-        # the smallest side any output needs, relative to the full image
-        need = max(size / max(1e-6, min(b[2] - b[0], b[3] - b[1])) for b in boxes)
-        if spec.natural:
-            need = max(need, size / min(width, height))
+        need = _needed_scale(boxes, spec, width, height)
         if im.format == "JPEG" and need < 1:
             im.draft("RGB", (max(1, math.ceil(width * need)), max(1, math.ceil(height * need))))
         im = im.convert("RGB")  # decodes (a truncated file raises here)
@@ -131,6 +131,48 @@ def decode_views(path: str, spec: CropSpec, rng: np.random.Generator) -> tuple[n
                                       box=(b[0] * fx, b[1] * fy, b[2] * fx, b[3] * fy)))
                  for b in boxes]
         natural = np.asarray(im.resize((size, size), Image.BILINEAR)).transpose(2, 0, 1) if spec.natural else None
+    return np.stack(crops).transpose(0, 3, 1, 2), natural
+
+
+def _needed_scale(boxes: Sequence[tuple[float, ...]], spec: CropSpec, width: int, height: int) -> float:
+    """The smallest scale of the whole image at which every output keeps ``size`` pixels a side."""
+    need = max(spec.size / max(1e-6, min(b[2] - b[0], b[3] - b[1])) for b in boxes)
+    return max(need, spec.size / min(width, height)) if spec.natural else need
+
+
+def _decode_turbo(path: str, spec: CropSpec, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray | None] | None:
+    """:func:`decode_views` through libjpeg-turbo directly (``simplejpeg``): any N/8 DCT scale
+    (PIL's draft offers 1/2, 1/4, 1/8 only), fast integer IDCT and upsampling. None where it does
+    not apply (not a JPEG, simplejpeg missing, or a JPEG it refuses: PIL then decides)."""
+    try:
+        import simplejpeg
+    except ImportError:
+        return None
+    from PIL import Image
+
+    with open(path, "rb") as fh:
+        data = fh.read()
+    if not data.startswith(b"\xff\xd8"):
+        return None
+    try:
+        height, width, _, _ = simplejpeg.decode_jpeg_header(data)
+    except ValueError:
+        return None
+    state = rng.bit_generator.state  # the PIL path draws the same boxes if this one gives up
+    boxes = crop_boxes(width, height, spec, rng)
+    need = min(1.0, _needed_scale(boxes, spec, width, height))
+    try:
+        arr = simplejpeg.decode_jpeg(data, "RGB", fastdct=True, fastupsample=True,
+                                     min_height=math.ceil(height * need), min_width=math.ceil(width * need))
+    except ValueError:  # truncated, CMYK, ...: PIL reads it or names the problem
+        rng.bit_generator.state = state
+        return None
+    im = Image.fromarray(arr)
+    fx, fy = im.size[0] / width, im.size[1] / height
+    size = spec.size
+    crops = [np.asarray(im.resize((size, size), Image.BILINEAR, box=(b[0] * fx, b[1] * fy, b[2] * fx, b[3] * fy)))
+             for b in boxes]
+    natural = np.asarray(im.resize((size, size), Image.BILINEAR)).transpose(2, 0, 1) if spec.natural else None
     return np.stack(crops).transpose(0, 3, 1, 2), natural
 
 
