@@ -21,7 +21,6 @@ Run it alone: another busy process on the cores makes every figure meaningless.
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
 import sys
 import tempfile

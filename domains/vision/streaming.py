@@ -29,151 +29,27 @@ list (:class:`~toolkit.training.batches.DataStop`: the loop checkpoints first).
 """
 from __future__ import annotations
 
-import math
 import os
 import sys
 import warnings
-from dataclasses import dataclass
 from typing import Any, Iterator, Sequence
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 from torch import Tensor
 
+from domains.vision.decode import CropSpec, crop_boxes, decode_on_device, decode_views
 from domains.vision.folders import FolderSplit
 from toolkit.training.batches import Batches, DataStop
 
 __all__ = ["CropSpec", "StreamedImages", "StreamBatches", "crop_boxes", "decode_views",
-           "auto_workers", "choose_decode", "READ_ERRORS"]
+           "auto_workers", "choose_decode", "materialize", "READ_ERRORS"]
 
 # what reading a bad file raises: PIL's UnidentifiedImageError is an OSError, a truncated JPEG
 # raises OSError on load, a vanished file FileNotFoundError; odd headers ValueError / SyntaxError
 READ_ERRORS = (OSError, ValueError, SyntaxError, EOFError)
 _REDRAWS = 10
 _WARN_FIRST = 5
-
-
-@dataclass(frozen=True)
-class CropSpec:
-    """What each image becomes: ``views`` random-resized crops (``mode="random"``: ``scale``,
-    ``ratio``), or one centre view (``mode="center"``: the shorter side resized to
-    ``size / center_fraction``, then the centre ``size x size``; 256 -> 224 at 0.875), and with
-    ``natural`` also the whole image resized to ``size x size`` (CPCL's un-augmented view)."""
-
-    size: int
-    views: int = 2
-    mode: str = "random"
-    scale: tuple[float, float] = (0.2, 1.0)
-    ratio: tuple[float, float] = (3 / 4, 4 / 3)
-    center_fraction: float = 0.875
-    natural: bool = False
-
-    def __post_init__(self) -> None:
-        if self.mode not in ("random", "center"):
-            raise ValueError(f"crop mode must be 'random' or 'center', got {self.mode!r}")
-        if self.size < 1 or self.views < 1:
-            raise ValueError(f"crop size and views must be >= 1, got {self.size!r}, {self.views!r}")
-
-
-def crop_boxes(width: int, height: int, spec: CropSpec, rng: np.random.Generator) -> list[tuple[float, ...]]:
-    """Boxes ``(left, top, right, bottom)`` in pixels of a ``width x height`` image: one per view."""
-    if spec.mode == "center":
-        short = min(width, height)
-        side = short * spec.center_fraction
-        left, top = (width - side) / 2, (height - side) / 2
-        return [(left, top, left + side, top + side)]
-    area = width * height
-    log_lo, log_hi = math.log(spec.ratio[0]), math.log(spec.ratio[1])
-    boxes = []
-    for _ in range(spec.views):
-        for _ in range(10):
-            target = area * rng.uniform(spec.scale[0], spec.scale[1])
-            aspect = math.exp(rng.uniform(log_lo, log_hi))
-            w = int(round(math.sqrt(target * aspect)))
-            h = int(round(math.sqrt(target / aspect)))
-            if 0 < w <= width and 0 < h <= height:
-                i = int(rng.integers(0, height - h + 1))
-                j = int(rng.integers(0, width - w + 1))
-                boxes.append((j, i, j + w, i + h))
-                break
-        else:  # torchvision's fallback: the whole image clipped to the ratio range, centred
-            ratio = width / height
-            if ratio < spec.ratio[0]:
-                w, h = width, int(round(width / spec.ratio[0]))
-            elif ratio > spec.ratio[1]:
-                w, h = int(round(height * spec.ratio[1])), height
-            else:
-                w, h = width, height
-            j, i = (width - w) // 2, (height - h) // 2
-            boxes.append((j, i, j + w, i + h))
-    return boxes
-
-
-def decode_views(path: str, spec: CropSpec, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray | None]:
-    """``[V, 3, S, S]`` uint8 crops of the image at ``path`` (and its natural view ``[3, S, S]``
-    with ``spec.natural``), decoded at the smallest JPEG scale the crops allow."""
-    from PIL import Image
-
-    fast = _decode_turbo(path, spec, rng)
-    if fast is not None:
-        return fast
-    size = spec.size
-    with Image.open(path) as im:
-        width, height = im.size
-        boxes = crop_boxes(width, height, spec, rng)
-        need = _needed_scale(boxes, spec, width, height)
-        if im.format == "JPEG" and need < 1:
-            im.draft("RGB", (max(1, math.ceil(width * need)), max(1, math.ceil(height * need))))
-        im = im.convert("RGB")  # decodes (a truncated file raises here)
-        fx, fy = im.size[0] / width, im.size[1] / height
-        crops = [np.asarray(im.resize((size, size), Image.BILINEAR,
-                                      box=(b[0] * fx, b[1] * fy, b[2] * fx, b[3] * fy)))
-                 for b in boxes]
-        natural = np.asarray(im.resize((size, size), Image.BILINEAR)).transpose(2, 0, 1) if spec.natural else None
-    return np.stack(crops).transpose(0, 3, 1, 2), natural
-
-
-def _needed_scale(boxes: Sequence[tuple[float, ...]], spec: CropSpec, width: int, height: int) -> float:
-    """The smallest scale of the whole image at which every output keeps ``size`` pixels a side."""
-    need = max(spec.size / max(1e-6, min(b[2] - b[0], b[3] - b[1])) for b in boxes)
-    return max(need, spec.size / min(width, height)) if spec.natural else need
-
-
-def _decode_turbo(path: str, spec: CropSpec, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray | None] | None:
-    """:func:`decode_views` through libjpeg-turbo directly (``simplejpeg``): any N/8 DCT scale
-    (PIL's draft offers 1/2, 1/4, 1/8 only), fast integer IDCT and upsampling. None where it does
-    not apply (not a JPEG, simplejpeg missing, or a JPEG it refuses: PIL then decides)."""
-    try:
-        import simplejpeg
-    except ImportError:
-        return None
-    from PIL import Image
-
-    with open(path, "rb") as fh:
-        data = fh.read()
-    if not data.startswith(b"\xff\xd8"):
-        return None
-    try:
-        height, width, _, _ = simplejpeg.decode_jpeg_header(data)
-    except ValueError:
-        return None
-    state = rng.bit_generator.state  # the PIL path draws the same boxes if this one gives up
-    boxes = crop_boxes(width, height, spec, rng)
-    need = min(1.0, _needed_scale(boxes, spec, width, height))
-    try:
-        arr = simplejpeg.decode_jpeg(data, "RGB", fastdct=True, fastupsample=True,
-                                     min_height=math.ceil(height * need), min_width=math.ceil(width * need))
-    except ValueError:  # truncated, CMYK, ...: PIL reads it or names the problem
-        rng.bit_generator.state = state
-        return None
-    im = Image.fromarray(arr)
-    fx, fy = im.size[0] / width, im.size[1] / height
-    size = spec.size
-    crops = [np.asarray(im.resize((size, size), Image.BILINEAR, box=(b[0] * fx, b[1] * fy, b[2] * fx, b[3] * fy)))
-             for b in boxes]
-    natural = np.asarray(im.resize((size, size), Image.BILINEAR)).transpose(2, 0, 1) if spec.natural else None
-    return np.stack(crops).transpose(0, 3, 1, 2), natural
 
 
 class StreamedImages(torch.utils.data.Dataset):
@@ -254,31 +130,6 @@ def choose_decode(setting: str, device: torch.device) -> str:
     if setting != "auto":
         return setting
     return "device" if device.type == "cuda" else "cpu"
-
-
-def _decode_on_device(batch: dict[str, Any], size: int, device: torch.device) -> Tensor:
-    """``[N, V, 3, S, S]`` uint8 crops decoded from ``batch["bytes"]`` on ``device``."""
-    from torchvision.io import ImageReadMode, decode_image, decode_jpeg
-
-    data, boxes = batch["bytes"], batch["boxes"]
-    try:
-        images = decode_jpeg(data, mode=ImageReadMode.RGB, device=device)
-    except RuntimeError:  # a PNG / WebP in the batch: one by one, on the CPU where needed
-        images = []
-        for blob in data:
-            try:
-                images.append(decode_jpeg(blob, mode=ImageReadMode.RGB, device=device))
-            except RuntimeError:
-                images.append(decode_image(blob, mode=ImageReadMode.RGB).to(device))
-    out = []
-    for img, bs in zip(images, boxes.tolist()):
-        views = []
-        for left, top, right, bottom in bs:
-            crop = img[:, int(top):int(math.ceil(bottom)), int(left):int(math.ceil(right))]
-            views.append(F.interpolate(crop[None].float(), size=(size, size), mode="bilinear",
-                                       antialias=True, align_corners=False)[0])
-        out.append(torch.stack(views))
-    return torch.stack(out).round_().clamp_(0, 255).to(torch.uint8)
 
 
 class StreamBatches(Batches):
@@ -365,7 +216,7 @@ class StreamBatches(Batches):
         for batch in self._loader:
             self._note_bad(batch.pop("bad"))
             if "bytes" in batch:
-                batch["x"] = _decode_on_device(batch, self.spec.size, self.device)
+                batch["x"] = decode_on_device(batch, self.spec.size, self.device)
                 del batch["bytes"], batch["boxes"]
             yield batch
 
