@@ -87,11 +87,11 @@ def train_batches(recipe: Any, spec: AugmentSpec, device: torch.device | None) -
     crop = CropSpec(spec.size, views=recipe.objective.views, scale=spec.scale, ratio=spec.ratio,
                     natural=needs_natural(recipe))
     dev = device or torch.device("cpu")
-    decode = choose_decode(cfg.loader.decode, dev)
     workers = auto_workers(cfg.loader.workers)
-    print(f"[ctk] streaming {len(train):,} images of {train.name} from {train.root}: {workers} decoding "
-          f"workers, decode on {'the device (torchvision decode_jpeg)' if decode == 'device' else 'the CPU (PIL)'}",
-          flush=True)
+    decode, why = choose_decode(cfg.loader.decode, dev, train, crop, workers)
+    where = f"on {dev} (torchvision decode_jpeg)" if decode == "device" else "in the workers (libjpeg-turbo / PIL)"
+    print(f"[ctk] streaming {len(train):,} images of {train.name} from {train.root}: {workers} worker "
+          f"processes, decoding {where}; {why}", flush=True)
     batches = StreamBatches(train, crop, recipe.budget.batch_size, seed=recipe.seed,
                             drop_last=cfg.drop_last, workers=workers, prefetch=cfg.loader.prefetch,
                             decode=decode, device=dev, bad_image_limit=cfg.loader.bad_image_limit)
@@ -123,7 +123,7 @@ def _feature_chunks(fn: Any, split: FolderSplit, crop: CropSpec, normalize: Batc
     cfg = streams.loader
     loader = StreamBatches(split, crop, batch_size=min(batch_size, len(split)), seed=seed, shuffle=shuffle,
                            drop_last=False, workers=auto_workers(cfg.workers), prefetch=cfg.prefetch,
-                           decode=choose_decode(cfg.decode, streams.device), device=streams.device,
+                           decode=choose_decode(cfg.decode, streams.device)[0], device=streams.device,
                            bad_image_limit=cfg.bad_image_limit, rank=0, world_size=1)
     loader.set_epoch(epoch)
     for batch in loader.iter_from(0):

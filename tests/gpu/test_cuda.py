@@ -111,3 +111,21 @@ def test_geometry_metrics_take_cuda_tensors():
             ("conditional_entropy", metrics.conditional_entropy(f), metrics.conditional_entropy(f.cpu())),
             ("conditional_entropy[neg]", metrics.conditional_entropy(f[:8], y), metrics.conditional_entropy(f[:8].cpu(), y.cpu()))]:
         assert cuda_value == pytest.approx(cpu_value, abs=1e-5), name
+
+
+def test_jpeg_decoding_on_cuda_matches_the_cpu_workers(tmp_path):
+    """nvJPEG (decode: device) gives the crops the CPU workers give, pinned batches land on the GPU."""
+    from domains.vision.fixtures import write_photo_folder
+    from domains.vision.folders import load_folder_split
+    from domains.vision.streaming import CropSpec, StreamBatches, choose_decode
+
+    write_photo_folder(tmp_path, classes=4, train_per_class=4, val_per_class=4)
+    split = load_folder_split("imagefolder", "val", str(tmp_path))
+    spec = CropSpec(64, views=2)
+    cpu = next(StreamBatches(split, spec, 8, seed=2, rank=0, world_size=1, device=CUDA).iter_from(0))
+    gpu = next(StreamBatches(split, spec, 8, seed=2, rank=0, world_size=1, decode="device",
+                             device=CUDA).iter_from(0))
+    assert gpu["x"].is_cuda and cpu["x"].is_pinned()
+    assert (gpu["x"].float().cpu() - cpu["x"].float()).abs().mean() < 6.0
+    choice, why = choose_decode("auto", CUDA, split, spec, 2)
+    assert choice in ("cpu", "device") and "measured" in why

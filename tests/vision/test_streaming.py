@@ -170,3 +170,20 @@ def test_decoding_on_the_training_device_matches_the_workers(photo_folder):
     assert torch.equal(dev["index"], cpu["index"]) and torch.equal(dev["y"], cpu["y"])
     diff = (dev["x"].float() - cpu["x"].float()).abs().mean()
     assert diff < 6.0, diff  # two decoders and resamplers of the same crop boxes
+
+
+def test_decode_auto_times_both_decoders_where_a_gpu_decoder_exists(photo_folder, monkeypatch):
+    from domains.vision import streaming
+
+    split = load_folder_split("imagefolder", "val", str(photo_folder))
+    spec = CropSpec(32, views=2)
+    assert streaming.choose_decode("auto", torch.device("cpu"), split, spec, 2)[0] == "cpu"
+    assert streaming.choose_decode("device", torch.device("cpu"))[0] == "device"
+    rates = streaming.decode_rates(split, spec, torch.device("cpu"), workers=2, samples=8)
+    assert set(rates) == {"cpu", "device"} and min(rates.values()) > 0
+    for faster in ("cpu", "device"):  # on CUDA the measured faster one is chosen and the run says so
+        monkeypatch.setattr(streaming, "decode_rates",
+                            lambda *a, f=faster, **k: {"cpu": 10.0, "device": 20.0} if f == "device"
+                            else {"cpu": 20.0, "device": 10.0})
+        choice, why = streaming.choose_decode("auto", torch.device("cuda"), split, spec, 2)
+        assert choice == faster and "measured" in why
