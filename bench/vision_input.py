@@ -50,6 +50,49 @@ def full_decode_rate(paths: list[str], seconds: float) -> float:
     return n / (time.perf_counter() - start)
 
 
+def stage_times(paths: list[str], spec: CropSpec, repeats: int = 3) -> dict[str, float]:
+    """Milliseconds per image of each stage of a worker, in this process, on the same files."""
+    import io
+
+    import numpy as np
+    import simplejpeg
+    from PIL import Image
+
+    from domains.vision.decode import crop_boxes, decode_views
+
+    blobs = [open(p, "rb").read() for p in paths]
+    sizes = [Image.open(io.BytesIO(b)).size for b in blobs]
+    boxes = [crop_boxes(w, h, spec, np.random.default_rng(i))[0] for i, (w, h) in enumerate(sizes)]
+    full = [simplejpeg.decode_jpeg(b, "RGB") for b in blobs]
+
+    def timed(fn) -> float:
+        best = float("inf")
+        for _ in range(repeats):
+            start = time.perf_counter()
+            for i in range(len(blobs)):
+                fn(i)
+            best = min(best, (time.perf_counter() - start) / len(blobs) * 1000)
+        return best
+
+    def scaled(i: int) -> None:
+        w, h = sizes[i]
+        side = min(boxes[i][2] - boxes[i][0], boxes[i][3] - boxes[i][1])
+        need = min(1.0, spec.size / side)
+        simplejpeg.decode_jpeg(blobs[i], "RGB", fastdct=True, fastupsample=True,
+                               min_height=int(np.ceil(h * need)), min_width=int(np.ceil(w * need)))
+
+    images = [Image.fromarray(a) for a in full]
+    return {
+        "PIL decode, full resolution": timed(lambda i: Image.open(io.BytesIO(blobs[i])).convert("RGB")),
+        "libjpeg-turbo decode, full resolution (simplejpeg)": timed(lambda i: simplejpeg.decode_jpeg(blobs[i], "RGB")),
+        "libjpeg-turbo decode at the crop's DCT scale, fast IDCT": timed(scaled),
+        f"crop + antialiased resize to {spec.size} (PIL)": timed(
+            lambda i: images[i].resize((spec.size, spec.size), Image.BILINEAR, box=boxes[i])),
+        "whole worker item (decode_views, file read included)": timed(
+            lambda i: decode_views(paths[i], spec, np.random.default_rng(i))),
+    }
+
+
 def pipeline_rate(split, spec: CropSpec, workers: int, seconds: float, batch: int = 64) -> float:
     loader = StreamBatches(split, spec, min(batch, len(split)), seed=0, workers=workers, prefetch=4, rank=0, world_size=1)
     it = loader.iter_from(0)
@@ -93,6 +136,9 @@ def main(argv: list[str] | None = None) -> int:
               f"crops to {args.size} px, {args.views} view(s) per image; {cores} cores usable")
         paths = [split.path(i) for i in range(len(split))]
         spec = CropSpec(args.size, views=args.views, scale=(0.2, 1.0))
+        print("per image, in one process (best of 3):")
+        for name, ms in stage_times(paths, spec).items():
+            print(f"  {name:58s} {ms:6.2f} ms")
         full, one, many = [], [], []
         for _ in range(args.repeats):  # interleaved, so drifts of the machine hit all three
             full.append(full_decode_rate(paths, args.seconds))

@@ -90,8 +90,10 @@ def train_batches(recipe: Any, spec: AugmentSpec, device: torch.device | None) -
     workers = auto_workers(cfg.loader.workers)
     decode, why = choose_decode(cfg.loader.decode, dev, train, crop, workers)
     where = f"on {dev} (torchvision decode_jpeg)" if decode == "device" else "in the workers (libjpeg-turbo / PIL)"
-    print(f"[ctk] streaming {len(train):,} images of {train.name} from {train.root}: {workers} worker "
-          f"processes, decoding {where}; {why}", flush=True)
+    dist = torch.distributed
+    if not (dist.is_available() and dist.is_initialized()) or dist.get_rank() == 0:
+        print(f"[ctk] streaming {len(train):,} images of {train.name} from {train.root}: {workers} worker "
+              f"processes, decoding {where}; {why}", flush=True)
     batches = StreamBatches(train, crop, recipe.budget.batch_size, seed=recipe.seed,
                             drop_last=cfg.drop_last, workers=workers, prefetch=cfg.loader.prefetch,
                             decode=decode, device=dev, bad_image_limit=cfg.loader.bad_image_limit)
