@@ -48,3 +48,52 @@ def test_a_cpu_table_with_its_data_installed(tmp_path):
     installed = store.is_installed("fashion-mnist", root)
     assert (needs.installed == ["fashion-mnist"]) == installed and (needs.fetchable == ["fashion-mnist"]) != installed
     assert not needs.gpu and needs.cpu_minutes is None and "not measured" in needs.line()
+
+
+def _imagenet_table(tmp_path: Path, extra: dict) -> Path:
+    rows = [{"label": "in100", "recipe": str(ROOT / "recipes" / "vision" / "imagenet100" / "cacr.yaml")},
+            {"label": "in1k", "recipe": str(ROOT / "recipes" / "vision" / "imagenet100" / "cacr.yaml"),
+             "set": {"data.dataset": "imagenet"}}]
+    table = {"name": "t", "title": "T", "metrics": ["linear_top1"], "seeds": [0], "gpu": True, "rows": rows, **extra}
+    (tmp_path / "t.yaml").write_text(yaml.safe_dump(table, sort_keys=False))
+    return tmp_path / "t.yaml"
+
+
+def test_imagenet_folders_are_placed_not_fetched(tmp_path):
+    """ImageNet and its subsets are on no package registry: the line says where to place them
+    (imagenet100 may also be read from a full imagenet folder), and the GPU-hours stay 'not
+    measured' until the table records them."""
+    load_catalogues()
+    root = tmp_path / "root"
+    root.mkdir()
+    needs = table_needs(load_table(_imagenet_table(tmp_path, {})), root=str(root))
+    assert needs.installed == [] and needs.fetchable == [] and needs.unavailable == []
+    assert needs.to_place == [f"imagenet100 at {root / 'imagenet100'} or {root / 'imagenet'}",
+                              f"imagenet at {root / 'imagenet'}"]
+    line = needs.line()
+    assert line.startswith("place imagenet100 at ") and "docs/data.md" in line
+    assert "GPU" in line and "GPU-hours not measured" in line and "CPU cores" not in line
+    for split in ("train", "val"):
+        (root / "imagenet" / split).mkdir(parents=True)
+    needs = table_needs(load_table(_imagenet_table(tmp_path, {"gpu_hours": 12.5, "gpu_hours_on": "1x H100"})),
+                        root=str(root))
+    assert needs.to_place == []
+    assert needs.installed == [f"imagenet100 at {root / 'imagenet'}", f"imagenet at {root / 'imagenet'}"]
+    assert "~12.5 GPU-hours on 1x H100" in needs.line()
+
+
+def test_placed_folders_are_where_the_vision_loader_looks(tmp_path):
+    """needs.PLACED (registered by domains/vision/packaged.py) names the folders that
+    domains.vision.folders.dataset_path reads, with and without the folders present."""
+    load_catalogues()
+    from domains.vision.folders import dataset_path
+    from toolkit.studies.needs import PLACED, placed_folder
+    assert set(PLACED) == {"imagenet", "imagenet100", "tiny-imagenet"}
+    for present in ([], ["imagenet"], ["imagenet100", "imagenet"], ["tiny-imagenet-200"]):
+        root = tmp_path / ("r-" + "-".join(present))
+        for name in present:
+            (root / name).mkdir(parents=True)
+        root.mkdir(exist_ok=True)
+        for name in PLACED:
+            assert placed_folder(name, {}, str(root)) == dataset_path(name, None, str(root)), (name, present)
+        assert placed_folder("imagenet", {"path": str(tmp_path / "elsewhere")}, str(root)) == tmp_path / "elsewhere"
