@@ -40,7 +40,7 @@ def relaunch(recipe: str | None, sets: tuple[str, ...], extra: list[str], cli: s
     """``ctk run --nproc/--nnodes``: check the recipe, then run ``cli run ...`` once per process
     under torchrun; returns torchrun's exit status."""
     r = load_for_run(recipe, sets, extra, resume)
-    why = getattr(registry.get(r.domain), "single_process_only", None)
+    why = registry.get(r.domain).single_process_only
     if why:
         raise CtkError(f"--nproc {nproc} --nnodes {nnodes}: domain {r.domain!r} runs in one process only: {why}", 2)
     from toolkit.training.distributed import launch

@@ -24,7 +24,7 @@ from toolkit.losses.base import ContrastiveBatch, ContrastiveLoss, LossOutput
 from toolkit.losses.modules import LOSSES
 from toolkit.regularizers import REGULARIZERS
 from toolkit.registry import constructor_args
-from toolkit.samplers import SELECTORS, build_selector
+from toolkit.samplers import SELECTORS, ScheduledSelector, build_selector
 from toolkit.samplers.sources import MemoryBank, MoCoQueue, MomentumEncoder
 
 
@@ -32,7 +32,7 @@ class Objective(nn.Module):
     """A loss with weighted regularizers, a negative source and a selector."""
 
     def __init__(self, loss: ContrastiveLoss, regularizers: list[tuple[str, float, nn.Module]] | None = None,
-                 negatives: rc.Negatives | None = None, selector: Any = None) -> None:
+                 negatives: rc.Negatives | None = None, selector: ScheduledSelector | None = None) -> None:
         super().__init__()
         self.loss = loss
         regularizers = regularizers or []
@@ -73,10 +73,10 @@ class Objective(nn.Module):
         self.to(device)
 
     def get_extra_state(self) -> Any:
-        return {"selector": self.selector.state_dict() if hasattr(self.selector, "state_dict") else None}
+        return {"selector": self.selector.state_dict() if self.selector is not None else None}
 
     def set_extra_state(self, state: Any) -> None:
-        if state and state.get("selector") is not None and hasattr(self.selector, "load_state_dict"):
+        if state and state.get("selector") is not None and self.selector is not None:
             self.selector.load_state_dict(state["selector"])
 
     # -- a step ---------------------------------------------------------------------------

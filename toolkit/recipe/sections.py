@@ -130,14 +130,30 @@ class Budget(Section):
     minutes: float | None = Field(None, gt=0, le=100_000, description=(
         "train for about this much wall time (steps and monitors; not the final evaluation, nor "
         "logging and checkpoints, ~7% more on the vision quickstart): the step count is fixed from "
-        "the speed of a few timed steps before training, never more than epochs / steps, logged "
-        "as budget_steps_fixed (replay with --set budget.steps=N)"))
+        "the speed of timed steps before training (a sweep: once, for every point), never more "
+        "than epochs / steps, logged as measured.budget_steps_fixed (replay with --set budget.steps=N)"))
 
     @model_validator(mode="after")
     def _one_length(self) -> "Budget":
         if self.epochs is None and self.steps is None:
             raise ValueError("give epochs or steps (how long to train; with minutes, the most to train)")
         return self
+
+
+_SCHEMES = ("sqlite", "http", "https", "postgresql", "mysql", "mssql", "file", "databricks")
+
+
+def uri_form_problem(uri: str) -> str | None:
+    """What is wrong with the form of a tracking URI (its scheme; ``sqlite:///PATH``), or None.
+    A recipe's ``tracking.uri`` is checked with it when loaded;
+    :func:`toolkit.tracking.health.check_store` also checks that the store answers."""
+    scheme = uri.split(":", 1)[0].lower() if ":" in uri else ""
+    if scheme == "sqlite" and not uri.startswith("sqlite:///"):
+        return f"tracking URI {uri!r}: expected sqlite:///PATH"
+    if scheme in _SCHEMES or scheme.startswith("postgresql+"):
+        return None
+    return (f"tracking URI {uri!r}: unknown scheme {scheme or '(none)'!r}; expected sqlite:///PATH, "
+            "http(s)://HOST:PORT or a database URI")
 
 
 class Tracking(Section):
@@ -151,7 +167,6 @@ class Tracking(Section):
     @field_validator("uri")
     @classmethod
     def _uri_form(cls, uri: str | None) -> str | None:
-        from toolkit.tracking.health import uri_form_problem
         problem = uri_form_problem(uri) if uri is not None else None
         if problem:
             raise ValueError(problem)

@@ -43,23 +43,11 @@ class TrackingUnavailable(CtkError, RuntimeError):
     exit_code = 2
 
 
-_SCHEMES = ("sqlite", "http", "https", "postgresql", "mysql", "mssql", "file", "databricks")
-
-
-def uri_form_problem(uri: str) -> str | None:
-    """What is wrong with the form of a tracking URI (its scheme; ``sqlite:///PATH``), or None.
-    Recipes are checked with it when loaded; :func:`check_store` also checks that it answers."""
-    scheme = uri.split(":", 1)[0].lower() if ":" in uri else ""
-    if scheme == "sqlite" and not uri.startswith("sqlite:///"):
-        return f"tracking URI {uri!r}: expected sqlite:///PATH"
-    if scheme in _SCHEMES or scheme.startswith("postgresql+"):
-        return None
-    return (f"tracking URI {uri!r}: unknown scheme {scheme or '(none)'!r}; expected sqlite:///PATH, "
-            "http(s)://HOST:PORT or a database URI")
-
-
 def check_store(uri: str, timeout: float = 10.0) -> None:
-    """Raise :class:`TrackingUnavailable` unless ``uri`` is usable (answers within ``timeout``)."""
+    """Raise :class:`TrackingUnavailable` unless ``uri`` is usable (answers within ``timeout``):
+    first its form (:func:`toolkit.recipe.sections.uri_form_problem`, the check a recipe's
+    ``tracking.uri`` gets when loaded), then whether it answers."""
+    from toolkit.recipe.sections import uri_form_problem
     problem = uri_form_problem(uri)
     if problem:
         raise TrackingUnavailable(problem)
