@@ -6,8 +6,9 @@
 #      uname -m; $TORCH_PINS overrides), then pip install -e '.[all,test]'
 #      (dm-control 1.0.50 and mujoco 3.17.0 are pinned together in pyproject.toml).
 #      Skipped when .venv/.ctk-setup-stamp records the current pyproject.toml.
-#   3. Mesa for headless MuJoCo rendering (MUJOCO_GL=egl or osmesa) when running as root;
-#      otherwise prints the command to run.
+#   3. Debian packages when running as root (otherwise prints the command to run): Mesa for
+#      headless MuJoCo rendering (MUJOCO_GL=egl or osmesa) and chromium, the headless browser
+#      that tests/browser/ drives the mlflow UI with (skipped there without it).
 #   4. ctk data fetch default  (into $CTK_DATA, else ./data; see docs/data.md)
 #
 # Idempotent: a second run does no pip work and fetches nothing. Stops at the first failure
@@ -39,6 +40,7 @@ case "$(uname -m)" in
 esac
 read -r -a TORCH_PINS <<< "${TORCH_PINS:-$DEFAULT_PINS}"
 MESA=(libegl1 libegl-mesa0 libgl1-mesa-dri libopengl0 libosmesa6)
+BROWSER=(chromium)
 SKIPPED=()
 STEP="start"
 START=$SECONDS
@@ -78,14 +80,14 @@ from toolkit.training.precision import machine_line; print(machine_line())' \
     echo "$WANT" > "$STAMP"
 fi
 
-# ---------------------------------------------------------------- 3. Mesa (headless rendering)
-step "Mesa libraries for headless rendering (${MESA[*]})"
+# ---------------------------------------------------------------- 3. Debian packages
+step "Mesa libraries for headless rendering (${MESA[*]}) and a headless browser (${BROWSER[*]})"
 if ! command -v dpkg-query >/dev/null; then
-    SKIPPED+=("Mesa: not a Debian/Ubuntu system; install EGL or OSMesa with your package manager")
+    SKIPPED+=("Mesa and chromium: not a Debian/Ubuntu system; install EGL or OSMesa and Chromium with your package manager")
     echo "skipped: no dpkg-query (not Debian/Ubuntu)"
 else
     MISSING=()
-    for pkg in "${MESA[@]}"; do
+    for pkg in "${MESA[@]}" "${BROWSER[@]}"; do
         dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q 'install ok installed' || MISSING+=("$pkg")
     done
     if [[ ${#MISSING[@]} -eq 0 ]]; then
@@ -98,8 +100,8 @@ else
         DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "${MISSING[@]}" \
             || die "apt-get install ${MISSING[*]} failed"
     else
-        SKIPPED+=("Mesa (needs root): sudo apt-get update && sudo apt-get install -y --no-install-recommends ${MISSING[*]}")
-        echo "SKIPPED: not root, so ${MISSING[*]} were not installed; pixels-based RL needs them."
+        SKIPPED+=("Mesa / chromium (needs root): sudo apt-get update && sudo apt-get install -y --no-install-recommends ${MISSING[*]}")
+        echo "SKIPPED: not root, so ${MISSING[*]} were not installed; pixels-based RL needs Mesa, tests/browser/ chromium."
         echo "  run: sudo apt-get update && sudo apt-get install -y --no-install-recommends ${MISSING[*]}"
     fi
 fi
