@@ -331,3 +331,15 @@ def test_ctk_data_command_reaches_the_domain_catalogues():
     assert result.output.strip() == str(locate("austen"))
     result = CliRunner().invoke(cli.main, ["data", "fetch", "nonsense", "--root", "/nonexistent"])
     assert result.exit_code == 1 and "got 'nonsense'" in result.output
+
+
+def test_python_m_toolkit_data_runs_ctk_data():
+    """The provider's own ``python -m toolkit.data`` is ``ctk data``: same output, same status."""
+    import subprocess
+    import sys
+    done = subprocess.run([sys.executable, "-m", "toolkit.data", "path", "austen"], capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0 and done.stdout.strip() == str(locate("austen")), done.stderr
+    done = subprocess.run([sys.executable, "-m", "toolkit.data", "fetch", "nonsense", "--root", "/nonexistent"],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 1 and "got 'nonsense'" in done.stderr
