@@ -24,6 +24,7 @@ from toolkit import __version__
 from toolkit import checkpoint as ckpt
 from toolkit import objective as objective_mod
 from toolkit import recipe as rc
+from toolkit.tracking.measured import ENV, MEASURED
 from toolkit.tracking.store import RECORD_TAG, client_for, git_commit
 from toolkit.tracking.tracker import Tracker
 from toolkit.training import precision as precision_mod
@@ -120,7 +121,8 @@ def execute(recipe: rc.Recipe, *, resume: str | None = None,
             device: str | None = None, progress: bool = True, distributed: Any = None,
             hooks: list[Callable[[int], None]] | None = None, extend: bool = False,
             extra_tags: dict[str, str] | None = None,
-            on_metrics: Callable[[dict[str, float], int], None] | None = None) -> tuple[str | None, dict[str, float]]:
+            on_metrics: Callable[[dict[str, float], int], None] | None = None,
+            fixed_steps: int | None = None) -> tuple[str | None, dict[str, float]]:
     """Run a recipe :func:`load_recipe` validated through its domain's trainer; returns (mlflow
     run id, final metrics).
 
@@ -129,7 +131,8 @@ def execute(recipe: rc.Recipe, *, resume: str | None = None,
     the run continues in the same mlflow run. ``extend`` lets a resume change the budget. The tracking store is checked first (one line, within seconds), then
     the data (``Domain.check_data``): neither problem leaves a run in the store.
     ``on_metrics(metrics, step)`` sees every batch of metrics the run logs (``ctk tune``
-    reports the periodic evaluation to Ray Tune through it).
+    reports the periodic evaluation to Ray Tune through it). ``fixed_steps``: the step count a
+    sweep fixed for ``budget.minutes`` (:func:`calibrate`), trained instead of calibrating again.
     """
     from toolkit.tracking.store import tracking_uri
     from toolkit.tracking.health import check_store
@@ -141,7 +144,7 @@ def execute(recipe: rc.Recipe, *, resume: str | None = None,
     domain = domain_cls(recipe)  # validated by load_recipe: nothing is checked again
     dev = select_device(device or recipe.device)
     is_main = distributed is None or distributed.is_main
-    resolve_precision(recipe, dev, domain_cls, announce=is_main)
+    choice = resolve_precision(recipe, dev, domain_cls, announce=is_main)
     saved = None
     run_id = None
     if resume:  # read and checked before the store or the run are touched
@@ -166,7 +169,7 @@ def execute(recipe: rc.Recipe, *, resume: str | None = None,
             "ctk.selector": obj.selector.name if obj else "all",
             "ctk.regularizers": ",".join(r.name for r in obj.regularizers) if obj else "",
             "ctk.recipe": recipe.source, "ctk.version": __version__,
-            "mlflow.source.git.commit": git_commit(), "ctk.seed": str(recipe.seed),
+            "mlflow.source.git.commit": (commit := git_commit()), "ctk.seed": str(recipe.seed),
             RECORD_TAG: ",".join(record_metrics(recipe)),
             **recipe.tracking.tags, **(extra_tags or {})}
     with Tracker(recipe.tracking.experiment, recipe.run_name, recipe.tracking.uri, tags,
@@ -178,10 +181,16 @@ def execute(recipe: rc.Recipe, *, resume: str | None = None,
         else:
             run_id = tracker.run_id
         if resume is None:
-            tracker.log_params({**rc.flatten(recipe.resolved), "precision_requested": recipe.raw.get("precision", "auto")})
+            # settings: the recipe as set (precision as asked); what this run chose and ran on
+            # is logged apart (toolkit.tracking.measured)
+            tracker.log_params({**rc.flatten(recipe.resolved), "precision": choice.requested})
             tracker.log_text(yaml.safe_dump(recipe.resolved, sort_keys=False), "recipe.yaml")
+        tracker.log_params({f"{MEASURED}precision": choice.value, f"{MEASURED}device": dev.type,
+                            **{f"{ENV}{k}": v for k, v in precision_mod.machine_params().items()},
+                            f"{ENV}ctk": __version__, f"{ENV}git_commit": commit})
         options = RunOptions(device=dev, distributed=distributed, progress=progress,
-                             checkpoint_dir=ckpt.checkpoint_dir(run_id or "local"), hooks=list(hooks or []))
+                             checkpoint_dir=ckpt.checkpoint_dir(run_id or "local"), hooks=list(hooks or []),
+                             fixed_steps=fixed_steps)
         # where this run's checkpoints go, recorded before the first one is written, so that
         # `ctk runs` and `--resume RUN_ID` find them from any working directory
         run_tags = ckpt.folder_tags(options.checkpoint_dir)
@@ -197,6 +206,51 @@ def execute(recipe: rc.Recipe, *, resume: str | None = None,
         if recipe.tracking.log_model and trainer.encoder is not None and is_main:
             tracker.log_model(trainer.encoder, recipe.resolved, domain.encoder_extras(trainer.encoder))
     return run_id, metrics
+
+
+class _Calibrated(Exception):
+    """Raised by :func:`calibrate`'s hook after the first real step: the length is fixed by then."""
+
+
+class _KeepParams:
+    """A tracker that keeps the params it is given and drops everything else."""
+
+    def __init__(self) -> None:
+        self.params: dict[str, Any] = {}
+
+    def log_params(self, params: dict[str, Any]) -> None:
+        self.params.update(params)
+
+    def __getattr__(self, name: str) -> Callable[..., None]:
+        return lambda *args, **kwargs: None
+
+
+def calibrate(recipe: rc.Recipe, device: str | None = None) -> dict[str, Any] | None:
+    """``budget.minutes``' step count for ``recipe`` on this machine, fixed as a run fixes it (its
+    first online monitor timed, then the timed steps of :mod:`toolkit.training.budget`), with
+    nothing logged and no step kept: ``{steps, ms_per_step, precision}``. None when the recipe has
+    no ``budget.minutes`` or its trainer does not calibrate (RL stops on its own clock). A sweep
+    calls it once, before its points, and hands the steps to each (``execute(fixed_steps=)``)."""
+    from toolkit.training.pretrainer import Pretrainer
+    if recipe.budget is None or not recipe.budget.minutes:
+        return None
+    dev = select_device(device or recipe.device)
+    resolve_precision(recipe, dev, recipe.domain_class, announce=False)
+    tracker = _KeepParams()
+
+    def stop(step: int) -> None:
+        raise _Calibrated
+    trainer = recipe.domain_class(recipe).trainer(recipe, tracker, RunOptions(device=dev, progress=False,
+                                                                              hooks=[stop]))
+    if not isinstance(trainer, Pretrainer):
+        return None
+    try:
+        trainer.fit()
+    except _Calibrated:
+        pass
+    found = tracker.params
+    return {"steps": int(found[f"{MEASURED}budget_steps_fixed"]), "precision": recipe.precision,
+            "ms_per_step": float(found.get(f"{MEASURED}budget_ms_per_step", "nan"))}
 
 
 def precision_choice(requested: str, device: Any, domain_cls: Any) -> precision_mod.Choice:

@@ -200,7 +200,7 @@ class Workspace(Trainer):
                   f"{counts.env_steps} of {total} after {counts.train_seconds / 60:.1f} min (evaluations not "
                   f"counted); replay with --set budget.steps={counts.env_steps} --set budget.minutes=null",
                   file=sys.stderr, flush=True)
-            self.tracker.log_params({"budget_steps_reached": counts.env_steps})
+            self.tracker.log_params({"measured.budget_steps_reached": counts.env_steps})
 
     def _out_of_time(self) -> bool:
         """``budget.minutes`` of training wall time spent (evaluations excluded). The schedule is

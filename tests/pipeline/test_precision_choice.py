@@ -152,8 +152,8 @@ def test_a_run_logs_the_resolved_precision_and_the_request(monkeypatch, data_wor
     assert f"precision auto -> {want}: this CPU has" in result.output, result.output
     client = client_for()
     run = client.search_runs([client.get_experiment_by_name("prec").experiment_id])[0]
-    assert run.data.params["precision"] == want
-    assert run.data.params["precision_requested"] == "auto"
+    assert run.data.params["measured.precision"] == want  # what the run used: a measurement
+    assert run.data.params["precision"] == "auto"  # what the recipe asked for: the setting
 
 
 def test_the_toy_domain_keeps_auto_at_fp32_even_with_native_bf16(native_bf16, data_workdir):
@@ -163,7 +163,7 @@ def test_the_toy_domain_keeps_auto_at_fp32_even_with_native_bf16(native_bf16, da
     assert "precision auto -> fp32: the toy problems are tiny" in result.output, result.output
     client = client_for()
     run = client.search_runs([client.get_experiment_by_name("toyprec").experiment_id])[0]
-    assert run.data.params["precision"] == "fp32"
+    assert run.data.params["measured.precision"] == "fp32"
     assert precision.resolve("bf16", CPU, auto_fp32="reason").value == "bf16"  # explicit still honoured
 
 

@@ -54,7 +54,7 @@ def test_minutes_fix_the_length_and_the_run_equals_its_replay(data_workdir, fixe
     run_id, metrics = _run(["budget.steps=400", "budget.minutes=0.02", "tracking.experiment=timed"])
     steps = 12
     run = client_for().get_run(run_id)
-    assert run.data.params["budget_steps_fixed"] == str(steps)
+    assert run.data.params["measured.budget_steps_fixed"] == str(steps)
     final = ckpt.load(ckpt.latest(ckpt.checkpoint_dir(run_id)))["trainer"]["loop"]
     assert final["step"] == final["planned_steps"] == steps
 
@@ -65,7 +65,7 @@ def test_minutes_fix_the_length_and_the_run_equals_its_replay(data_workdir, fixe
 
 def test_the_budget_steps_cap_the_minutes(data_workdir):
     run_id, _ = _run(["budget.steps=5", "budget.minutes=60", "tracking.experiment=capped"])
-    assert client_for().get_run(run_id).data.params["budget_steps_fixed"] == "5"
+    assert client_for().get_run(run_id).data.params["measured.budget_steps_fixed"] == "5"
     assert len(_losses(run_id)) == 5
 
 
@@ -81,7 +81,7 @@ def test_a_resume_keeps_the_fixed_length(data_workdir, fixed_speed):
         _run(sets, hooks=[stop_at_5])
     client = client_for()
     [killed] = client.search_runs([client.get_experiment_by_name("resumed").experiment_id])
-    assert killed.data.params["budget_steps_fixed"] == "12"
+    assert killed.data.params["measured.budget_steps_fixed"] == "12"
     run_id, _ = _run(sets, resume=killed.info.run_id)
     final = ckpt.load(ckpt.latest(ckpt.checkpoint_dir(run_id)))["trainer"]["loop"]
     assert final["step"] == 12 and final["planned_steps"] == 12

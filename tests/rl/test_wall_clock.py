@@ -156,7 +156,7 @@ def test_budget_minutes_stop_training_and_the_run_equals_its_replay(cheap_render
     ws.fit()
     reached = ws.counters.env_steps
     assert 160 < reached < 4000 and ws.counters.train_seconds >= 0.6
-    assert timed.params == {"budget_steps_reached": str(reached)}
+    assert timed.params == {"measured.budget_steps_reached": str(reached)}
     timed_metrics = ws.evaluate()
 
     monkeypatch.setattr(ws_mod, "time", TickingTime())

@@ -1,9 +1,10 @@
 """What a set of runs from the store holds: their seeds, which are sweep parents, which metrics
-are evaluation results and which recipe keys vary. Read by comparisons and the UI's saved view."""
+are evaluation results and which settings vary. Read by comparisons and the UI's saved view."""
 from __future__ import annotations
 
 from typing import Any
 
+from toolkit.tracking.measured import settings
 from toolkit.tracking.store import RECORD_TAG
 
 PARENT_TAG = "mlflow.parentRunId"
@@ -30,8 +31,12 @@ def eval_metrics(runs: list[Any]) -> list[str]:
     return first + sorted(names - set(first))
 
 
-def varying_params(runs: list[Any]) -> list[str]:
-    """The recipe keys whose values differ between ``runs`` (tracking.* never counts)."""
-    keys = sorted({k for r in runs for k in r.data.params})
-    return [k for k in keys if not k.startswith("tracking.")
-            and len({r.data.params.get(k) for r in runs}) > 1]
+def varying_params(runs: list[Any], seed: bool = False) -> list[str]:
+    """The settings (recipe keys as the user set them, :mod:`toolkit.tracking.measured`) whose
+    values differ between ``runs``: what a comparison groups by. ``tracking.*`` never counts, nor
+    ``seed`` unless asked, nor anything a run measured or ran on (``measured.*``, ``env.*`` and
+    their old names)."""
+    per_run = [settings(r) for r in runs]
+    keys = sorted({k for s in per_run for k in s})
+    return [k for k in keys if not k.startswith("tracking.") and (seed or k != "seed")
+            and len({s.get(k) for s in per_run}) > 1]

@@ -8,15 +8,16 @@ and :func:`prepare` sets it on older ones.
 The runs table starts with no metric or param columns; the UI loads a saved view from the
 experiment tag ``mlflow.sharedViewState.<key>`` (JSON of the page's state) when the page is
 opened as ``#/experiments/<id>?viewStateShareKey=<key>``. :func:`publish_view` writes that
-view with the evaluation metrics and the swept params as columns; ``ctk ui`` prints the link
-and the experiment's description carries it too.
+view with the evaluation metrics, the swept settings (what the user set that differs between
+runs; never what a run measured: :mod:`toolkit.tracking.measured`) and the seed as columns;
+``ctk ui`` prints the link and the experiment's description carries it too.
 """
 from __future__ import annotations
 
 import json
 from typing import Any
 
-from toolkit.studies.runsets import eval_metrics, split_parents, varying_params
+from toolkit.studies.runsets import eval_metrics, run_seed, split_parents, varying_params
 
 KIND_TAG = "mlflow.experimentKind"
 ML_KIND = "custom_model_development"
@@ -58,12 +59,14 @@ def publish_view(client: Any, experiment: str) -> str | None:
     experiment_id = exp.experiment_id
     if exp.tags.get(KIND_TAG) is None:
         client.set_experiment_tag(experiment_id, KIND_TAG, ML_KIND)
-    swept = varying_params(runs)
-    state = view_state(eval_metrics(runs), swept)
+    swept = varying_params(runs)  # settings only: never what a run measured or ran on
+    seeds = sorted({s for s in map(run_seed, runs) if s is not None})
+    state = view_state(eval_metrics(runs), swept + (["seed"] if len(seeds) > 1 else []))
     client.set_experiment_tag(experiment_id, VIEW_TAG, json.dumps(state))
     note = exp.tags.get(NOTE_TAG)
     if note is None or note.startswith(_NOTE_MARK):  # never overwrite a user's description
-        text = (f"{_NOTE_MARK}\n{len(runs)} runs; swept: {', '.join(swept) or 'nothing'}.\n\n"
+        text = (f"{_NOTE_MARK}\n{len(runs)} runs; swept: {', '.join(swept) or 'nothing'}"
+                f"{f' ({len(seeds)} seeds)' if len(seeds) > 1 else ''}.\n\n"
                 f"[Open the runs with their metrics and swept params as columns]"
                 f"({view_path(experiment_id)})")
         client.set_experiment_tag(experiment_id, NOTE_TAG, text)

@@ -1,8 +1,8 @@
 """Which floating-point precision a run computes in, and why.
 
 A recipe asks for ``precision: auto | fp32 | bf16 | fp16``; a run resolves it once, on the
-device it runs on, and says what it chose and why (one printed line, and the ``precision`` /
-``precision_requested`` params of the run):
+device it runs on, and says what it chose and why (one printed line; the run logs the request
+as its ``precision`` param, a setting, and the value used as ``measured.precision``):
 
 * ``auto`` on CUDA: bf16 where the GPU supports it (Ampere and later), else fp16 with the
   gradient scaler; a domain that cannot scale its losses (RL) gets fp32 there instead.
@@ -29,7 +29,7 @@ from functools import lru_cache
 import torch
 
 __all__ = ["PRECISIONS", "Choice", "CpuBf16", "autocast_dtype", "cpu_bf16", "cpu_model", "machine_line",
-           "problem", "resolve", "OVERRIDE_ENV"]
+           "machine_params", "problem", "resolve", "OVERRIDE_ENV"]
 
 PRECISIONS = ("auto", "fp32", "bf16", "fp16")
 OVERRIDE_ENV = "CTK_CPU_BF16"
@@ -135,6 +135,17 @@ def machine_line() -> str:
     if torch.cuda.is_available():
         line += f"; GPU: {torch.cuda.get_device_name(0)}"
     return line
+
+
+def machine_params() -> dict[str, str]:
+    """The machine a run runs on, as plain values (a run logs them as ``env.*`` params,
+    :mod:`toolkit.tracking.measured`): torch's CPU capability, native bf16 or not, the CPU model,
+    the GPU (``none`` without CUDA) and the torch version."""
+    bf16 = cpu_bf16()
+    return {"cpu_capability": torch.backends.cpu.get_cpu_capability(),
+            "cpu_bf16": "native" if bf16.native else "not native", "cpu_model": cpu_model(),
+            "gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else "none",
+            "torch": torch.__version__}
 
 
 def _cuda_bf16(device: torch.device) -> bool:

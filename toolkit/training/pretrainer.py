@@ -367,8 +367,8 @@ class Pretrainer(Trainer):
         self.encoder.train()
         for name, fig in result.figures.items():
             self.tracker.log_figure(fig, name)
-        if getattr(result, "settings", None):  # chosen by the evaluation: params, not results
-            self.tracker.log_params({f"evaluation.chosen.{k}": v for k, v in result.settings.items()})
+        if getattr(result, "settings", None):  # chosen by the evaluation: measurements, not results
+            self.tracker.log_params({f"measured.evaluation.chosen.{k}": v for k, v in result.settings.items()})
         metrics = {k: float(v) for k, v in result.metrics.items()}
         self.tracker.log_metrics(metrics, self.state.step)
         return metrics
