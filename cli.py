@@ -235,7 +235,7 @@ def tune(recipe: str, space: tuple[str, ...], samples: int, metric: str, mode: s
 @main.command()
 @click.argument("experiment")
 @click.option("--by", multiple=True, metavar="KEY",
-              help="Group by this recipe key (repeatable; default: the keys whose values differ, seed aside).")
+              help="Group by this key (repeatable; default: the settings whose values differ, seed aside).")
 @click.option("--metric", "metrics", multiple=True, help="Metric (repeatable; default: every evaluation metric).")
 @click.option("--baseline", metavar="GROUP", help="Test every group against this one (its label, e.g. 'temperature=0.5').")
 @click.option("--format", "fmt", type=click.Choice(FORMATS), default="table", show_default=True)
@@ -245,12 +245,14 @@ def tune(recipe: str, space: tuple[str, ...], samples: int, metric: str, mode: s
 @click.option("--curves", metavar="METRIC", help="Plot METRIC's learning curves instead: mean and 95% band over seeds per group.")
 @click.option("--uri", help=URI_HELP)
 @click.option("--per-run", is_flag=True, help="One row per run instead of grouping seeds.")
+@click.option("--strict", is_flag=True, help="Refuse (exit 1) when the runs differ in steps trained, precision or commit.")
 def compare(experiment: str, by: tuple[str, ...], metrics: tuple[str, ...], baseline: str | None,
             fmt: str, plot: str | None, x_key: str | None, curves: str | None, uri: str | None,
-            per_run: bool) -> None:
+            per_run: bool, strict: bool) -> None:
     """Compare the runs of EXPERIMENT: per group and metric the mean, std, n and the 95%
     Student-t interval; with --baseline the difference, its interval, the p-value (paired by
-    seed, else Welch) and significance after Holm's correction.
+    seed, else Welch) and significance after Holm's correction. Groups are the settings that
+    differ (seed aside); a line under the table says what else differs (steps, precision, CPU...).
 
     \b
     Example:
@@ -261,7 +263,7 @@ def compare(experiment: str, by: tuple[str, ...], metrics: tuple[str, ...], base
 
     from toolkit.studies.comparison import comparison_text, figure_line, write_figure
     text, comp = comparison_text(experiment, uri, fmt, shutil.get_terminal_size().columns, by=list(by) or None,
-                                 metrics=list(metrics) or None, per_run=per_run, baseline=baseline)
+                                 metrics=list(metrics) or None, per_run=per_run, baseline=baseline, strict=strict)
     click.echo(text)
     if plot or curves:
         _err(figure_line(*write_figure(comp, plot, x_key, curves)))

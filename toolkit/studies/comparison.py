@@ -1,6 +1,9 @@
-"""``ctk compare``: the runs of an experiment grouped by their swept recipe keys, each group
-summarised per metric (mean, std, n, Student-t 95% interval), optionally tested against a
-baseline group (paired by seed or Welch, Holm-corrected over the whole table); plus the
+"""``ctk compare``: the runs of an experiment grouped by the settings that vary between them
+(seed aside; never by what a run measured or ran on: :mod:`toolkit.tracking.measured`), each
+group summarised per metric (mean, std, n, Student-t 95% interval), optionally tested against a
+baseline group (paired by seed or Welch, Holm-corrected over the whole table); under the table,
+what else differs between the runs (:mod:`toolkit.studies.differs`), with groups and tests whose
+runs differ in steps, precision or commit marked confounded (``strict``: refused); plus the
 series behind ``--plot`` (metric against a numeric swept key) and ``--curves`` (learning
 curves, mean and band over seeds).
 """
@@ -13,6 +16,7 @@ from typing import Any
 
 from toolkit.errors import CtkError
 from toolkit.studies import stats
+from toolkit.studies.differs import confounds, differing, differs_line
 from toolkit.studies.runsets import (
     eval_metrics,
     run_seed,
@@ -21,6 +25,7 @@ from toolkit.studies.runsets import (
 )
 from toolkit.studies.tables import Column, Report, interval, num, render
 from toolkit.studies.ui_view import publish_view
+from toolkit.tracking.measured import split_params
 from toolkit.tracking.store import client_for, find_experiment, reading_client
 
 
@@ -112,18 +117,19 @@ def collect(experiment: str, uri: str | None = None, by: list[str] | None = None
                      "are left out")
     if not runs:
         raise ComparisonError(f"experiment {experiment!r} has no finished runs")
-    known = sorted({k for r in runs for k in r.data.params})
+    values = {r.info.run_id: _values(r) for r in runs}  # settings and measurements (new names)
+    known = sorted({k for v in values.values() for k in v})
     for k in by or []:
         if k not in known:
             raise ComparisonError(f"--by {k!r} is not a recipe key of the runs in {experiment!r}; "
                              f"swept keys: {', '.join(varying_params(runs)) or 'none'}")
-    keys = list(by) if by else [k for k in varying_params(runs) if k != "seed"]
+    keys = list(by) if by else varying_params(runs)
     metrics = list(metrics) if metrics else eval_metrics(runs)
     shorts = short_names(keys)
     grouped: dict[tuple[str, ...], list[Any]] = {}
     for r in runs:
         key = (r.info.run_name or r.info.run_id,) if per_run else \
-            tuple(r.data.params.get(k, "") for k in keys)
+            tuple(values[r.info.run_id].get(k, "") for k in keys)
         grouped.setdefault(key, []).append(r)
     groups = []
     for values, members in sorted(grouped.items(), key=lambda kv: _sort_key(kv[0])):
@@ -134,14 +140,32 @@ def collect(experiment: str, uri: str | None = None, by: list[str] | None = None
                       ["run"] if per_run else keys, metrics, groups, parents, notes)
 
 
+def _values(run: Any) -> dict[str, str]:
+    settings, found = split_params(run.data.params, run.data.tags)
+    return {**settings, **found}
+
+
 # ---------------------------------------------------------------------------------------
 # the table
 
-def compare_report(comp: Comparison, baseline: str | None = None, alpha: float = 0.05) -> Report:
+def compare_report(comp: Comparison, baseline: str | None = None, alpha: float = 0.05,
+                   strict: bool = False) -> Report:
     """One record per (group, metric); with ``baseline`` the difference to the baseline
     group, its interval, the p-value and the Holm-adjusted p-value over every test in the
-    table (significant: adjusted p < ``alpha``)."""
+    table (significant: adjusted p < ``alpha``). Each record says what else differs among its
+    runs (``differs``; a test's runs are the group's and the baseline's) and which of that can
+    change the result (``confounded``); ``strict`` raises ComparisonError instead of comparing
+    runs that differ in steps, precision or commit."""
     base = comp.group(baseline) if baseline else None
+    every = [(g.label, g.runs) for g in comp.groups]
+    line = differs_line(every)
+    if strict:
+        mixed = confounds([r for g in comp.groups for r in g.runs])
+        if mixed:
+            raise ComparisonError(
+                f"--strict: the runs of {comp.experiment!r} differ in what can change the result "
+                f"({mixed}); nothing was tested. {line}. Train them alike (a sweep fixes one step count "
+                "for every point; --set budget.steps=N and --precision fix them by hand) or drop --strict")
     records: list[dict[str, Any]] = []
     for metric in comp.metrics:
         for g in comp.groups:
@@ -151,6 +175,10 @@ def compare_report(comp: Comparison, baseline: str | None = None, alpha: float =
             rec: dict[str, Any] = dict(zip(comp.by, g.values))
             rec.update(group=g.label, metric=metric, n=s.n, mean=s.mean, std=s.std,
                        ci_low=s.low, ci_high=s.high)
+            pool = g.runs if base is None or g is base else g.runs + base.runs
+            found = differing(pool)
+            rec.update(differs="; ".join(f"{k} {v}" for k, v in found.items()) or None,
+                       confounded=confounds(pool))
             if base is not None:
                 d = None if g is base else stats.difference(g.metric(metric), base.metric(metric),
                                                             g.seeds, base.seeds)
@@ -169,7 +197,7 @@ def compare_report(comp: Comparison, baseline: str | None = None, alpha: float =
                 Column("mean", lambda r: num(r["mean"])), Column("std", lambda r: num(r["std"], 2)),
                 Column("95% CI", lambda r: interval(r["ci_low"], r["ci_high"]), "CI")]
     fields = [*comp.by, "group", "metric", "n", "mean", "std", "ci_low", "ci_high"]
-    notes = list(comp.notes)
+    notes = [line, *comp.notes]
     if base is not None:
         columns += [Column(f"diff vs {base.label}", lambda r: num(r["diff"]), "diff"),
                     Column("diff 95% CI", lambda r: "-" if r["diff"] is None
@@ -181,17 +209,26 @@ def compare_report(comp: Comparison, baseline: str | None = None, alpha: float =
         notes.append(f"diff = group - baseline ({base.label}); paired t-test where the seeds match, "
                      f"Welch otherwise; * = Holm-adjusted p < {alpha} over the "
                      f"{sum(1 for r in records if r['p_holm'] is not None)} tests of this table")
+    if any(r["confounded"] for r in records):
+        columns.append(Column("note", lambda r: f"confounded: {r['confounded']}" if r["confounded"] else ""))
+        notes.append("confounded: the runs behind that row (a test's: the group's and the baseline's) differ "
+                     "in steps trained, precision or commit, so the difference mixes those in; "
+                     "--strict refuses to compare them")
+    fields += ["confounded", "differs"]
     notes.append("95% CI: Student t interval of the mean over seeds (n-1 degrees of freedom)")
-    title = f"{comp.experiment}: {len(comp.groups)} groups by {', '.join(comp.by) or 'nothing'}"
-    return Report(title, fields, records, columns, key_columns=len(comp.by) + 1, notes=notes)
+    n = len(comp.groups)
+    title = (f"{comp.experiment}: {n} group{'s' if n != 1 else ''} by {', '.join(comp.by)}" if comp.by else
+             f"{comp.experiment}: {n} group{'s' if n != 1 else ''}; no setting differs (seed aside)")
+    return Report(title, fields, records, columns, key_columns=len(comp.by) + 1, notes=notes,
+                  meta={"differs": line})
 
 
 def comparison_text(experiment: str, uri: str | None, fmt: str, width: int | None,
-                    baseline: str | None = None, **kwargs: Any) -> tuple[str, Comparison]:
+                    baseline: str | None = None, strict: bool = False, **kwargs: Any) -> tuple[str, Comparison]:
     """``ctk compare``'s output: the rendered report (``kwargs`` go to :func:`collect`); the
     experiment's mlflow columns view is refreshed on the way."""
     comp = collect(experiment, uri, **kwargs)
-    text = render(compare_report(comp, baseline), fmt, width)
+    text = render(compare_report(comp, baseline, strict=strict), fmt, width)
     publish_view(client_for(uri), comp.experiment)
     return text, comp
 

@@ -175,7 +175,7 @@ def study_points(study: Study, load: Loader) -> list[tuple[Any, str, str, int]]:
                 recipe = load(str(study.recipes[domain]), sets)
                 tags = {STUDY_TAG: study.spec.name, DOMAIN_TAG: domain, ARM_TAG: arm,
                         "mlflow.note.content": run_note(f"study {study.spec.name}, {domain}, arm {arm}", sets[:-2])}
-                out.append((Point(label, recipe, [f"seed={seed}"], tags), domain, arm, seed))
+                out.append((Point(label, recipe, [f"seed={seed}"], tags, budget_group=domain), domain, arm, seed))
     return out
 
 
@@ -185,6 +185,7 @@ class Measured:
 
     metrics: dict[tuple[str, str, int], dict[str, float]] = field(default_factory=dict)
     minutes: dict[tuple[str, str, int], float] = field(default_factory=dict)
+    runs: dict[tuple[str, str, int], Any] = field(default_factory=dict)  # what else differs
 
 
 def measured(points: list[tuple[Any, str, str, int]], runs_by_key: dict[str, Any]) -> Measured:
@@ -195,6 +196,7 @@ def measured(points: list[tuple[Any, str, str, int]], runs_by_key: dict[str, Any
         if run is None or run.info.status != "FINISHED":
             continue
         out.metrics[(domain, arm, seed)] = dict(run.data.metrics)
+        out.runs[(domain, arm, seed)] = run
         if run.info.end_time and run.info.start_time:
             out.minutes[(domain, arm, seed)] = (run.info.end_time - run.info.start_time) / 60000
     return out
@@ -211,8 +213,12 @@ def _verdict(diff: float | None, p_holm: float | None, direction: str, alpha: fl
 def study_report(study: Study, got: Measured) -> Report:
     """The study's table (see the module's docstring); Holm's correction runs over every
     (domain, metric, arm) test in it."""
+    from toolkit.studies.differs import confounds, differs_line
     base = study.spec.baseline
     records: list[dict[str, Any]] = []
+
+    def runs_of(domain: str, arms: list[str]) -> list[Any]:
+        return [r for (d, a, _), r in got.runs.items() if d == domain and a in arms]
     for domain, metric_dirs in study.metrics.items():
         minutes = [m for (d, _, _), m in got.minutes.items() if d == domain]
         per_run = sum(minutes) / len(minutes) if minutes else None
@@ -234,12 +240,13 @@ def study_report(study: Study, got: Measured) -> Report:
                                 "arm_mean": _mean(a_vals),
                                 "diff": d and d.diff, "diff_low": d and d.low, "diff_high": d and d.high,
                                 "p": d and d.p, "test": d.test if d else "n<2", "p_holm": None,
-                                "minutes_per_run": per_run})
+                                "minutes_per_run": per_run, "confounded": confounds(runs_of(domain, [base, arm]))})
     tested = [r for r in records if r["p"] is not None and math.isfinite(r["p"])]
     for rec, adj in zip(tested, stats.holm([r["p"] for r in tested])):
         rec["p_holm"] = adj
     for rec in records:
-        rec["verdict"] = _verdict(rec["diff"], rec["p_holm"], rec["direction"], study.spec.alpha, rec["n"])
+        rec["verdict"] = _verdict(rec["diff"], rec["p_holm"], rec["direction"], study.spec.alpha, rec["n"]) + \
+            (f" (confounded: {rec['confounded']})" if rec["confounded"] else "")
     columns = [Column("domain", lambda r: r["domain"]), Column("metric", lambda r: r["metric"]),
                Column("arm", lambda r: r["arm"]), Column("n", lambda r: str(r["n"])),
                Column(f"{base} mean", lambda r: num(r["baseline_mean"]), "base"),
@@ -251,14 +258,16 @@ def study_report(study: Study, got: Measured) -> Report:
                Column("verdict", lambda r: r["verdict"]),
                Column("min/run", lambda r: num(r["minutes_per_run"], 2), "min")]
     fields = ["domain", "metric", "direction", "arm", "n", "baseline_mean", "baseline_low", "baseline_high",
-              "arm_mean", "diff", "diff_low", "diff_high", "p", "test", "p_holm", "verdict", "minutes_per_run"]
-    notes = [f"diff = arm - {base} over the seeds {study.seeds}; t-test paired by seed; Holm's correction over "
+              "arm_mean", "diff", "diff_low", "diff_high", "p", "test", "p_holm", "verdict", "minutes_per_run",
+              "confounded"]
+    line = differs_line([(f"{d}/{a}", runs_of(d, [a])) for d in study.metrics for a in study.arms])
+    notes = [line, f"diff = arm - {base} over the seeds {study.seeds}; t-test paired by seed; Holm's correction over "
              f"the {len(tested)} tests of this study; verdict at alpha {study.spec.alpha} in each metric's "
              "better direction (max / min)",
              "95% CI: Student t interval over seeds (n-1 degrees of freedom); min/run: mean wall minutes of a "
              "run of that domain"]
     title = f"study {study.spec.name}: {', '.join(study.arms[1:])} vs {base} in {len(study.metrics)} domains"
-    return Report(title, fields, records, columns, key_columns=3, notes=notes)
+    return Report(title, fields, records, columns, key_columns=3, notes=notes, meta={"differs": line})
 
 
 def _mean(values: list[float | None]) -> float | None:
@@ -281,7 +290,8 @@ def forest_figure(report: Report) -> Any:
         low = (r["diff_low"] if r["diff_low"] is not None else r["diff"]) * scale
         high = (r["diff_high"] if r["diff_high"] is not None else r["diff"]) * scale
         good = (r["diff"] > 0) == (r["direction"] == "max")
-        color = "tab:green" if r["verdict"] == "helps" else "tab:red" if r["verdict"] == "hurts" else "tab:gray"
+        color = ("tab:green" if r["verdict"].startswith("helps") else "tab:red" if r["verdict"].startswith("hurts")
+                 else "tab:gray")
         ax.plot([low, high], [i, i], color=color, lw=2)
         ax.plot([r["diff"] * scale], [i], "o", color=color, ms=6 if good else 5)
     ax.axvline(0.0, color="black", lw=0.8)

@@ -34,6 +34,7 @@ class Report:
     columns: list[Column]           # the text view
     key_columns: int = 1            # leading columns repeated when the table wraps
     notes: list[str] = field(default_factory=list)
+    meta: dict[str, Any] = field(default_factory=dict)  # json: beside title and notes (e.g. differs)
 
 
 def render(report: Report, fmt: str = "table", width: int | None = None) -> str:
@@ -50,7 +51,7 @@ def render(report: Report, fmt: str = "table", width: int | None = None) -> str:
     if fmt == "json":
         rows = [{k: None if _missing(rec.get(k)) else rec.get(k) for k in report.fields}
                 for rec in report.records]
-        return json.dumps({"title": report.title, "notes": report.notes, "rows": rows}, indent=2)
+        return json.dumps({"title": report.title, "notes": report.notes, **report.meta, "rows": rows}, indent=2)
     cells = [[c.cell(rec) for c in report.columns] for rec in report.records]
     headers = [c.header for c in report.columns]
     if fmt == "markdown":
