@@ -111,6 +111,23 @@ def test_runs_table_shows_metric_and_swept_param_columns(ui, screens):
     on_screen = [name for _, name in sorted(cells, key=lambda c: int(c[0]))]
     assert on_screen and on_screen[0] == "kmeans_accuracy", on_screen
     assert set(on_screen) >= {"kmeans_accuracy", "dp_margin_occupancy", "kmeans_accuracy_euclidean"}
+    # the first screen says something: the points are folded under the sweep's parent, whose row
+    # carries the sweep's answer (the best group's mean of the metric of record), not a dash
+    client = client_for(ui[1])
+    exp = client.get_experiment_by_name("ui-demo")
+    [parent] = [r for r in client.search_runs([exp.experiment_id]) if "ctk.sweep_parent" in r.data.tags]
+    best = parent.data.metrics["kmeans_accuracy"]
+    assert "best temperature=" in parent.data.tags["mlflow.note.content"]
+    # the grid draws a row in pieces (pinned name column, scrolled metric columns), each a
+    # role="row" element with the run id as its row-id
+    pieces = re.findall(rf'<div[^>]*role="row"[^>]*row-id="{parent.info.run_id}"[^>]*>(.*?)(?=<div[^>]*role="row"|$)',
+                        dom, flags=re.S)
+    row = "".join(pieces)
+    assert "sweep-lmcl_three_bars_cl" in row, "the parent run is not a row of the first screen"
+    cell = re.search(r'role="gridcell" col-id="metrics\.`kmeans_accuracy`".*?class="ag-cell-value">([^<]*)<',
+                     row, flags=re.S)
+    shown = cell.group(1).strip() if cell else ""
+    assert re.fullmatch(r"\d+(\.\d+)?", shown) and float(shown) == pytest.approx(best, abs=0.01), (shown, best)
 
 
 def test_compare_page_and_run_artifacts(ui, screens):

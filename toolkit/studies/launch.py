@@ -57,6 +57,8 @@ class PointSpec:
     gpus: float = 0.0
     env: dict[str, str] = field(default_factory=dict)
     cwd: str = ""
+    fixed_steps: int | None = None  # budget.minutes' steps, fixed once for the sweep
+    calibrate: bool = False         # only fix those steps (toolkit.runs.calibrate): no run
 
 
 @dataclass
@@ -72,12 +74,16 @@ class Outcome:
 def run_point(spec: PointSpec, lookup: Callable[[str], Any], progress: bool = False,
               task_id: str | None = None) -> Outcome:
     """Run (or skip, or resume) one point; never raises for the point's own failure."""
-    from toolkit.runs import execute, load_recipe
+    from toolkit.runs import calibrate, execute, load_recipe
     from toolkit.tracking.store import client_for
     start = time.perf_counter()
     client = run_id = None
     try:
         recipe = load_recipe(spec.source, [], lookup, data=spec.raw)
+        if spec.calibrate:
+            found = calibrate(recipe)
+            return Outcome(spec.label, "calibrated" if found else "not calibrated", None,
+                           time.perf_counter() - start, metrics=found or {})
         client = client_for(recipe.tracking.uri)
         run = find_point_runs(client, recipe.tracking.experiment).get(spec.key)
         if run is not None and run.info.status == "RUNNING" and task_id and run.data.tags.get(RAY_TASK_TAG) == task_id:
@@ -93,7 +99,8 @@ def run_point(spec: PointSpec, lookup: Callable[[str], Any], progress: bool = Fa
             client.delete_run(run_id)
         tags = {**spec.tags, POINT_TAG: spec.key, **({RAY_TASK_TAG: task_id} if task_id else {})}
         resume = run_id if action == "resume" else None
-        run_id, metrics = execute(recipe, resume=resume, progress=progress, extra_tags=tags)
+        run_id, metrics = execute(recipe, resume=resume, progress=progress, extra_tags=tags,
+                                  fixed_steps=spec.fixed_steps)
         return Outcome(spec.label, "finished", run_id, time.perf_counter() - start,
                        "resumed" if resume else "", metrics)
     except KeyboardInterrupt as exc:
@@ -182,11 +189,16 @@ def _start_ray(jobs: int, address: str | None, cpus: float, env: dict[str, str])
 
 def run_points(specs: list[PointSpec], lookup: Callable[[str], Any], *, jobs: int = 1,
                address: str | None = None, progress: bool = True,
-               echo: Callable[[str], None] = print) -> tuple[list[Outcome], bool]:
+               echo: Callable[[str], None] = print,
+               before: Callable[[Callable[[PointSpec], Outcome]], None] | None = None) -> tuple[list[Outcome], bool]:
     """Run the points; returns their outcomes (in completion order) and whether Ctrl-C
-    stopped the sweep."""
+    stopped the sweep. ``before(run_alone)`` is called before any point starts, with a function
+    that runs one spec where the points run (this process, or a Ray worker with its resources),
+    alone, and returns its outcome: the sweep fixes ``budget.minutes``' steps through it."""
     address = address or os.environ.get("RAY_ADDRESS") or None
     if jobs <= 1 and not address:
+        if before is not None:
+            before(lambda spec: run_point(spec, lookup))
         outcomes = []
         for spec in specs:
             echo(f"-> {spec.label}")
@@ -204,6 +216,10 @@ def run_points(specs: list[PointSpec], lookup: Callable[[str], Any], *, jobs: in
         if specs:
             refuse_local_store(specs[0].env["MLFLOW_TRACKING_URI"],
                                [n["NodeManagerHostname"] for n in ray.nodes() if n.get("Alive")])
+        if before is not None:
+            alone = ray.remote(max_retries=1, retry_exceptions=False)(_ray_task)
+            before(lambda spec: _collect(ray, alone.options(num_cpus=spec.cpus, num_gpus=spec.gpus,
+                                                             name=spec.label).remote(spec, lookup), spec))
         return _ray_loop(ray, specs, lookup, jobs if jobs > 1 else len(specs), echo)
     finally:
         if started:
@@ -319,8 +335,11 @@ def run_sweep(points: list[Any], lookup: Callable[[str], Any], *, experiment: st
         specs.append(PointSpec(p.label, p.key, p.recipe.source, p.recipe.raw, {**p.tags, PARENT_TAG: parent},
                                retry_failed, float(each), float(res.gpus if gpus is None else gpus),
                                point_env(uri, each), os.getcwd()))
+    from toolkit.studies.budget_steps import fix_for_points
     try:
-        outcomes, interrupted = run_points(specs, lookup, jobs=jobs, address=address, progress=progress, echo=echo)
+        outcomes, interrupted = run_points(specs, lookup, jobs=jobs, address=address, progress=progress, echo=echo,
+                                           before=lambda alone: fix_for_points(client, parent, points, specs,
+                                                                               alone, echo))
     except KeyboardInterrupt:
         outcomes, interrupted = [], True
     done = {o.label for o in outcomes}
@@ -350,7 +369,7 @@ def sweep_grid(recipe: str, grid: list[str], sets: list[str], experiment: str | 
 
     from toolkit.runs import expand_grid
     from toolkit.studies.comparison import comparison_text
-    from toolkit.studies.sweeps import grid_points, log_sweep_figure
+    from toolkit.studies.sweeps import grid_points, log_sweep_answer, log_sweep_figure
     points = expand_grid(grid)
     experiment = experiment or f"sweep-{Path(recipe).stem}"
     todo = grid_points(recipe, points, sets, experiment, load)
@@ -363,4 +382,7 @@ def sweep_grid(recipe: str, grid: list[str], sets: list[str], experiment: str | 
         return code
     echo(text)
     log_sweep_figure(comp, experiment)
+    answer = log_sweep_answer(comp, experiment, f"sweep-{Path(recipe).stem}", todo[0].recipe)
+    if answer:
+        note(answer)
     return code

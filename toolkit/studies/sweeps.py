@@ -24,6 +24,7 @@ grid, the summary table and the comparison plot.
 from __future__ import annotations
 
 import hashlib
+import re
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -51,6 +52,7 @@ class Point:
     recipe: Any
     values: list[str] = field(default_factory=list)
     tags: dict[str, str] = field(default_factory=dict)
+    budget_group: str = ""  # points that share budget.minutes' step count (a study: per domain)
 
     @property
     def key(self) -> str:
@@ -188,7 +190,8 @@ def table_points(table: Any, name: str, sets: list[str], experiment: str, load: 
             r = load(str(row.recipe), (*row.overrides, *sets), [f"seed={seed}", f"tracking.experiment={experiment}"])
             note = run_note(f"{name}, row {row.label}", [*row.overrides, *sets, f"seed={seed}"])
             out.append(Point(f"{row.label} s{seed}", r, [f"seed={seed}"],
-                             {"ctk.table": name, "ctk.row": row.label, "mlflow.note.content": note}))
+                             {"ctk.table": name, "ctk.row": row.label, "mlflow.note.content": note},
+                             budget_group=r.domain))
     return out
 
 
@@ -203,6 +206,65 @@ def fill_measured(table: Any, points: list[Point], outcomes: list[Any]) -> None:
             if m in measured.get(point.label, {}):
                 got.setdefault(m, []).append(measured[point.label][m])
                 seeds.setdefault(m, []).append(point.recipe.seed)
+
+
+def _slug(label: str) -> str:
+    return re.sub(r"[^\w.\- ]", "_", label.replace(", ", " ").replace("=", "_"))
+
+
+def log_answer(client: Any, parent: str, comp: Any, directions: dict[str, str] | None = None) -> str | None:
+    """The sweep's answer on its parent run, so the first row the UI shows is the comparison:
+    per group of settings, ``group/<group>/n`` and ``group/<group>/<metric>`` (its mean) for each
+    metric of record; the best group (by the first metric of record) with its mean of every
+    evaluation metric as the parent's own metrics (under the metrics' names, to 6 digits: the
+    runs table's columns show them in the parent's row) and named in its description
+    with the other groups and what else differs. ``directions``: metric -> max | min (the
+    domain's ``result_metrics``; max when unknown). Returns the best group's label."""
+    from toolkit.studies import stats
+    from toolkit.studies.differs import differs_line
+    from toolkit.studies.tables import interval, num
+    from toolkit.studies.ui_view import NOTE_TAG
+    from toolkit.tracking.store import RECORD_TAG
+    record = [m for g in comp.groups for r in g.runs for m in r.data.tags.get(RECORD_TAG, "").split(",")
+              if m in comp.metrics]
+    metrics = list(dict.fromkeys(record)) or comp.metrics[:3]
+    if not metrics:
+        return None
+    first, sign = metrics[0], -1.0 if (directions or {}).get(metrics[0]) == "min" else 1.0
+    summaries = {g.label: {m: stats.summarize(g.metric(m)) for m in metrics} for g in comp.groups}
+    ranked = sorted((g for g in comp.groups if summaries[g.label][first] is not None),
+                    key=lambda g: -sign * summaries[g.label][first].mean)
+    if not ranked:
+        return None
+    batch = []
+    for g in comp.groups:
+        batch.append((f"group/{_slug(g.label)}/n", len(g.runs)))
+        batch += [(f"group/{_slug(g.label)}/{m}", s.mean) for m, s in summaries[g.label].items() if s]
+    best = ranked[0]
+    means = {m: stats.summarize(best.metric(m)) for m in comp.metrics}  # every column of the row
+    batch += [(m, s.mean) for m, s in means.items() if s] + [("best/n", len(best.runs))]
+    for name, value in batch:
+        client.log_metric(parent, name, float(f"{value:.6g}"))
+    rows = [f"| {g.label} | {len(g.runs)} | " + " | ".join(
+        "-" if s is None else f"{num(s.mean)} {interval(s.low, s.high)}" for s in summaries[g.label].values()) + " |"
+        for g in ranked]
+    s = summaries[best.label][first]
+    text = (f"**sweep answer**: best {best.label}: {first} {num(s.mean)} (n={s.n}, 95% CI "
+            f"{interval(s.low, s.high)}; {'lower' if sign < 0 else 'higher'} is better)\n\n"
+            f"| group | n | {' | '.join(metrics)} |\n|{'---|' * (2 + len(metrics))}\n" + "\n".join(rows)
+            + f"\n\n{differs_line([(g.label, g.runs) for g in comp.groups])}")
+    client.set_tag(parent, NOTE_TAG, text)
+    return best.label
+
+
+def log_sweep_answer(comp: Any, experiment: str, name: str, recipe: Any) -> str | None:
+    """:func:`log_answer` on the parent of the sweep ``name`` (directions from ``recipe``'s domain);
+    the line that says so, or None."""
+    from toolkit.tracking.store import client_for
+    client = client_for(recipe.tracking.uri)
+    parent = parent_run_id(client, experiment, name)
+    best = log_answer(client, parent, comp, recipe.domain_class.result_metrics(recipe)) if parent else None
+    return f"sweep answer on the parent run {parent}: best {best}" if best else None
 
 
 def log_sweep_figure(comp: Any, experiment: str) -> None:

@@ -8,6 +8,12 @@ vision, ``budget.eval_every`` evaluations, the evaluation return for RL) is repo
 ASHA compares trials at the same training step and stops the weak ones. Each trial is an mlflow
 child run of one parent run (``tune-<recipe>``); the best trial's recipe is written as YAML.
 
+A recipe with ``budget.minutes`` has its step count fixed once, before the first trial, by one
+calibration of the recipe (``--set`` values included, sampled keys at the recipe's values) on a
+Ray worker with a trial's cores; every trial trains that many steps (ASHA may stop it earlier at
+a rung), and the count is printed and recorded on the parent run (tag ``ctk.budget_steps``,
+metric ``sweep/budget_steps_fixed``).
+
 Spaces: ``uniform(a,b)``, ``loguniform(a,b)``, ``randint(a,b)`` (a <= k < b), ``choice(x,y,...)``
 (values parsed as YAML).
 """
@@ -62,7 +68,7 @@ def _ray_space(space: dict[str, tuple[str, list[Any]]]) -> dict[str, Any]:
 
 
 def _trial(config: dict[str, Any], *, recipe: str, sets: list[str], experiment: str, parent: str,
-           metric: str, lookup: Callable[[str], Any]) -> None:
+           metric: str, lookup: Callable[[str], Any], fixed_steps: int | None = None) -> None:
     """One trial: the recipe with the sampled overrides, every logged ``metric`` reported."""
     from ray import tune as rt
 
@@ -75,11 +81,37 @@ def _trial(config: dict[str, Any], *, recipe: str, sets: list[str], experiment: 
     def report(metrics: dict[str, float], step: int) -> None:
         if metric in metrics:
             rt.report({metric: float(metrics[metric]), "step": int(step)})
-    _, final = execute(r, progress=False, on_metrics=report,
+    _, final = execute(r, progress=False, on_metrics=report, fixed_steps=fixed_steps,
                        extra_tags={"mlflow.parentRunId": parent, "ctk.tune": experiment})
     if metric not in final:
         raise ValueError(f"--metric {metric!r} was never logged by this recipe; it logged: "
                          f"{', '.join(sorted(final))}")
+
+
+def _calibrate(recipe: str, sets: list[str], lookup: Callable[[str], Any], cpus: float) -> dict[str, Any] | None:
+    """The body of the Ray task that fixes ``budget.minutes``' steps for every trial."""
+    import torch
+
+    from toolkit.runs import calibrate, load_recipe
+    torch.set_num_threads(max(1, int(cpus)))
+    return calibrate(load_recipe(recipe, sets, lookup))
+
+
+def _fix_steps(ray: Any, client: Any, parent: str, recipe: str, sets: list[str], lookup: Callable[[str], Any],
+               cpus: float) -> int | None:
+    """One calibration before the trials (None when the recipe has no budget.minutes)."""
+    import json
+    import sys
+
+    from toolkit.studies.budget_steps import METRIC, TAG
+    found = ray.get(ray.remote(_calibrate).options(num_cpus=cpus).remote(recipe, sets, lookup, cpus))
+    if not found:
+        return None
+    client.set_tag(parent, TAG, json.dumps({"|tune": {**found, "on": "the recipe"}}, sort_keys=True))
+    client.log_metric(parent, METRIC, found["steps"])
+    print(f"tune: budget.minutes -> {found['steps']:,} steps for every trial ({found['ms_per_step']:.1f} ms/step, "
+          f"{found['precision']}, timed alone before the trials start)", file=sys.stderr, flush=True)
+    return int(found["steps"])
 
 
 def _short(value: Any) -> str:
@@ -111,8 +143,11 @@ def tune(recipe: str, sets: list[str], space_items: list[str], *, samples: int, 
     cpus = max(1.0, (os.cpu_count() or 2) / max(1, jobs))
     ray, started = _start_ray(jobs, address, cpus, point_env(uri, cpus))
     try:
+        fixed = _fix_steps(ray, client, parent, str(Path(recipe).resolve()), list(sets), lookup, cpus) \
+            if base.budget is not None and base.budget.minutes else None
         trainable = rt.with_parameters(_trial, recipe=str(Path(recipe).resolve()), sets=list(sets),
-                                       experiment=experiment, parent=parent, metric=metric, lookup=lookup)
+                                       experiment=experiment, parent=parent, metric=metric, lookup=lookup,
+                                       fixed_steps=fixed)
         trainable = rt.with_resources(trainable, {"cpu": cpus})
         tuner = rt.Tuner(trainable, param_space=_ray_space(space),
                          tune_config=rt.TuneConfig(metric=metric, mode=mode, num_samples=samples,
