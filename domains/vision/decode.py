@@ -19,7 +19,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-__all__ = ["CropSpec", "crop_boxes", "decode_views", "decode_on_device"]
+__all__ = ["CropSpec", "crop_boxes", "decode_views", "decode_on_device", "pixel_box"]
 
 
 @dataclass(frozen=True)
@@ -116,8 +116,6 @@ def _decode_turbo(path: str, spec: CropSpec, rng: np.random.Generator) -> tuple[
         import simplejpeg
     except ImportError:
         return None
-    from PIL import Image
-
     with open(path, "rb") as fh:
         data = fh.read()
     if not data.startswith(b"\xff\xd8"):
@@ -135,13 +133,30 @@ def _decode_turbo(path: str, spec: CropSpec, rng: np.random.Generator) -> tuple[
     except ValueError:  # truncated, CMYK, ...: PIL reads it or names the problem
         rng.bit_generator.state = state
         return None
-    im = Image.fromarray(arr)
-    fx, fy = im.size[0] / width, im.size[1] / height
-    size = spec.size
-    crops = [np.asarray(im.resize((size, size), Image.BILINEAR, box=(b[0] * fx, b[1] * fy, b[2] * fx, b[3] * fy)))
-             for b in boxes]
-    natural = np.asarray(im.resize((size, size), Image.BILINEAR)).transpose(2, 0, 1) if spec.natural else None
-    return np.stack(crops).transpose(0, 3, 1, 2), natural
+    # torch's uint8 antialiased bilinear resize on the channels-last decode (no copy): the same
+    # filter as PIL's, ~3x faster (bench/vision_input.py)
+    img = torch.from_numpy(arr).permute(2, 0, 1)[None]
+    fx, fy = arr.shape[1] / width, arr.shape[0] / height
+    views = []
+    for b in boxes:
+        left, top, right, bottom = pixel_box(b, fx, fy)
+        views.append(_resize(img[:, :, top:bottom, left:right], spec.size))
+    natural = _resize(img, spec.size)[0].numpy() if spec.natural else None
+    return torch.cat(views).numpy(), natural
+
+
+def pixel_box(box: Sequence[float], fx: float, fy: float) -> tuple[int, int, int, int]:
+    """A full-resolution box on an image decoded at scale ``(fx, fy)``, in whole pixels (at
+    least one a side): what the crop covers is this box divided by the scale, within a pixel of
+    the reduced image of the box drawn."""
+    left, top = int(box[0] * fx), int(box[1] * fy)
+    return left, top, max(left + 1, round(box[2] * fx)), max(top + 1, round(box[3] * fy))
+
+
+def _resize(img: Tensor, size: int) -> Tensor:
+    """``[1, C, h, w]`` uint8 -> ``[1, C, size, size]`` uint8 (contiguous), antialiased bilinear."""
+    return F.interpolate(img, size=(size, size), mode="bilinear", antialias=True,
+                         align_corners=False).contiguous()
 
 
 def decode_on_device(batch: dict[str, Any], size: int, device: torch.device) -> Tensor:

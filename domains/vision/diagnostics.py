@@ -16,6 +16,8 @@
 """
 from __future__ import annotations
 
+import warnings
+
 from typing import Any
 
 import torch
@@ -68,8 +70,12 @@ def geometry(encoder: torch.nn.Module, data: Any, recipe: Any) -> tuple[dict[str
     d_plus, d_minus, t_neg = margin_and_t_neg(recipe, cfg)
 
     unif = metrics.uniformity(z, t=cfg.uniformity_t)
-    out = {"alignment": metrics.alignment(z1, z2), "uniformity": unif, "neg_uniformity": -unif,
-           "tolerance": metrics.tolerance(z, labels)}
+    out = {"alignment": metrics.alignment(z1, z2), "uniformity": unif, "neg_uniformity": -unif}
+    if len(torch.unique(labels)) < len(labels):  # tolerance needs a class seen twice
+        out["tolerance"] = metrics.tolerance(z, labels)
+    else:
+        warnings.warn(f"tolerance left out: the {len(labels)} diagnostic images hold no class twice "
+                      "(raise evaluation.diagnostics.samples)", stacklevel=2)
     m = min(cfg.entropy_batch, n)
     chunks = [z[s:s + m] for s in range(0, n - m + 1, m)]  # full batches only (CACR Fig. 3)
     out["cond_entropy"] = sum(metrics.conditional_entropy(c, None, t_neg) for c in chunks) / len(chunks)

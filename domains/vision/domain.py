@@ -64,14 +64,22 @@ def _seeded_subset(split: ds.ImageSplit, n: int | None, seed: int) -> ds.ImageSp
     return split.subset(torch.randperm(len(split), generator=g)[:n].sort().values)
 
 
-def build_augment(cfg: DataConfig) -> BatchAugment:
+def view_family(cfg: DataConfig) -> BatchAugment:
+    """The recipe's whole view family, random-resized crop included, on in-memory images."""
     a = cfg.augment
     spec = preset(a.preset or default_preset(cfg.dataset), **a.model_dump(exclude={"preset"}))
     mean, std = normalization(cfg.dataset)
-    if cfg.dataset in STREAMED:  # the workers crop; the device does the rest of the family
-        from domains.vision.folder_data import crop_rest
-        return BatchAugment(crop_rest(spec), mean, std)
     return BatchAugment(spec, mean, std)
+
+
+def build_augment(cfg: DataConfig) -> BatchAugment:
+    """What the device applies to a training batch: the whole family, or for a streamed dataset
+    (whose workers crop) the rest of it."""
+    family = view_family(cfg)
+    if cfg.dataset in STREAMED:
+        from domains.vision.folder_data import crop_rest
+        return BatchAugment(crop_rest(family.spec), family.mean, family.std)
+    return family
 
 
 def eval_augment(train: BatchAugment, ev: EvaluationConfig) -> BatchAugment:
@@ -173,7 +181,7 @@ class VisionDomain(Domain):
         ev: EvaluationConfig = recipe.evaluation
         if cfg.dataset in STREAMED:
             from domains.vision.folder_data import FolderStreams, monitor_splits, training_device
-            aug = eval_augment(self.augment or build_augment(cfg), ev)
+            aug = eval_augment(view_family(cfg), ev)  # the diagnostics crop the decoded subsets
             small_tr, small_te, train, val = monitor_splits(recipe, aug.spec.size)
             streams = FolderStreams(train, val, aug.spec.size, cfg.loader, training_device(recipe))
             return VisionEvalData(small_tr, small_te, aug, train.num_classes, recipe.seed, ev.monitor, streams)

@@ -33,7 +33,7 @@ from typing import Sequence
 import numpy as np
 
 __all__ = ["FolderSplit", "FolderProblem", "EXTENSIONS", "IMAGENET100", "imagenet100_classes",
-           "dataset_path", "find_problems", "load_folder_split", "HOW_TO_GET"]
+           "dataset_path", "DEFAULT_FOLDERS", "find_problems", "load_folder_split", "HOW_TO_GET"]
 
 EXTENSIONS = (".jpg", ".jpeg", ".png", ".webp")
 IMAGENET100 = Path(__file__).with_name("imagenet100.txt")
@@ -52,7 +52,7 @@ HOW_TO_GET = {
                      "(docs/data.md, 'Tiny ImageNet')",
 }
 
-_DEFAULT_FOLDER = {"imagenet": ("imagenet",), "imagenet100": ("imagenet100", "imagenet"),
+DEFAULT_FOLDERS = {"imagenet": ("imagenet",), "imagenet100": ("imagenet100", "imagenet"),
                    "tiny-imagenet": ("tiny-imagenet-200",)}
 
 
@@ -102,10 +102,10 @@ def dataset_path(dataset: str, path: str | None, root: str | os.PathLike | None)
     (``imagenet100`` falls back to a full ``imagenet`` folder)."""
     if path:
         return Path(path).expanduser()
-    from domains.vision.datasets import default_root
+    from toolkit.data import data_root
 
-    base = Path(root) if root is not None else default_root()
-    names = _DEFAULT_FOLDER[dataset]
+    base = data_root(root)
+    names = DEFAULT_FOLDERS[dataset]
     for name in names:
         if (base / name).is_dir():
             return base / name

@@ -16,6 +16,7 @@ from pathlib import Path
 from toolkit.data import Dataset, FetchError, Source, locate, register
 from toolkit.data.archives import only, open_zip, unpack_deb, write_file
 from toolkit.data.catalog import deb, wheel
+from domains.vision.folders import DEFAULT_FOLDERS
 from toolkit.studies.needs import PLACED
 
 __all__ = ["DATASETS", "locate"]
@@ -94,6 +95,5 @@ register(DATASETS, {"fashion_mnist": build_fashion_mnist, "mnist": build_mnist,
 
 # ImageNet, ImageNet-100 and Tiny ImageNet are on no package registry: their folders are placed
 # by the user (docs/data.md); `ctk reproduce --list` names where. The folder names under the data
-# root are those domains/vision/folders.py looks in (its dataset_path), first found wins.
-PLACED.update({"imagenet": ("imagenet",), "imagenet100": ("imagenet100", "imagenet"),
-               "tiny-imagenet": ("tiny-imagenet-200",)})
+# root are those domains/vision/folders.py looks in (DEFAULT_FOLDERS), first found wins.
+PLACED.update(DEFAULT_FOLDERS)
