@@ -5,7 +5,11 @@
 ``tune``        hyper-parameter search with Ray Tune
 ``comparison``  ``ctk compare``: per-group means, intervals, paired tests, figures
 ``reproduce``   ``ctk reproduce``: the papers' tables beside what was measured
+``claims``      the claims a paper draws from a table (orderings), tested on the measured runs
+``needs``       what a paper table needs before it runs here: datasets, a GPU, the time measured
+``study``       ``ctk study``: one idea against its baseline in every domain, one table
 ``listing``     ``ctk runs``: status, heartbeat, checkpoint and resume command per run
+``runsets``     what a set of stored runs holds: seeds, sweep parents, result metrics, varying settings
 ``stats``       bootstrap intervals and tests
 ``tables``      table / markdown / csv / json rendering
 ``ui_view``     the mlflow UI's saved columns and notes
