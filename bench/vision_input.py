@@ -77,7 +77,7 @@ def stage_times(paths: list[str], spec: CropSpec, repeats: int = 3) -> dict[str,
     def scaled(i: int) -> None:
         w, h = sizes[i]
         side = min(boxes[i][2] - boxes[i][0], boxes[i][3] - boxes[i][1])
-        need = min(1.0, spec.size / side)
+        need = next((s for s in (0.125, 0.25, 0.5) if s >= spec.size / side), 1.0)
         simplejpeg.decode_jpeg(blobs[i], "RGB", fastdct=True, fastupsample=True,
                                min_height=int(np.ceil(h * need)), min_width=int(np.ceil(w * need)))
 
@@ -85,12 +85,23 @@ def stage_times(paths: list[str], spec: CropSpec, repeats: int = 3) -> dict[str,
     return {
         "PIL decode, full resolution": timed(lambda i: Image.open(io.BytesIO(blobs[i])).convert("RGB")),
         "libjpeg-turbo decode, full resolution (simplejpeg)": timed(lambda i: simplejpeg.decode_jpeg(blobs[i], "RGB")),
-        "libjpeg-turbo decode at the crop's DCT scale, fast IDCT": timed(scaled),
+        "libjpeg-turbo decode at the crop's 1/2^k DCT scale, fast IDCT": timed(scaled),
         f"crop + antialiased resize to {spec.size} (PIL)": timed(
             lambda i: images[i].resize((spec.size, spec.size), Image.BILINEAR, box=boxes[i])),
+        f"crop + antialiased resize to {spec.size} (torch, uint8, what the workers use)": timed(
+            lambda i: _torch_resize(full[i], boxes[i], spec.size)),
         "whole worker item (decode_views, file read included)": timed(
             lambda i: decode_views(paths[i], spec, np.random.default_rng(i))),
     }
+
+
+def _torch_resize(arr, box, size: int):
+    from domains.vision.decode import pixel_box
+
+    img = torch.from_numpy(arr).permute(2, 0, 1)[None]
+    left, top, right, bottom = pixel_box(box, 1.0, 1.0)
+    return torch.nn.functional.interpolate(img[:, :, top:bottom, left:right], size=(size, size),
+                                           mode="bilinear", antialias=True, align_corners=False)
 
 
 def pipeline_rate(split, spec: CropSpec, workers: int, seconds: float, batch: int = 64) -> float:
@@ -138,7 +149,7 @@ def main(argv: list[str] | None = None) -> int:
         spec = CropSpec(args.size, views=args.views, scale=(0.2, 1.0))
         print("per image, in one process (best of 3):")
         for name, ms in stage_times(paths, spec).items():
-            print(f"  {name:58s} {ms:6.2f} ms")
+            print(f"  {name:70s} {ms:6.2f} ms")
         full, one, many = [], [], []
         for _ in range(args.repeats):  # interleaved, so drifts of the machine hit all three
             full.append(full_decode_rate(paths, args.seconds))

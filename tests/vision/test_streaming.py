@@ -43,7 +43,8 @@ def test_reduced_scale_decode_matches_the_full_decode(photo_folder):
         with Image.open(path) as im:
             width, height = im.size
         boxes = crop_boxes(width, height, spec, np.random.default_rng([0, 0, i, 0]))
-        need = max(64 / min(b[2] - b[0], b[3] - b[1]) for b in boxes)  # the scale every box allows
+        need = max(64 / min(b[2] - b[0], b[3] - b[1]) for b in boxes)  # the scale every box allows,
+        need = next((s for s in (0.125, 0.25, 0.5) if s >= need), 1.0)  # at a power of two
         dw, dh = simplejpeg.decode_jpeg_header(path.read_bytes())[1::-1]
         small = simplejpeg.decode_jpeg(path.read_bytes(), "RGB", min_height=int(np.ceil(dh * need)),
                                        min_width=int(np.ceil(dw * need)))
