@@ -129,3 +129,26 @@ def test_the_ui_view_shows_settings_and_seed_never_measurements(store):
     columns = json.loads(exp.tags[VIEW_TAG])["selectedColumns"]
     assert columns == ["metrics.`linear_top1`", "params.`objective.loss.temperature`", "params.`seed`"]
     assert "swept: objective.loss.temperature (2 seeds)" in exp.tags["mlflow.note.content"]
+
+
+def test_a_study_says_what_else_differs_per_domain_and_marks_confounded_verdicts():
+    from types import SimpleNamespace
+
+    from toolkit.studies.study import Measured, Study, StudyFile, study_report
+    spec = StudyFile.model_validate({"name": "s", "seeds": [0, 1, 2], "baseline": "cl", "arms": {"cl": {}, "dp": {}},
+                                     "domains": {d: {"recipe": "r.yaml", "metrics": {"m": "max"}}
+                                                 for d in ("vision", "toy")}})
+    study = Study(spec, "s.yaml", {}, {}, {"vision": {"m": "max"}, "toy": {"m": "max"}}, [0, 1, 2])
+    got = Measured()
+    for domain, precision in (("vision", "bf16"), ("toy", "fp32")):  # domains differ: never compared
+        for arm, steps, shift in (("cl", 400, 0.0), ("dp", 400 if domain == "toy" else 380, 1.0)):
+            for seed in (0, 1, 2):
+                params = {"measured.budget_steps_fixed": str(steps), "measured.precision": precision}
+                got.metrics[(domain, arm, seed)] = {"m": 80.0 + shift + seed * (0.3 if arm == "dp" else 0.1)}
+                got.runs[(domain, arm, seed)] = SimpleNamespace(data=SimpleNamespace(params=params, tags={}))
+    report = study_report(study, got)
+    by_domain = {r["domain"]: r for r in report.records}
+    assert by_domain["vision"]["confounded"] == "steps 380-400"
+    assert by_domain["vision"]["verdict"].endswith("(confounded: steps 380-400)") and by_domain["vision"]["p"] is not None
+    assert by_domain["toy"]["confounded"] is None and "confounded" not in by_domain["toy"]["verdict"]
+    assert report.notes[0] == "what else differs: vision: steps 380-400 (between groups)"  # not precision

@@ -20,7 +20,7 @@ from typing import Any, Iterable
 
 from toolkit.tracking.measured import measurements
 
-__all__ = ["ASPECTS", "aspect_values", "differing", "confounds", "differs_line"]
+__all__ = ["ASPECTS", "aspect_values", "differing", "confounds", "differs_line", "differs_parts"]
 
 
 @dataclass(frozen=True)
@@ -43,6 +43,7 @@ ASPECTS = (
     Aspect("commit", ("env.git_commit",), True),
 )
 _MAX_SHOWN = 4
+NOTHING = "what else differs: nothing (steps, precision, CPU, GPU, versions, commit: alike where logged)"
 
 
 def aspect_values(run: Any) -> dict[str, str]:
@@ -100,6 +101,14 @@ def confounds(runs: list[Any]) -> str | None:
 def differs_line(groups: list[tuple[str, list[Any]]]) -> str:
     """One line: what differs among all the runs of ``groups`` ((label, runs) pairs) besides
     their settings, and where: within which groups, and/or between groups."""
+    parts = differs_parts(groups)
+    if not parts:
+        return NOTHING
+    return "what else differs: " + "; ".join(parts)
+
+
+def differs_parts(groups: list[tuple[str, list[Any]]]) -> list[str]:
+    """:func:`differs_line`'s pieces, one per aspect that differs (``steps 4-7 (within all runs)``)."""
     everything = [r for _, runs in groups for r in runs]
     parts = []
     for name, values in differing(everything).items():
@@ -114,6 +123,4 @@ def differs_line(groups: list[tuple[str, list[Any]]]) -> str:
         if between:
             where.append("between groups")
         parts.append(f"{name} {values} ({' and '.join(where)})")
-    if not parts:
-        return "what else differs: nothing (steps, precision, CPU, GPU, versions, commit: alike where logged)"
-    return "what else differs: " + "; ".join(parts)
+    return parts

@@ -213,7 +213,7 @@ def _verdict(diff: float | None, p_holm: float | None, direction: str, alpha: fl
 def study_report(study: Study, got: Measured) -> Report:
     """The study's table (see the module's docstring); Holm's correction runs over every
     (domain, metric, arm) test in it."""
-    from toolkit.studies.differs import confounds, differs_line
+    from toolkit.studies.differs import NOTHING, confounds, differs_parts
     base = study.spec.baseline
     records: list[dict[str, Any]] = []
 
@@ -260,7 +260,9 @@ def study_report(study: Study, got: Measured) -> Report:
     fields = ["domain", "metric", "direction", "arm", "n", "baseline_mean", "baseline_low", "baseline_high",
               "arm_mean", "diff", "diff_low", "diff_high", "p", "test", "p_holm", "verdict", "minutes_per_run",
               "confounded"]
-    line = differs_line([(f"{d}/{a}", runs_of(d, [a])) for d in study.metrics for a in study.arms])
+    # per domain, between its arms: domains are never compared with each other
+    parts = [f"{d}: {part}" for d in study.metrics for part in differs_parts([(a, runs_of(d, [a])) for a in study.arms])]
+    line = f"what else differs: {'; '.join(parts)}" if parts else NOTHING
     notes = [line, f"diff = arm - {base} over the seeds {study.seeds}; t-test paired by seed; Holm's correction over "
              f"the {len(tested)} tests of this study; verdict at alpha {study.spec.alpha} in each metric's "
              "better direction (max / min)",
