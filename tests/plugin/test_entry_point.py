@@ -102,7 +102,7 @@ def test_ctk_run_logs_the_plugin_run_to_mlflow(installed_plugin, tmp_path):
     env.update(PYTHONPATH=os.pathsep.join([str(installed_plugin), str(ROOT)]), HF_HUB_OFFLINE="1",
                OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
     recipe = installed_plugin / "ctk_tabular" / "recipes" / "scarf_nt_xent.yaml"
-    proc = subprocess.run([sys.executable, str(ROOT / "cli.py"), "run", str(recipe), "--quiet",
+    proc = subprocess.run([sys.executable, str(ROOT / "cli.py"), "run", str(recipe), "--quiet", "--verbose",
                            "--experiment", "plugin-e2e", "--set", "budget.steps=3",
                            "--set", "encoder.hidden=64", "--set", "encoder.head_hidden=64"],
                           cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
@@ -128,6 +128,11 @@ def test_ctk_run_logs_the_plugin_run_to_mlflow(installed_plugin, tmp_path):
         assert 0.0 <= run.data.metrics[name] <= 100.0
         assert f"{name}: " in proc.stdout
     assert run.data.metrics["linear_top1_raw_features"] > 85.0  # breast cancer is nearly linear
+    # the domain's metric of record comes first, beside its baselines from the same run
+    summary = proc.stdout.splitlines()[1:4]
+    assert summary[0].split()[0] == "linear_top1" and summary[0].endswith("(metric of record)"), summary
+    assert [line.split()[0] for line in summary[1:]] == ["linear_top1_random_init", "linear_top1_raw_features"]
+    assert all("baseline; difference" in line for line in summary[1:]), summary
     history = client.get_metric_history(run.info.run_id, "train/loss")
     assert [m.step for m in history] == [3]  # logged at the last step
     assert "recipe.yaml" in {a.path for a in client.list_artifacts(run.info.run_id)}

@@ -96,6 +96,12 @@ class TabularDomain(Domain):
     EvaluationConfig = TabularEvaluation
     recipe_dirs = (str(RECIPES),)
 
+    @classmethod
+    def record_metrics(cls, recipe: Any) -> dict[str, tuple[str, ...]]:
+        """What a run is for, beside its baselines from the same run: ``ctk run`` ends with them."""
+        baselines = ("linear_top1_random_init", "linear_top1_raw_features") if recipe.evaluation.baselines else ()
+        return {"linear_top1": baselines}
+
     def __init__(self, recipe: Any) -> None:
         super().__init__(recipe)
         self._splits: dict[str, TabularSplits] = {}
