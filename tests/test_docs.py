@@ -90,3 +90,25 @@ def test_doc_links_to_repository_files_exist():
             if not (ROOT / ref.rstrip("/")).exists():
                 missing.append(f"{doc.name}: {ref}")
     assert not missing, missing
+
+
+def test_the_methods_index_is_what_the_registries_generate():
+    """docs/methods.md's index (recipe key -> class -> function -> fused kernel) is regenerated
+    from the registries and compared: run ``python scripts/methods_index.py`` after a change."""
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("methods_index", ROOT / "scripts" / "methods_index.py")
+    methods_index = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(methods_index)
+    text = (ROOT / "docs" / "methods.md").read_text(encoding="utf-8")
+    assert methods_index.rewritten(text) == text, "docs/methods.md's index is stale: run python scripts/methods_index.py"
+    rows = methods_index.rows()
+    keys = {key.strip("`").split(": ")[0] for key, *_ in rows}
+    assert keys == {"objective.loss.name", "objective.regularizers[].name", "objective.negatives.source",
+                    "objective.selector.name", "objective.selector.schedule.name"}
+    assert len(rows) == len(LOSSES) + len(REGULARIZERS) + len(SELECTORS) + len(SCHEDULES) + 3
+    by_key = {key.strip("`"): rest for key, *rest in rows}
+    assert by_key["objective.loss.name: nt_xent"] == [
+        "`toolkit.losses.modules.infonce.NTXent`",
+        "`toolkit.losses.functional.infonce.info_nce_scores`, `toolkit.losses.functional.infonce.nt_xent`",
+        "`toolkit.losses.functional._kernel._InBatchLoss`"]
+    assert by_key["objective.negatives.source: queue"][0] == "`toolkit.samplers.sources.MoCoQueue`"
