@@ -28,7 +28,7 @@ import os
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
-from typing import Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 
@@ -116,11 +116,12 @@ def _is_image(name: str) -> bool:
     return name.lower().endswith(EXTENSIONS) and not name.startswith(".")
 
 
-def _scan(folder: Path, problems: list[str]) -> list[str] | None:
-    """Image file names in ``folder`` (sorted), or None (and a problem) when it cannot be read."""
+def _entries(folder: Path, keep: Callable[[os.DirEntry], bool], problems: list[str]) -> list[str] | None:
+    """Sorted names of the entries of ``folder`` that ``keep`` accepts, or None (and a problem
+    naming the folder) when it cannot be read."""
     try:
         with os.scandir(folder) as it:
-            return sorted(e.name for e in it if _is_image(e.name) and e.is_file())
+            return sorted(e.name for e in it if keep(e))
     except FileNotFoundError:
         problems.append(f"{folder} does not exist")
     except NotADirectoryError:
@@ -128,19 +129,16 @@ def _scan(folder: Path, problems: list[str]) -> list[str] | None:
     except PermissionError as err:
         problems.append(f"{folder} cannot be read ({err.strerror})")
     return None
+
+
+def _scan(folder: Path, problems: list[str]) -> list[str] | None:
+    """Image file names in ``folder``."""
+    return _entries(folder, lambda e: _is_image(e.name) and e.is_file(), problems)
 
 
 def _subfolders(folder: Path, problems: list[str]) -> list[str] | None:
-    try:
-        with os.scandir(folder) as it:
-            return sorted(e.name for e in it if e.is_dir() and not e.name.startswith("."))
-    except FileNotFoundError:
-        problems.append(f"{folder} does not exist")
-    except NotADirectoryError:
-        problems.append(f"{folder} is not a folder")
-    except PermissionError as err:
-        problems.append(f"{folder} cannot be read ({err.strerror})")
-    return None
+    """Folder names in ``folder`` (hidden ones left out)."""
+    return _entries(folder, lambda e: e.is_dir() and not e.name.startswith("."), problems)
 
 
 def _class_list(classes: Sequence[str] | str | None, problems: list[str]) -> list[str] | None:
