@@ -350,8 +350,9 @@ def ui(uri: str | None, host: str, port: int, basic_auth: bool) -> None:
     Example:
       ctk ui --port 5000   (then browse http://127.0.0.1:5000)
     """
+    from toolkit.studies.ui_view import prepare
     from toolkit.tracking.servers import ui as run_ui
-    sys.exit(run_ui(uri, host, port, basic_auth, click.echo, _err))
+    sys.exit(run_ui(uri, host, port, basic_auth, click.echo, _err, views=prepare))
 
 
 @main.command()

@@ -114,11 +114,7 @@ ARCHITECTURE = ROOT / "docs" / "architecture.md"
 ORDER_HEADING = "## The rooms' order"
 # Imports against the order that are known and about to go, each with what removes it. An entry
 # whose import is gone must leave this list (the test says so).
-PENDING_DOORS: dict[str, str] = {
-    "toolkit.tracking.servers -> toolkit.studies.ui_view":
-        "servers.ui publishes the studies' column views (ui_view.prepare); cli.py's `ctk ui` is to pass "
-        "them in (servers.ui(..., views=prepare)) so that tracking never imports studies (issue 39)",
-}
+PENDING_DOORS: dict[str, str] = {}
 
 
 def room_order(text: str | None = None) -> list[list[str]]:
@@ -306,3 +302,18 @@ def test_every_module_and_function_the_architecture_map_names_exists():
     paths = sorted(set(PATHS.findall(text)))
     gone = [p for p in paths if not (ROOT / p).exists()]
     assert not gone, f"{ARCHITECTURE.name} names files that do not exist: {gone}"
+
+
+CROSS_REFERENCE = re.compile(r":(?:func|mod|class|meth|data|attr):`~?((?:toolkit|domains|cli)(?:\.\w+)+)`")
+
+
+def test_every_docstring_cross_reference_names_what_exists():
+    """``:func:`toolkit.x.y``` and the like in the code's docstrings follow what they cite when it moves."""
+    stale = []
+    for path in _sources().values():
+        for name in sorted(set(CROSS_REFERENCE.findall(path.read_text()))):
+            try:
+                _resolve_dotted(name)
+            except (ImportError, AttributeError):
+                stale.append(f"{path.relative_to(ROOT)}: {name}")
+    assert not stale, "docstrings cite what does not exist: " + ", ".join(stale)

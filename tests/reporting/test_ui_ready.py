@@ -10,6 +10,7 @@ import urllib.request
 import pytest
 
 from toolkit.errors import CtkError
+from toolkit.studies.ui_view import prepare
 from toolkit.tracking import servers
 from toolkit.tracking.store import client_for, experiment_id
 
@@ -55,7 +56,7 @@ def test_links_come_only_once_the_ui_answers(tmp_path, monkeypatch):
             answers = False
         said.append((time.monotonic(), line, answers))
     start = time.monotonic()
-    servers.ui(uri, "127.0.0.1", port, False, echo, echo, ready_timeout=30)
+    servers.ui(uri, "127.0.0.1", port, False, echo, echo, ready_timeout=30, views=prepare)
     link = [i for i, (_, line, _) in enumerate(said) if line.startswith("mlflow UI on http://")]
     assert link, said
     first = link[0]

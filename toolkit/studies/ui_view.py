@@ -2,7 +2,7 @@
 
 mlflow 3 opens an experiment in its GenAI (traces) view unless the experiment's
 ``mlflow.experimentKind`` tag says ``custom_model_development`` (the machine-learning view with
-the runs table); :func:`toolkit.tracking.experiment_id` sets it when ctk creates an experiment
+the runs table); :func:`toolkit.tracking.store.experiment_id` sets it when ctk creates an experiment
 and :func:`prepare` sets it on older ones.
 
 The runs table starts with no metric or param columns; the UI loads a saved view from the

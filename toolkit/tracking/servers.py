@@ -21,7 +21,7 @@ import sys
 import time
 import urllib.request
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
 from toolkit.errors import CtkError
 
@@ -86,13 +86,16 @@ def mlflow_command(kind: str, store: str, *, host: str, port: int, artifacts: st
 
 
 def ui(uri: str | None, host: str, port: int, basic_auth: bool, echo: Callable[[str], None] = print,
-       warn: Callable[[str], None] = print, ready_timeout: float = 180.0) -> int:
+       warn: Callable[[str], None] = print, ready_timeout: float = 180.0,
+       views: Callable[[Any], list[tuple[str, str]]] | None = None) -> int:
     """``ctk ui``: ``mlflow ui`` on the existing store at ``uri`` (see
     :func:`~toolkit.tracking.store.tracking_uri`; a missing local store is not created: a
-    CtkError says where ctk looked), with the saved views it links to; the links are printed
-    (``echo``) once the UI answers an HTTP request, a progress line until then (the exposure
-    warning with ``warn``). Runs until Ctrl-C; returns the exit code."""
-    from toolkit.studies.ui_view import prepare
+    CtkError says where ctk looked); ``views(client)`` writes the saved views the UI opens and
+    returns ``(name, route)`` of each (``ctk ui`` passes
+    :func:`toolkit.studies.ui_view.prepare`: the studies sit above tracking, so they are handed
+    in, never imported here). The links are printed (``echo``) once the UI answers an HTTP
+    request, a progress line until then (the exposure warning with ``warn``). Runs until
+    Ctrl-C; returns the exit code."""
     from toolkit.tracking.store import artifact_root, no_store, reading_client, tracking_uri
     store = tracking_uri(uri)
     cmd = mlflow_command("ui", store, host=host, port=port, artifacts=artifact_root(store), basic_auth=basic_auth)
@@ -102,7 +105,7 @@ def ui(uri: str | None, host: str, port: int, basic_auth: bool, echo: Callable[[
     warning = exposure_warning(host, port, basic_auth)
     if warning:
         warn(warning)
-    links = prepare(client)
+    links = views(client) if views is not None else []
     echo(f"starting the mlflow UI for {store} on port {port} (this can take a minute) ...")
 
     def ready() -> None:
