@@ -58,6 +58,8 @@ def main() -> None:
     Example:
       ctk run recipes/vision/quickstart.yaml
     """
+    from toolkit.tracking import mlflow_environment  # before any command imports mlflow or starts its server
+    mlflow_environment()
 
 
 @main.command()

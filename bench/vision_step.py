@@ -40,6 +40,7 @@ from domains.vision import VisionDomain  # noqa: E402
 from toolkit import objective as objective_mod  # noqa: E402
 from toolkit import recipe as rc  # noqa: E402
 from toolkit.runs import precision_choice  # noqa: E402
+from toolkit.tracking.runlog import RunLog  # noqa: E402
 from toolkit.training.precision import machine_line  # noqa: E402
 
 
@@ -51,11 +52,8 @@ class _Stop(Exception):
     """Raised by the timing hook once the timed steps are done."""
 
 
-class _NullTracker:
-    def log_params(self, *args, **kwargs) -> None: ...
-    def log_metrics(self, *args, **kwargs) -> None: ...
-    def log_figure(self, *args, **kwargs) -> None: ...
-    def log_model(self, *args, **kwargs) -> None: ...
+class _NullTracker(RunLog):
+    """Keeps nothing (the declared face's defaults)."""
 
 
 def load_recipe(overrides: list[str]) -> rc.Recipe:

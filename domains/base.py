@@ -49,7 +49,9 @@ class DataBundle:
                     indices, for memory banks); domains may add keys (``"y"``, ``"book"``...).
     num_instances:  size of the training set (memory-bank slots).
     eval:           anything the domain's ``evaluate`` needs (labelled splits, tasks, ...).
-    sampler:        the training sampler if it has ``set_epoch`` (distributed runs).
+    sampler:        what orders an epoch, if not ``train`` itself: a ``Batches``, a
+                    ``SeededEpochSampler`` or torch's ``DistributedSampler``; the loop calls
+                    its ``set_epoch(epoch)`` (``toolkit.training.batches.epoch_orders``).
     """
 
     train: Iterable[Mapping[str, Any]]
@@ -194,3 +196,10 @@ class Domain:
 
     def evaluate(self, encoder: Encoder, data: DataBundle, recipe: Any) -> Evaluation:
         return Evaluation()  # pragma: no cover - overridden by every real domain
+
+    def monitor(self, encoder: Encoder, data: DataBundle) -> dict[str, float]:
+        """Cheap online metrics of the encoder during training (``budget.monitor_every``; the
+        untrained encoder first, where the time-to-accuracy curve starts), logged as
+        ``online_<name>``; called in eval mode without gradients, on the main process. The
+        default measures nothing (nothing is logged)."""
+        return {}

@@ -39,10 +39,11 @@ def relaunch(recipe: str | None, sets: tuple[str, ...], extra: list[str], cli: s
              extend: bool, quiet: bool) -> int:
     """``ctk run --nproc/--nnodes``: check the recipe, then run ``cli run ...`` once per process
     under torchrun; returns torchrun's exit status."""
-    r = load_for_run(recipe, sets, extra, resume)
-    why = registry.get(r.domain).single_process_only
+    p = load_for_run(recipe, sets, extra, resume, device=device, extend=extend)
+    why = p.domain.single_process_only
     if why:
-        raise CtkError(f"--nproc {nproc} --nnodes {nnodes}: domain {r.domain!r} runs in one process only: {why}", 2)
+        raise CtkError(f"--nproc {nproc} --nnodes {nnodes}: domain {p.recipe.domain!r} runs in one process only: "
+                       f"{why}", 2)
     from toolkit.training.distributed import launch
     args = [*([recipe] if recipe else []), *(word for s in (*sets, *extra) for word in ("--set", s))]
     args += (["--device", device] if device else []) + (["--resume", resume] if resume else []) \
@@ -55,58 +56,54 @@ def relaunch(recipe: str | None, sets: tuple[str, ...], extra: list[str], cli: s
 
 
 def load_for_run(recipe: str | None, sets: tuple[str, ...] | list[str], extra: list[str],
-                 resume: str | None) -> Any:
-    """The recipe a run executes. With ``--resume`` the run's own resolved recipe (from its
-    checkpoint: its overrides and precision) unless a recipe file is given; a given recipe keeps
-    the run's precision unless ``--precision`` says otherwise. What differs from the run is
-    refused when the checkpoint is read (the budget accepted with ``--extend``)."""
-    if not resume:
-        if recipe is None:
-            raise CtkError("give a RECIPE to run (or --resume RUN_ID to continue a run)", 2)
-        r = load(recipe, sets, extra)
-        changed = [o for o in (*sets, *extra) if not o.split("=", 1)[0].strip().startswith(("tracking.", "seed"))]
-        if changed and not r.tracking.run_name:  # the name says what differs from the file, as a sweep point's
-            from toolkit.runs import point_run_name
-            r = load(recipe, sets, [*extra, f"tracking.run_name={point_run_name(r, changed)}"])
-        return r
-    from toolkit.runs import load_recipe, resumed_recipe
+                 resume: str | None, *, device: str | None = None, extend: bool = False) -> Any:
+    """The :class:`~toolkit.runs.Plan` a run executes, decided in one pass by
+    :func:`toolkit.runs.plan` (read, overridden, named, validated; device, precision and the
+    resume point decided). With ``--resume`` the run's own resolved recipe (from its checkpoint:
+    its overrides and precision) unless a recipe file is given; a given recipe keeps the run's
+    precision unless ``--precision`` says otherwise; what differs from the run is refused (the
+    budget accepted with ``--extend``). A checkpoint or a run that does not fit exits 2."""
+    if recipe is None and not resume:
+        raise CtkError("give a RECIPE to run (or --resume RUN_ID to continue a run)", 2)
+    from toolkit.checkpoint import CheckpointError
+    from toolkit.runs import RunFinished, plan
     try:
-        saved, source = resumed_recipe(resume)
-    except FileNotFoundError as exc:
+        return plan(recipe, [*sets, *extra], registry.get, device=device, resume=resume, extend=extend)
+    except CtkError:
+        raise
+    except (CheckpointError, RunFinished) as exc:  # RecipeMismatch is a CheckpointError
+        raise CtkError(f"--resume: {exc}", 2) from exc
+    except FileNotFoundError as exc:  # no checkpoint for --resume
         raise CtkError(str(exc), 2) from exc
-    overrides = [*sets, *extra]
-    if recipe is None:
-        return load_recipe(source, overrides, registry.get, data=saved)
-    explicit = any(o.split("=", 1)[0].strip() == "precision" for o in overrides)
-    return load(recipe, overrides, [] if explicit else [f"precision={saved.get('precision', 'auto')}"])
+    except ValueError as exc:  # a device torch does not see
+        raise CtkError(str(exc), 1) from exc
 
 
 def run(recipe: str | None, sets: tuple[str, ...], extra: list[str], *, device: str | None, resume: str | None,
         extend: bool, quiet: bool, verbose: bool = False) -> str | None:
     """``ctk run`` in this process (one rank of a torchrun launch when ``WORLD_SIZE`` > 1): what
     it prints at the end (None on the ranks other than 0)."""
-    r = load_for_run(recipe, sets, extra, resume)
+    p = load_for_run(recipe, sets, extra, resume, device=device, extend=extend)
     dist = None
     if int(os.environ.get("WORLD_SIZE", "1")) > 1:
         from toolkit.training.distributed import Context
-        dist = Context.from_env(device or r.device)
+        dist = Context.from_env(device or p.recipe.device)
     start = time.perf_counter()
     clean = False
     try:
-        run_id, metrics = execute(r, resume=resume, device=device, progress=not quiet, distributed=dist,
-                                  extend=extend)
+        run_id, metrics = execute(p, progress=not quiet, distributed=dist)
         clean = True
     finally:
         if dist is not None:
             dist.close(clean)
     if dist is None or dist.is_main:
-        return summary(run_id, r, time.perf_counter() - start, metrics, verbose)
+        return summary(run_id, p.recipe, time.perf_counter() - start, metrics, verbose)
     return None
 
 
-def execute(recipe: Any, **kwargs: Any) -> tuple[str | None, dict[str, float]]:
-    """:func:`toolkit.runs.execute` with the domain registry, its failures as CtkError: a
-    ``--resume`` target that does not fit exits 2; a run stopped by a non-finite loss, or
+def execute(run: Any, **kwargs: Any) -> tuple[str | None, dict[str, float]]:
+    """:func:`toolkit.runs.execute` of a plan (or a validated recipe), its failures as CtkError:
+    a ``--resume`` target that does not fit exits 2; a run stopped by a non-finite loss, or
     refused by its data or an argument, exits 1; Ctrl-C exits 130 (the run is marked KILLED)."""
     from toolkit.checkpoint import CheckpointError
     from toolkit.runs import RunFinished
@@ -114,7 +111,7 @@ def execute(recipe: Any, **kwargs: Any) -> tuple[str | None, dict[str, float]]:
     from toolkit.training.batches import DataStop
     from toolkit.training.trainer import NonFiniteLoss
     try:
-        return execute_recipe(recipe, **kwargs)
+        return execute_recipe(run, **kwargs)
     except CtkError:
         raise
     except (CheckpointError, RunFinished) as exc:  # RecipeMismatch is a CheckpointError

@@ -197,14 +197,7 @@ NOT_HOOKS: dict[str, str] = {
 }
 # Hooks still found by duck typing in files being changed (issue 39, part 2); an entry whose
 # look-up is gone must leave this list (the test says so).
-PENDING_HOOKS: set[str] = {
-    "toolkit/runs.py: getattr(domain_cls, 'recipe_defaults')",
-    "toolkit/runs.py: getattr(recipe.domain_class, 'record_metrics')",
-    "toolkit/training/pretrainer.py: hasattr(objective.selector, 'record')",
-    "toolkit/training/pretrainer.py: hasattr(self.domain, 'monitor')",
-    "toolkit/training/trainer.py: getattr(self.tracker, 'note_checkpoint')",
-    "toolkit/training/trainer.py: getattr(self.tracker, 'run_id')",
-}
+PENDING_HOOKS: set[str] = set()
 
 
 def duck_typed_hooks(text: str, where: str) -> set[str]:

@@ -20,7 +20,7 @@ from torch import Tensor, nn
 
 from toolkit import recipe as rc
 from toolkit.checks import ArgumentError
-from toolkit.losses.base import ContrastiveBatch, ContrastiveLoss, LossOutput
+from toolkit.losses.base import ContrastiveBatch, ContrastiveLoss, LossOutput, Regularizer
 from toolkit.losses.modules import LOSSES
 from toolkit.regularizers import REGULARIZERS
 from toolkit.registry import constructor_args
@@ -31,7 +31,7 @@ from toolkit.samplers.sources import MemoryBank, MoCoQueue, MomentumEncoder
 class Objective(nn.Module):
     """A loss with weighted regularizers, a negative source and a selector."""
 
-    def __init__(self, loss: ContrastiveLoss, regularizers: list[tuple[str, float, nn.Module]] | None = None,
+    def __init__(self, loss: ContrastiveLoss, regularizers: list[tuple[str, float, Regularizer]] | None = None,
                  negatives: rc.Negatives | None = None, selector: ScheduledSelector | None = None) -> None:
         super().__init__()
         self.loss = loss
@@ -51,7 +51,7 @@ class Objective(nn.Module):
     def needs(self) -> set[str]:
         need = set(self.loss.needs)
         for r in self.regularizers:
-            need |= set(getattr(r, "needs", ("views",)))
+            need |= set(r.needs)
         return need
 
     @property
@@ -149,10 +149,12 @@ def _argument_path(exc: Exception, path: str, args: dict[str, Any]) -> str:
     return f"{path}.{arg}" if arg in args else path
 
 
-def check(obj: rc.ObjectiveSection, path: str = "objective") -> tuple[Objective | None, list[tuple[str, str]]]:
-    """Build the objective of a recipe section: ``(objective, [])`` or ``(None, problems)``
-    (names, arguments, compatibility), every problem at its YAML path."""
-    return _build(obj, path)
+def check(obj: rc.ObjectiveSection, path: str = "objective") -> list[tuple[str, str]]:
+    """Every problem of a recipe's objective section, each at its YAML path: component names,
+    their arguments (each component's constructor checks its own, so the loss, regularizers and
+    selector are constructed and dropped) and what they need of each other. No
+    :class:`Objective` is built: the trainer builds the one a run uses, in its seeded order."""
+    return _parts(obj, path)[1]
 
 
 def build(obj: rc.ObjectiveSection) -> Objective:
@@ -188,6 +190,15 @@ def _build_selector(sel: rc.SelectorSection, path: str) -> tuple[Any, list[tuple
 
 
 def _build(obj: rc.ObjectiveSection, path: str) -> tuple[Objective | None, list[tuple[str, str]]]:
+    parts, problems = _parts(obj, path)
+    if parts is None:
+        return None, problems
+    loss, regs, selector = parts
+    return Objective(loss, regs, obj.negatives, selector), []
+
+
+def _parts(obj: rc.ObjectiveSection, path: str) -> tuple[tuple[Any, list[Any], Any] | None, list[tuple[str, str]]]:
+    """(loss, regularizers, selector) of a section, or None and every problem."""
     problems: list[tuple[str, str]] = []
     loss = None
     if obj.loss.name not in LOSSES:
@@ -222,9 +233,10 @@ def _build(obj: rc.ObjectiveSection, path: str) -> tuple[Objective | None, list[
     if problems:
         return None, problems
     try:
-        return Objective(loss, regs, obj.negatives, selector), []
+        loss.attach_selector(selector)  # the loss's own rule for its selector (ir_ring: a ring one)
     except ValueError as exc:
         return None, [(path, str(exc))]
+    return (loss, regs, selector), []
 
 
 def with_defaults(objective: dict[str, Any]) -> dict[str, Any]:

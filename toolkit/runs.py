@@ -1,23 +1,25 @@
-"""Running recipes: load + validate, execute one run, expand sweeps.
+"""The run path: a recipe read, overridden, named and validated, its device, precision and
+resume point decided, once, in one place (:func:`plan`, a frozen :class:`Plan`); then executed
+(:func:`execute`), which changes nothing in the plan::
 
-The handshake with a domain happens once, in :func:`load_recipe`: the domain lookup is passed in
-(``cli.py`` passes ``domains.registry.get``, so the toolkit stays free of any domain), called
-once, and the recipe is validated against that domain's sections and rules once; the recipe
-keeps the class (``recipe.domain_class``). :func:`execute` builds the domain from it and checks
-nothing again::
+    p = plan(path, overrides, lookup, device=None, resume=None)  # the one pass: everything decided
+    execute(p)                                                   # marks dead runs, store, trainer, fit
 
-    recipe = load_recipe(path, overrides, lookup)   # lookup, schema, objective, Domain.check, precision
-    execute(recipe)                                 # domain = recipe.domain_class(recipe); trainer; fit
+The domain lookup is passed in (``cli.py`` passes ``domains.registry.get``, so the toolkit stays
+free of any domain) and called once; the recipe is validated against that domain's sections and
+rules once, and keeps the class (``recipe.domain_class``). :func:`load_recipe` is the
+validation alone (``ctk show``, sweeps); :func:`decide` decides a recipe it validated (what
+:func:`execute` does when it is given a recipe rather than a plan).
 """
 from __future__ import annotations
 
 import copy
-import itertools
-import re
+import dataclasses
 import sys
 from pathlib import Path
 from typing import Any, Callable
 
+import torch
 import yaml
 
 from toolkit import __version__
@@ -25,7 +27,8 @@ from toolkit import checkpoint as ckpt
 from toolkit import objective as objective_mod
 from toolkit import recipe as rc
 from toolkit.tracking.measured import ENV, MEASURED
-from toolkit.tracking.store import RECORD_TAG, client_for, git_commit
+from toolkit.tracking.runlog import RunLog
+from toolkit.tracking.store import RECORD_TAG, client_for, experiment_id, git_commit, tracking_uri
 from toolkit.tracking.tracker import Tracker
 from toolkit.training import precision as precision_mod
 from toolkit.training.trainer import RunOptions, select_device
@@ -33,13 +36,120 @@ from toolkit.training.trainer import RunOptions, select_device
 DomainLookup = Callable[[str], Any]
 
 
+@dataclasses.dataclass(frozen=True)
+class Plan:
+    """One run, decided: what :func:`execute` receives, and nothing edits.
+
+    ``recipe``: validated and named; its ``precision`` is the value the run computes in (the
+    request is ``precision.requested``). ``device``: where it runs. ``precision``: the decision
+    and its reason. ``resume``: what ``--resume`` continues (its checkpoint checked against
+    ``recipe``), or None for a new run."""
+
+    recipe: rc.Recipe
+    device: torch.device
+    precision: precision_mod.Choice
+    resume: ckpt.ResumePoint | None = None
+
+    @property
+    def domain(self) -> Any:
+        """The domain class that validated the recipe."""
+        return self.recipe.domain_class
+
+
+def plan(recipe: str | Path | None, overrides: list[str], lookup: DomainLookup, *, device: str | None = None,
+         resume: str | None = None, extend: bool = False) -> Plan:
+    """``ctk run [RECIPE] [--set ...] [--device D] [--resume RUN_ID [--extend]]`` decided in one
+    pass: the resume point (:func:`toolkit.checkpoint.resume_point`, asked once: the stored run,
+    the checkpoint, its content), the recipe read (RECIPE, else the run's own resolved recipe from
+    its checkpoint) and overridden (a given RECIPE keeps the run's precision unless ``precision``
+    is set), validated once with the device and precision decided in the same pass (every
+    problem in one RecipeError), named (a new run whose overrides change more than
+    ``tracking.*`` or ``seed``, without a run name, is named after what they set), and the
+    checkpoint checked against it (the budget may differ with ``extend``; a FINISHED run is
+    refused)."""
+    overrides = list(overrides)
+    raw = _read(recipe, overrides) if recipe is not None else None
+    point = uri = None
+    if resume:
+        uri = _store_named(raw, overrides)
+        point = ckpt.resume_point(resume, lambda run_id: _stored_run(uri, run_id))
+        if raw is None:
+            recipe = point.source
+            raw = _read(recipe, overrides, point.recipe)
+        elif not any(o.split("=", 1)[0].strip() == "precision" for o in overrides):
+            kept = f"precision={point.recipe.get('precision', 'auto')}"  # the run's, unless --precision
+            overrides.append(kept)
+            raw = rc.apply_overrides(raw, [kept], str(recipe))
+    elif recipe is None:
+        raise ValueError("give a RECIPE to run (or --resume RUN_ID to continue a run)")
+    decided: dict[str, Any] = {}
+    r = _validated(raw, str(recipe), overrides, lookup, decided, device)
+    if point is None:
+        changed = [o for o in overrides if not o.split("=", 1)[0].strip().startswith(("tracking.", "seed"))]
+        if changed and not r.tracking.run_name:  # the name says what differs from the file, as a sweep point's
+            r = with_run_name(r, rc.point_run_name(r, changed))
+    elif tracking_uri(r.tracking.uri) != tracking_uri(uri):  # the run's own store is named in its checkpoint
+        point = dataclasses.replace(point, run=_stored_run(r.tracking.uri, point.run_id))
+    return _finish(r, decided["device"], decided["choice"], point, extend)
+
+
+def _store_named(raw: dict[str, Any] | None, overrides: list[str]) -> str | None:
+    """The store a resumed run is looked up in: the one RECIPE names (its ``--set`` values
+    applied), else a ``--set tracking.uri``, else None ($MLFLOW_TRACKING_URI or ./mlflow.db)."""
+    if raw is None:
+        given = [o.split("=", 1)[1].strip() for o in overrides if o.split("=", 1)[0].strip() == "tracking.uri"]
+        return given[-1] if given else None
+    tracking = raw.get("tracking")
+    uri = tracking.get("uri") if isinstance(tracking, dict) else None
+    return uri if isinstance(uri, str) else None
+
+
+def decide(recipe: rc.Recipe, *, device: str | None = None, resume: str | None = None,
+           extend: bool = False) -> Plan:
+    """The :class:`Plan` of a recipe :func:`load_recipe` validated: its device and precision
+    decided, the resume point found and checked (as :func:`plan` does)."""
+    if recipe.domain_class is None:
+        raise ValueError(f"{recipe.source}: the recipe was validated without its domain; load it with "
+                         "toolkit.runs.load_recipe")
+    problems, dev, choice = _device_and_precision(recipe.resolved, recipe.domain_class, device)
+    if problems:
+        raise rc.RecipeError(problems, recipe.source)
+    point = ckpt.resume_point(resume, lambda run_id: _stored_run(recipe.tracking.uri, run_id)) if resume else None
+    return _finish(recipe, dev, choice, point, extend)
+
+
+def _finish(recipe: rc.Recipe, device: torch.device, choice: precision_mod.Choice,
+            point: ckpt.ResumePoint | None, extend: bool) -> Plan:
+    """The plan: the recipe with the precision the run computes in; a resume point checked."""
+    common = recipe.common.model_copy(update={"precision": choice.value})
+    recipe = dataclasses.replace(recipe, common=common, resolved={**recipe.resolved, "precision": choice.value})
+    if point is not None:
+        ckpt.check_recipe(point.saved, recipe.resolved, point.path, extend)
+        if point.run is not None and point.run.info.status == "FINISHED" and not extend:
+            raise RunFinished(f"run {point.run_id} FINISHED; it is never modified (a longer budget "
+                              "continues it with --extend)")
+    return Plan(recipe, device, choice, point)
+
+
 def load_recipe(path: str | Path, overrides: list[str] | None, lookup: DomainLookup,
                 data: dict[str, Any] | None = None) -> rc.Recipe:
     """Read, override and validate a recipe for its domain (``lookup(name)``, called once); every
-    problem is a RecipeError with its path. ``ctk show`` and ``ctk run`` both validate here."""
-    source = str(path)
-    raw = rc.load_yaml(path) if data is None else data
-    raw = rc.apply_overrides(raw, list(overrides or []), source)
+    problem is a RecipeError with its path (an explicit ``precision`` the machine cannot run on
+    the recipe's device included). ``ctk show`` validates here; ``ctk run`` in :func:`plan`."""
+    overrides = list(overrides or [])
+    return _validated(_read(path, overrides, data), str(path), overrides, lookup, {}, None, lenient=True)
+
+
+def _read(path: str | Path, overrides: list[str], data: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The recipe mapping (the file, or ``data``) with the ``--set`` overrides applied."""
+    return rc.apply_overrides(rc.load_yaml(path) if data is None else data, overrides, str(path))
+
+
+def _validated(raw: dict[str, Any], source: str, overrides: list[str], lookup: DomainLookup,
+               decided: dict[str, Any], device: str | None, lenient: bool = False) -> rc.Recipe:
+    """The one validation of a mapping :func:`_read` read: the domain looked up and its defaults
+    filled in, then the schema, the objective, ``Domain.check`` and the device and precision
+    (:func:`_device_and_precision`, kept in ``decided``) in one RecipeError."""
     name = raw.get("domain")
     if name is None:  # nothing else can be checked without it; a misspelt key is named too
         missing = [("domain", "required key is missing")]
@@ -50,24 +160,47 @@ def load_recipe(path: str | Path, overrides: list[str] | None, lookup: DomainLoo
         domain_cls = lookup(name)
     except Exception as exc:  # noqa: BLE001 - unknown or broken domain: report at 'domain'
         raise rc.RecipeError([("domain", str(exc))], source) from None
-    raw = _with_defaults(raw, getattr(domain_cls, "recipe_defaults", {}))
+    raw = _with_defaults(raw, domain_cls.recipe_defaults)
 
     def domain_check(raw: dict[str, Any], sections: Any) -> list[tuple[str, str]]:
-        return list(domain_cls.check(raw, sections)) + precision_problems(raw)
+        found = list(domain_cls.check(raw, sections))
+        problems, decided["device"], decided["choice"] = _device_and_precision(raw, domain_cls, device, lenient)
+        return found + [p for p in problems if p[0] not in {path for path, _ in found}]  # the domain's say first
     return rc.validate(raw, domain_cls.sections(), objective_mod.check, source, overrides,
                        domain_check=domain_check, domain_class=domain_cls)
 
 
-def precision_problems(raw: dict[str, Any]) -> list[tuple[str, str]]:
-    """An explicit ``precision`` the machine this recipe would run on cannot run well (bf16 on
-    a CPU without native bf16), as a recipe problem at ``precision``."""
-    requested, device = raw.get("precision", "auto"), raw.get("device", "auto")
-    if not isinstance(requested, str) or device not in ("auto", "cpu", "cuda"):
-        return []  # the schema reports those
-    import torch
-    dev = "cuda" if device != "cpu" and torch.cuda.is_available() else "cpu"
-    why = precision_mod.problem(requested, dev)
-    return [("precision", f"{requested!r}: {why}")] if why else []
+def _device_and_precision(values: dict[str, Any], domain_cls: Any, device: str | None = None,
+                          lenient: bool = False) -> tuple[list[tuple[str, str]], Any, Any]:
+    """(problems, device, precision choice): where the run goes (``device``, else the recipe's;
+    ``auto`` -> cuda where torch sees one) and what ``precision`` resolves to there under the
+    domain's policy (:func:`precision_choice`). A value the hardware cannot run well, or that the
+    domain's trainer does not run, is a problem at ``precision``. ``lenient`` (validation alone):
+    a CUDA device torch does not see counts as the CPU; otherwise it is the run's ValueError."""
+    requested, name = values.get("precision", "auto"), device or values.get("device", "auto")
+    if requested not in precision_mod.PRECISIONS or name not in ("auto", "cpu", "cuda"):
+        return [], None, None  # the schema reports those
+    dev = torch.device("cuda" if name != "cpu" and torch.cuda.is_available() else "cpu") if lenient \
+        else select_device(name)
+    try:
+        choice = precision_choice(requested, dev, domain_cls)
+    except ValueError as exc:
+        return [("precision", f"{requested!r}: {exc}")], dev, None
+    if choice.value not in domain_cls.precisions:
+        return [("precision", f"{requested!r}: domain {values.get('domain')!r} runs "
+                              f"{', '.join(domain_cls.precisions)} only")], dev, None
+    return [], dev, choice
+
+
+def with_run_name(recipe: rc.Recipe, name: str) -> rc.Recipe:
+    """``recipe`` with ``tracking.run_name`` set (a new recipe: the model, the resolved and the
+    raw mappings; nothing else to validate)."""
+    tracking = recipe.common.tracking.model_copy(update={"run_name": name})
+    raw = {**recipe.raw, "tracking": {**(recipe.raw.get("tracking") or {}), "run_name": name}}
+    return dataclasses.replace(
+        recipe, common=recipe.common.model_copy(update={"tracking": tracking}), raw=raw,
+        resolved={**recipe.resolved, "tracking": {**recipe.resolved["tracking"], "run_name": name}},
+        overrides=[*recipe.overrides, f"tracking.run_name={name}"])
 
 
 def _with_defaults(raw: dict[str, Any], defaults: dict[str, Any]) -> dict[str, Any]:
@@ -81,86 +214,59 @@ def _with_defaults(raw: dict[str, Any], defaults: dict[str, Any]) -> dict[str, A
     return out
 
 
-
-
 def record_metrics(recipe: rc.Recipe) -> dict[str, tuple[str, ...]]:
     """The run's metrics of record, each with its baselines from the same run: ``tracking.record``
     when the recipe names them, else what the domain declares (``Domain.record_metrics``)."""
-    declare = getattr(recipe.domain_class, "record_metrics", None)
-    declared = dict(declare(recipe)) if declare is not None else {}
+    declared = dict(recipe.domain_class.record_metrics(recipe)) if recipe.domain_class is not None else {}
     if recipe.tracking.record:
         return {m: tuple(declared.get(m, ())) for m in recipe.tracking.record}
     return declared
-
-
-def resumed_recipe(resume: str, uri: str | None = None) -> tuple[dict[str, Any], str]:
-    """(the resolved recipe, its source file) of the run ``--resume RUN_ID | FILE`` continues, from
-    its newest readable checkpoint (which holds the resolved recipe: overrides and precision
-    included), so that a resume needs nothing but the run."""
-    path = Path(resume)
-    stored = None if path.is_file() else _stored_run(uri, resume)
-    tags = stored.data.tags if stored is not None else {}
-    found = [path] if path.is_file() else ckpt.candidates(resume, tags)
-    for candidate in found:
-        try:
-            saved = ckpt.load(candidate)
-        except ckpt.CheckpointError:
-            continue
-        if isinstance(saved.get("recipe"), dict) and saved["recipe"]:
-            return saved["recipe"], tags.get("ctk.recipe") or str(candidate)
-    where = " or ".join(str(f) for f in ckpt.folders(resume, tags))
-    raise FileNotFoundError(f"--resume {resume}: no readable checkpoint in {where} (give the checkpoint file, "
-                            "or the recipe and --set values of the run)")
 
 
 class RunFinished(ValueError):
     """``--resume`` of a run that already FINISHED (it is never modified)."""
 
 
-def execute(recipe: rc.Recipe, *, resume: str | None = None,
+def retire_dead_runs(recipe: rc.Recipe) -> None:
+    """A step of the run path before a new run is created: the experiment's RUNNING runs whose
+    process is gone (no heartbeat) are marked KILLED (``toolkit.tracking.health.mark_dead_runs``),
+    so that ``ctk runs`` and a sweep see them as what they are."""
+    from toolkit.tracking.health import mark_dead_runs, retrying
+    client = client_for(recipe.tracking.uri)
+    eid = experiment_id(client, recipe.tracking.experiment)
+    retrying(lambda: mark_dead_runs(client, [eid]), "marking dead runs")
+
+
+def execute(run: rc.Recipe | Plan, *, resume: str | None = None,
             device: str | None = None, progress: bool = True, distributed: Any = None,
             hooks: list[Callable[[int], None]] | None = None, extend: bool = False,
             extra_tags: dict[str, str] | None = None,
             on_metrics: Callable[[dict[str, float], int], None] | None = None,
             fixed_steps: int | None = None) -> tuple[str | None, dict[str, float]]:
-    """Run a recipe :func:`load_recipe` validated through its domain's trainer; returns (mlflow
-    run id, final metrics).
+    """Run a :class:`Plan` (or a recipe :func:`load_recipe` validated, decided here by
+    :func:`decide` with ``device``, ``resume`` and ``extend``) through its domain's trainer;
+    returns (mlflow run id, final metrics). A resumed run continues in the same mlflow run.
 
-    ``resume`` is a run id (its newest readable checkpoint, in the folder the run recorded or
-    under ``./checkpoints/<run id>/``: :func:`toolkit.checkpoint.find`) or a checkpoint path;
-    the run continues in the same mlflow run. ``extend`` lets a resume change the budget. The tracking store is checked first (one line, within seconds), then
-    the data (``Domain.check_data``): neither problem leaves a run in the store.
+    The tracking store is checked first (one line, within seconds), then the data
+    (``Domain.check_data``): neither problem leaves a run in the store; a new run's experiment
+    has its dead runs marked (:func:`retire_dead_runs`) before the run is created.
     ``on_metrics(metrics, step)`` sees every batch of metrics the run logs (``ctk tune``
     reports the periodic evaluation to Ray Tune through it). ``fixed_steps``: the step count a
     sweep fixed for ``budget.minutes`` (:func:`calibrate`), trained instead of calibrating again.
     """
-    from toolkit.tracking.store import tracking_uri
     from toolkit.tracking.health import check_store
-    domain_cls = recipe.domain_class
-    if domain_cls is None:
-        raise ValueError(f"{recipe.source}: the recipe was validated without its domain; load it with "
-                         "toolkit.runs.load_recipe")
-    check_store(tracking_uri(recipe.tracking.uri))
-    domain = domain_cls(recipe)  # validated by load_recipe: nothing is checked again
-    dev = select_device(device or recipe.device)
-    is_main = distributed is None or distributed.is_main
-    choice = resolve_precision(recipe, dev, domain_cls, announce=is_main)
-    saved = None
-    run_id = None
-    if resume:  # read and checked before the store or the run are touched
-        # a run id: its checkpoints are in the folder the run recorded or in this directory's
-        stored = None if Path(resume).is_file() else _stored_run(recipe.tracking.uri, resume)
-        run_id, resume_path, saved = ckpt.for_resume(resume, recipe.resolved, extend,
-                                                     stored.data.tags if stored is not None else None)
-        run_id = saved.get("run_id") or run_id
-        if run_id and is_main:
-            if stored is None or stored.info.run_id != run_id:
-                stored = _stored_run(recipe.tracking.uri, run_id)
-            if stored is not None and stored.info.status == "FINISHED" and not extend:
-                raise RunFinished(f"run {run_id} FINISHED; it is never modified (a longer budget "
-                                  "continues it with --extend)")
+    if isinstance(run, Plan):
+        if resume or device or extend:
+            raise ValueError("a Plan has its device and resume decided: give them to toolkit.runs.plan")
+        p = run
     else:
-        resume_path = None
+        p = decide(run, device=device, resume=resume, extend=extend)
+    recipe, point, dev, choice = p.recipe, p.resume, p.device, p.precision
+    check_store(tracking_uri(recipe.tracking.uri))
+    domain = p.domain(recipe)  # validated when the plan was made: nothing is checked again
+    is_main = distributed is None or distributed.is_main
+    if is_main:
+        print(f"[ctk] {choice.line()}", file=sys.stderr, flush=True)
     missing = domain.check_data(recipe)  # before the store is written: no run for a run that cannot start
     if missing:
         raise rc.RecipeError(missing, recipe.source)
@@ -172,15 +278,16 @@ def execute(recipe: rc.Recipe, *, resume: str | None = None,
             "mlflow.source.git.commit": (commit := git_commit()), "ctk.seed": str(recipe.seed),
             RECORD_TAG: ",".join(record_metrics(recipe)),
             **recipe.tracking.tags, **(extra_tags or {})}
+    if point is None and is_main:
+        retire_dead_runs(recipe)
     with Tracker(recipe.tracking.experiment, recipe.run_name, recipe.tracking.uri, tags,
-                 run_id=run_id, enabled=is_main) as tracker:
-        if on_metrics is not None:
-            tracker.listeners.append(on_metrics)
+                 run_id=point.run_id if point is not None else None, enabled=is_main,
+                 listeners=[on_metrics] if on_metrics is not None else ()) as tracker:
         if distributed is not None:
             run_id = distributed.broadcast_object(tracker.run_id)
         else:
             run_id = tracker.run_id
-        if resume is None:
+        if point is None:
             # settings: the recipe as set (precision as asked); what this run chose and ran on
             # is logged apart (toolkit.tracking.measured)
             tracker.log_params({**rc.flatten(recipe.resolved), "precision": choice.requested})
@@ -198,8 +305,8 @@ def execute(recipe: rc.Recipe, *, resume: str | None = None,
             run_tags["ctk.paper"] = recipe.paper.source
         tracker.set_tags(run_tags)
         trainer = domain.trainer(recipe, tracker, options)
-        if resume_path is not None:
-            trainer.resume(resume_path, saved)
+        if point is not None:
+            trainer.resume(point.path, point.saved)
         trainer.fit()
         metrics = trainer.evaluate()
         trainer.save_checkpoint()
@@ -212,36 +319,34 @@ class _Calibrated(Exception):
     """Raised by :func:`calibrate`'s hook after the first real step: the length is fixed by then."""
 
 
-class _KeepParams:
-    """A tracker that keeps the params it is given and drops everything else."""
+class _KeepParams(RunLog):
+    """A run log that keeps the params it is given and nothing else."""
 
     def __init__(self) -> None:
         self.params: dict[str, Any] = {}
 
-    def log_params(self, params: dict[str, Any]) -> None:
+    def log_params(self, params: Any) -> None:
         self.params.update(params)
 
-    def __getattr__(self, name: str) -> Callable[..., None]:
-        return lambda *args, **kwargs: None
 
-
-def calibrate(recipe: rc.Recipe, device: str | None = None) -> dict[str, Any] | None:
-    """``budget.minutes``' step count for ``recipe`` on this machine, fixed as a run fixes it (its
-    first online monitor timed, then the timed steps of :mod:`toolkit.training.budget`), with
-    nothing logged and no step kept: ``{steps, ms_per_step, precision}``. None when the recipe has
-    no ``budget.minutes`` or its trainer does not calibrate (RL stops on its own clock). A sweep
-    calls it once, before its points, and hands the steps to each (``execute(fixed_steps=)``)."""
+def calibrate(run: rc.Recipe | Plan, device: str | None = None) -> dict[str, Any] | None:
+    """``budget.minutes``' step count for a plan (or a validated recipe, :func:`decide`\\ d on
+    ``device``) on this machine, fixed as a run fixes it (its first online monitor timed, then
+    the timed steps of :mod:`toolkit.training.budget`), with nothing logged and no step kept:
+    ``{steps, ms_per_step, precision}``. None when the recipe has no ``budget.minutes`` or its
+    trainer does not calibrate (RL stops on its own clock). A sweep calls it once, before its
+    points, and hands the steps to each (``execute(fixed_steps=)``)."""
     from toolkit.training.pretrainer import Pretrainer
+    recipe = run.recipe if isinstance(run, Plan) else run
     if recipe.budget is None or not recipe.budget.minutes:
         return None
-    dev = select_device(device or recipe.device)
-    resolve_precision(recipe, dev, recipe.domain_class, announce=False)
+    p = run if isinstance(run, Plan) else decide(run, device=device)
     tracker = _KeepParams()
 
     def stop(step: int) -> None:
         raise _Calibrated
-    trainer = recipe.domain_class(recipe).trainer(recipe, tracker, RunOptions(device=dev, progress=False,
-                                                                              hooks=[stop]))
+    trainer = p.domain(p.recipe).trainer(p.recipe, tracker, RunOptions(device=p.device, progress=False,
+                                                                         hooks=[stop]))
     if not isinstance(trainer, Pretrainer):
         return None
     try:
@@ -249,7 +354,7 @@ def calibrate(recipe: rc.Recipe, device: str | None = None) -> dict[str, Any] | 
     except _Calibrated:
         pass
     found = tracker.params
-    return {"steps": int(found[f"{MEASURED}budget_steps_fixed"]), "precision": recipe.precision,
+    return {"steps": int(found[f"{MEASURED}budget_steps_fixed"]), "precision": p.precision.value,
             "ms_per_step": float(found.get(f"{MEASURED}budget_ms_per_step", "nan"))}
 
 
@@ -259,27 +364,6 @@ def precision_choice(requested: str, device: Any, domain_cls: Any) -> precision_
     return precision_mod.resolve(requested, device, domain_cls.precisions, domain_cls.auto_fp32)
 
 
-def resolve_precision(recipe: rc.Recipe, device: Any, domain_cls: Any,
-                      announce: bool = True) -> precision_mod.Choice:
-    """Fix the recipe's precision for this run on ``device`` (``auto`` -> fp32 / bf16 / fp16,
-    see :mod:`toolkit.training.precision`): the recipe, its resolved mapping and so the logged
-    ``precision`` param hold the value used; ``announce`` prints the choice and its reason. An
-    explicit value the hardware cannot run well is a RecipeError at ``precision``."""
-    requested, allowed = recipe.precision, domain_cls.precisions
-    try:
-        choice = precision_choice(requested, device, domain_cls)
-    except ValueError as exc:
-        raise rc.RecipeError([("precision", f"{requested!r}: {exc}")], recipe.source) from None
-    if choice.value not in allowed:
-        raise rc.RecipeError([("precision", f"{requested!r}: domain {recipe.domain!r} runs "
-                                            f"{', '.join(allowed)} only")], recipe.source)
-    recipe.common = recipe.common.model_copy(update={"precision": choice.value})
-    recipe.resolved = {**recipe.resolved, "precision": choice.value}
-    if announce:
-        print(f"[ctk] {choice.line()}", file=sys.stderr, flush=True)
-    return choice
-
-
 def _stored_run(uri: str | None, run_id: str) -> Any:
     """Run ``run_id`` as the store has it, or None (no store, or a run it does not know: a new
     run continues it)."""
@@ -287,53 +371,3 @@ def _stored_run(uri: str | None, run_id: str) -> Any:
         return client_for(uri).get_run(run_id)
     except Exception:  # noqa: BLE001 - see above
         return None
-
-
-def expand_grid(grid: list[str]) -> list[list[str]]:
-    """``["a.b=1,2", "c=x,y"]`` -> the cartesian product as lists of ``--set`` overrides."""
-    axes = []
-    for item in grid:
-        if "=" not in item:
-            raise rc.RecipeError([(item, "--grid: expected key.path=v1,v2,...")])
-        key, values = item.split("=", 1)
-        options = [v.strip() for v in _split_values(values)]
-        if not options or any(v == "" for v in options):
-            raise rc.RecipeError([(key, f"--grid: empty value in {values!r}")])
-        axes.append([f"{key.strip()}={v}" for v in options])
-    return [list(point) for point in itertools.product(*axes)] if axes else [[]]
-
-
-def _split_values(text: str) -> list[str]:
-    """Split on commas outside brackets, so ``[1,2],[3,4]`` gives two lists."""
-    out, depth, cur = [], 0, ""
-    for ch in text:
-        if ch in "[{(":
-            depth += 1
-        elif ch in "]})":
-            depth -= 1
-        if ch == "," and depth == 0:
-            out.append(cur)
-            cur = ""
-        else:
-            cur += ch
-    out.append(cur)
-    return out
-
-
-def point_run_name(recipe: rc.Recipe, point: list[str]) -> str:
-    """A sweep point's run name from what it sets: ``nt_xent-t0.1-s0`` for
-    ``objective.loss.temperature=0.1`` (the key's initials, the full last component when two
-    keys share initials), the loss (or domain) first, the seed last."""
-    pairs = [p.split("=", 1) for p in point]
-    pairs = [(k.strip(), v) for k, v in pairs if k.strip() != "seed"]
-    def last(key: str) -> str:
-        parts = [p for p in key.split(".") if not p.isdigit()]
-        return parts[-1] if parts else key
-    initials = {k: "".join(w[:1] for w in last(k).split("_") if w) for k, _ in pairs}
-    clash = {i for i in initials.values() if list(initials.values()).count(i) > 1}
-    obj = recipe.common.objective
-    bits = [obj.loss.name if obj else recipe.common.domain]
-    for k, v in pairs:
-        tag = last(k) if initials[k] in clash else initials[k]
-        bits.append(tag + re.sub(r"[^A-Za-z0-9.+-]+", "_", v.strip()).strip("_"))
-    return "-".join(bits + [f"s{recipe.common.seed}"])

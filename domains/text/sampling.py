@@ -18,6 +18,7 @@ import torch
 
 from domains.text.corpora import Book
 from domains.text.tokenizer import SentenceTokenizer
+from toolkit.training.batches import Batches
 
 __all__ = ["SentenceTable", "contiguous_runs", "ContiguousBatches"]
 
@@ -74,8 +75,9 @@ def contiguous_runs(bounds: Sequence[tuple[int, int]], run_length: int,
     return runs
 
 
-class ContiguousBatches:
-    """An epoch-seeded iterable of quick-thought batches (the ``DataBundle.train`` object).
+class ContiguousBatches(Batches):
+    """An epoch-seeded iterable of quick-thought batches (the ``DataBundle.train`` object, the
+    loop's :class:`~toolkit.training.batches.Batches` face).
 
     Each batch is a dict: ``x`` ``[N, L]`` padded token ids, ``index`` ``[N]`` sentence
     indices, ``book`` ``[N]`` book ids, ``position`` ``[N]`` positions in the book. The order
@@ -122,7 +124,7 @@ class ContiguousBatches:
                 "book": torch.from_numpy(t.book[idx]),
                 "position": torch.from_numpy(t.position[idx])}
 
-    def __iter__(self) -> Iterator[dict[str, Any]]:
+    def iter_from(self, start: int) -> Iterator[dict[str, Any]]:
         order = self.order()
-        for k in range(len(self)):
+        for k in range(start, len(self)):
             yield self.batch(order[k * self.batch_size:(k + 1) * self.batch_size])

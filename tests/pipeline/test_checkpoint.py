@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import os
 import random
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -151,10 +152,38 @@ def test_find_looks_where_the_run_recorded_and_in_this_directory(tmp_path, monke
     os.utime(newer, ns=(there.stat().st_mtime_ns + 10**9,) * 2)
     assert ckpt.find("r1", tags) == newer and ckpt.find("r1") == newer
     assert ckpt.folders("r1", ckpt.folder_tags(here)) == [here.resolve()]  # one folder, once
-    run_id, path, saved = ckpt.for_resume("r1", RECIPE, tags=tags)
-    assert (run_id, path, saved["run_id"]) == ("r1", newer, "r1")
+    stored = SimpleNamespace(info=SimpleNamespace(run_id="r1"), data=SimpleNamespace(tags=tags))
+    asked: list[str] = []
+
+    def stored_run(run_id):  # the caller's look-up in its store: once per resume
+        asked.append(run_id)
+        return stored if run_id == "r1" else None
+    point = ckpt.resume_point("r1", stored_run)
+    assert (point.run_id, point.path, point.saved["run_id"], point.run, asked) == ("r1", newer, "r1", stored, ["r1"])
+    assert point.recipe == RECIPE
     newer.write_bytes(newer.read_bytes()[:100])  # damaged: the previous one, in the other folder
-    assert ckpt.for_resume("r1", RECIPE, tags=tags)[1] == there / "step-000000004.pt"
+    assert ckpt.resume_point("r1", stored_run).path == there / "step-000000004.pt"
     assert "step-000000008.pt" in capsys.readouterr().err  # named, then skipped
     with pytest.raises(FileNotFoundError, match="no checkpoint in"):
-        ckpt.for_resume("r2", RECIPE)
+        ckpt.resume_point("r2")
+
+
+def test_one_rule_for_a_checkpoint_that_does_not_read(tmp_path, capsys):
+    """Damaged, refused (it would run code) or of another format: each is named in a warning and
+    the next newest taken; the last one's own error stops."""
+    good = ckpt.write(tmp_path / "r1" / "step-000000002.pt", {}, RECIPE, "r1")
+    future = ckpt.save(tmp_path / "r1" / "step-000000004.pt", {**ckpt.seal({}, RECIPE, "r1"), "format": "ctk-checkpoint/2"})
+    unsafe = tmp_path / "r1" / "step-000000006.pt"
+    hostile_file(unsafe, tmp_path / "pwned")
+    damaged = ckpt.write(tmp_path / "r1" / "step-000000008.pt", {}, RECIPE, "r1")
+    damaged.write_bytes(damaged.read_bytes()[:100])
+    for i, path in enumerate((good, future, unsafe, damaged)):
+        os.utime(path, ns=(10**18 + i * 10**9,) * 2)
+    found = ckpt.candidates("r1", ckpt.folder_tags(tmp_path / "r1"))
+    assert found == [damaged, unsafe, future, good]
+    assert ckpt.newest_readable(found)[0] == good
+    err = capsys.readouterr().err
+    assert all(p.name in err for p in (damaged, unsafe, future)) and good.name not in err
+    assert not (tmp_path / "pwned").exists()
+    with pytest.raises(ckpt.UnsafeCheckpoint):
+        ckpt.newest_readable([damaged, unsafe])

@@ -5,17 +5,14 @@ from __future__ import annotations
 from collections import Counter
 
 from toolkit.runs import load_recipe
+from toolkit.tracking.runlog import RunLog
 from toolkit.training.pretrainer import Pretrainer
 from toolkit.training.syncs import SyncCounter
 from toolkit.training.trainer import RunOptions
 
 
-class NoTracker:
-    def log_metrics(self, *args, **kwargs):
-        pass
-
-    def log_figure(self, *args, **kwargs):
-        pass
+class NoTracker(RunLog):
+    """Keeps nothing (the declared face's defaults)."""
 
 
 def _reads_per_step(lookup, recipe_path, sets):

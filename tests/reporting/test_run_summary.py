@@ -44,7 +44,7 @@ def test_domains_declare_records_among_the_metrics_they_log(recipe):
 
 
 def test_single_run_name_says_what_differs_from_the_file():
-    plain = commands.load_for_run(TOY, (), [], None)
-    changed = commands.load_for_run(TOY, ("objective.loss.temperature=0.3",), ["precision=fp32", "seed=2"], None)
+    plain = commands.load_for_run(TOY, (), [], None).recipe
+    changed = commands.load_for_run(TOY, ("objective.loss.temperature=0.3",), ["precision=fp32", "seed=2"], None).recipe
     assert "t0.3" in changed.run_name and "pfp32" in changed.run_name and changed.run_name.endswith("-s2")
     assert "t0.3" not in plain.run_name

@@ -8,9 +8,10 @@ import pytest
 import torch
 
 from domains.rl import envs
+from toolkit.tracking.runlog import RunLog
 
 
-class RecordingTracker:
+class RecordingTracker(RunLog):
     """The tracker face ``run`` uses (log_metrics, log_figure, log_artifact, log_model)."""
 
     def __init__(self) -> None:

@@ -19,6 +19,7 @@ from toolkit import recipe as rc
 from toolkit.studies.reproduce import discover_tables
 from toolkit.recipe import RecipeError
 from toolkit.runs import load_recipe
+from toolkit.tracking.runlog import RunLog
 
 torch.set_num_threads(1)
 
@@ -41,7 +42,7 @@ def _recipe(path: str | Path, *sets: str) -> rc.Recipe:
     return load_recipe(str(path), list(sets), _lookup)
 
 
-class RecordingTracker:
+class RecordingTracker(RunLog):
     run_id = None
 
     def __init__(self) -> None:

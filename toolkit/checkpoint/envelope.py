@@ -7,7 +7,9 @@ version (:data:`FORMAT`), the resolved recipe that wrote it and its hash, the tr
 :mod:`toolkit.checkpoint.files`). :func:`write` seals and writes one, :func:`read` reads one and
 checks it belongs to the recipe being resumed: the keys in :data:`RESUME_FREE_KEYS` may differ
 (where and how the run executes, how it is named and tracked), the ``budget`` keys with
-``extend``, nothing else.
+``extend``, nothing else. :func:`read` is :func:`unseal` (the file and its format) then
+:func:`check_recipe` (the recipe); a resume does the two apart (``toolkit.checkpoint.find``
+picks the newest file that unseals; the run path checks it against the recipe it decided).
 """
 from __future__ import annotations
 
@@ -20,7 +22,7 @@ from toolkit.checkpoint.files import CheckpointError, CorruptCheckpoint, load, s
 from toolkit.recipe.model import flatten
 
 __all__ = ["FORMAT", "RESUME_FREE_KEYS", "RecipeMismatch", "recipe_hash", "recipe_differences", "seal",
-           "write", "read"]
+           "write", "unseal", "check_recipe", "read"]
 
 # The one format this ctk writes and reads. A change to what the envelope or a trainer's state
 # holds that older code cannot read needs a new number; :func:`read` refuses other numbers by name.
@@ -72,22 +74,35 @@ def write(path: str | Path, trainer_state: Mapping[str, Any], resolved: Mapping[
     return save(path, seal(trainer_state, resolved, run_id), keep=keep)
 
 
-def read(path: str | Path, resolved: Mapping[str, Any], extend: bool = False) -> dict[str, Any]:
-    """Read a ctk checkpoint and check it belongs to the recipe ``resolved``: raises
-    ``CheckpointError`` for a file that is unsafe, damaged, not ctk's or of another format
-    version, ``RecipeMismatch`` (naming the keys) for another recipe's. ``extend`` lets the
-    ``budget`` keys differ (a longer run continues a shorter one)."""
+def unseal(path: str | Path) -> dict[str, Any]:
+    """A ctk checkpoint's content, read: raises ``CheckpointError`` (naming the file) for a file
+    that is unsafe, damaged, not ctk's or of another format version."""
     path = Path(path)
     saved = load(path)
     found = saved.get("format")
     if isinstance(found, str) and found.startswith("ctk-checkpoint/") and found != FORMAT:
         raise CheckpointError(f"{path}: checkpoint format {found!r}; this ctk reads {FORMAT!r} only "
                               "(resume it with the ctk version that wrote it)")
-    if found != FORMAT or "trainer" not in saved:
+    if found != FORMAT or "trainer" not in saved or not isinstance(saved.get("recipe"), dict):
         raise CorruptCheckpoint(f"{path}: not a ctk checkpoint (format {found!r}, expected {FORMAT!r})")
+    return saved
+
+
+def check_recipe(saved: Mapping[str, Any], resolved: Mapping[str, Any], path: str | Path,
+                 extend: bool = False) -> None:
+    """Raise ``RecipeMismatch`` (naming the keys) when the checkpoint ``saved`` (read from
+    ``path``) belongs to another recipe than ``resolved``. ``extend`` lets the ``budget`` keys
+    differ (a longer run continues a shorter one)."""
     differing = recipe_differences(saved.get("recipe") or {}, resolved)
     if extend:
         differing = [k for k in differing if not k.startswith("budget.")]
     if differing:
-        raise RecipeMismatch(path, differing)
+        raise RecipeMismatch(Path(path), differing)
+
+
+def read(path: str | Path, resolved: Mapping[str, Any], extend: bool = False) -> dict[str, Any]:
+    """Read a ctk checkpoint and check it belongs to the recipe ``resolved`` (:func:`unseal`,
+    then :func:`check_recipe`)."""
+    saved = unseal(path)
+    check_recipe(saved, resolved, path, extend)
     return saved

@@ -7,21 +7,27 @@ written. A run resumed from another working directory writes on in that director
 (and the tag follows it). So a run's checkpoints are looked for in two folders: the one the run
 recorded and this working directory's; :func:`find` answers the newest file of both.
 
-Every caller asks here: ``ctk run --resume RUN_ID`` (:func:`for_resume`), a sweep deciding
-whether a KILLED point resumes or restarts, and ``ctk runs`` listing the last checkpoint; they
-pass the run's tags when they have the run, so the answer is the same from any working directory.
+Every caller asks here: ``ctk run --resume RUN_ID | FILE`` (:func:`resume_point`: the stored
+run, the checkpoint and its content, in one answer), a sweep deciding whether a KILLED point
+resumes or restarts, and ``ctk runs`` listing the last checkpoint; they pass the run's tags (or
+the way to fetch the run) when they have the store, so the answer is the same from any working
+directory. One rule for a checkpoint that does not read (damaged, refused, another format): it
+is named in a warning and the next newest is taken (:func:`newest_readable`); the last one's
+error stops.
 """
 from __future__ import annotations
 
 import os
 import sys
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
-from toolkit.checkpoint.envelope import read
-from toolkit.checkpoint.files import CorruptCheckpoint
+from toolkit.checkpoint.envelope import unseal
+from toolkit.checkpoint.files import CheckpointError
 
-__all__ = ["DIR_TAG", "checkpoint_dir", "folder_tags", "latest", "folders", "candidates", "find", "for_resume"]
+__all__ = ["DIR_TAG", "ResumePoint", "checkpoint_dir", "folder_tags", "latest", "folders", "candidates", "find",
+           "newest_readable", "resume_point"]
 
 DIR_TAG = "ctk.checkpoint_dir"
 
@@ -67,28 +73,58 @@ def find(run_id: str, tags: Mapping[str, str] | None = None) -> Path | None:
     return found[0] if found else None
 
 
-def for_resume(resume: str, resolved: Mapping[str, Any], extend: bool = False,
-               tags: Mapping[str, str] | None = None) -> tuple[str, Path, dict[str, Any]]:
-    """(run id, checkpoint path, its checked content) of ``--resume RUN_ID | FILE``: a file as
-    given (its folder named after the run), a run id's newest checkpoint that reads (a damaged
-    newer one is reported and skipped). The content is checked against the recipe ``resolved``
-    (:func:`toolkit.checkpoint.envelope.read`)."""
-    path = Path(resume)
-    if path.is_file():
-        return path.parent.name, path, read(path, resolved, extend)
-    found = candidates(resume, tags)
-    if not found:
-        where = " or ".join(str(f) for f in folders(resume, tags))
-        raise FileNotFoundError(f"--resume {resume}: no checkpoint in {where} (and the store records no "
-                                "other folder for it: give a checkpoint file)")
+def newest_readable(found: list[Path]) -> tuple[Path, dict[str, Any]]:
+    """The first of ``found`` (newest first) that reads as a ctk checkpoint, and its content. One
+    that does not (any ``CheckpointError``: damaged, refused, another format version) is named in
+    a warning and the next is taken; the last one's error is raised."""
     for i, path in enumerate(found):
         try:
-            return resume, path, read(path, resolved, extend)
-        except CorruptCheckpoint as exc:
+            return path, unseal(path)
+        except CheckpointError as exc:
             if i == len(found) - 1:
                 raise
             print(f"[ctk] warning: {exc}; trying the previous checkpoint", file=sys.stderr, flush=True)
-    raise AssertionError("unreachable")
+    raise FileNotFoundError("no checkpoint to read")
+
+
+@dataclass(frozen=True)
+class ResumePoint:
+    """What ``--resume RUN_ID | FILE`` continues, found once (:func:`resume_point`)."""
+
+    run_id: str                  # the run it continues (the checkpoint's own; else the folder's or the argument)
+    path: Path                   # the checkpoint: the newest that reads
+    saved: Mapping[str, Any]     # its content; the recipe check is the caller's (envelope.check_recipe)
+    run: Any = None              # the run as the store has it (None: no store, or one that does not know it)
+    source: str = ""             # where its recipe came from: the run's ctk.recipe tag, else the file
+
+    @property
+    def recipe(self) -> dict[str, Any]:
+        """The resolved recipe that wrote the checkpoint (overrides and precision included)."""
+        return dict(self.saved["recipe"])
+
+
+def resume_point(resume: str, stored_run: Callable[[str], Any] | None = None) -> ResumePoint:
+    """The checkpoint ``--resume RUN_ID | FILE`` continues, its content and its stored run.
+
+    A file is taken as given (its folder is named after the run). A run id: ``stored_run(run_id)``
+    (the caller's look-up in its tracking store, None when it has none; this room opens no
+    store) gives the run, whose tags name the folder it wrote in (:func:`folders`); of its
+    checkpoints, newest first, the first that reads (:func:`newest_readable`). When the
+    checkpoint names another run than the one looked up, that run is looked up."""
+    lookup = stored_run or (lambda run_id: None)
+    given = Path(resume)
+    run = None if given.is_file() else lookup(resume)
+    tags = run.data.tags if run is not None else None
+    found = [given] if given.is_file() else candidates(resume, tags)
+    if not found:
+        where = " or ".join(str(f) for f in folders(resume, tags))
+        raise FileNotFoundError(f"--resume {resume}: no checkpoint in {where} (give the checkpoint file, "
+                                "or the recipe and --set values of the run)")
+    path, saved = newest_readable(found)
+    run_id = saved.get("run_id") or (given.parent.name if given.is_file() else resume)
+    if given.is_file() or run_id != resume:
+        run = lookup(run_id)
+    return ResumePoint(run_id, path, saved, run, (tags or {}).get("ctk.recipe") or str(path))
 
 
 def _files(folder: Path) -> list[Path]:

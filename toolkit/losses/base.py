@@ -82,7 +82,10 @@ class ContrastiveLoss(nn.Module):
 
 
 class Regularizer(nn.Module):
-    """Base of the registered regularizers (added with a weight by the objective)."""
+    """Base of the registered regularizers (added with a weight by the objective). ``needs``
+    names the :class:`ContrastiveBatch` fields it reads, as a loss's does."""
+
+    needs: ClassVar[tuple[str, ...]] = ("views",)
 
     def forward(self, batch: ContrastiveBatch) -> LossOutput:  # pragma: no cover - abstract
         raise NotImplementedError

@@ -9,6 +9,7 @@ them are reported at once. :mod:`toolkit.recipe` re-exports these names.
 from __future__ import annotations
 
 import copy
+import itertools
 import re
 from pathlib import Path
 from typing import Any, Mapping
@@ -17,7 +18,7 @@ import yaml
 
 from toolkit.errors import CtkError
 
-__all__ = ["RecipeError", "load_yaml", "parse_yaml", "apply_overrides", "get_path", "MAX_DEPTH", "MAX_VALUES"]
+__all__ = ["RecipeError", "load_yaml", "parse_yaml", "apply_overrides", "get_path", "expand_grid", "MAX_DEPTH", "MAX_VALUES"]
 
 
 class RecipeError(CtkError):
@@ -224,3 +225,37 @@ def _set_child(node: Any, part: str, value: Any) -> bool:
         node[int(part)] = value
         return True
     return False
+
+
+# ---------------------------------------------------------------------------------------
+# --grid: the points of a sweep, as lists of --set overrides
+
+def expand_grid(grid: list[str]) -> list[list[str]]:
+    """``["a.b=1,2", "c=x,y"]`` -> the cartesian product as lists of ``--set`` overrides."""
+    axes = []
+    for item in grid:
+        if "=" not in item:
+            raise RecipeError([(item, "--grid: expected key.path=v1,v2,...")])
+        key, values = item.split("=", 1)
+        options = [v.strip() for v in _split_values(values)]
+        if not options or any(v == "" for v in options):
+            raise RecipeError([(key, f"--grid: empty value in {values!r}")])
+        axes.append([f"{key.strip()}={v}" for v in options])
+    return [list(point) for point in itertools.product(*axes)] if axes else [[]]
+
+
+def _split_values(text: str) -> list[str]:
+    """Split on commas outside brackets, so ``[1,2],[3,4]`` gives two lists."""
+    out, depth, cur = [], 0, ""
+    for ch in text:
+        if ch in "[{(":
+            depth += 1
+        elif ch in "]})":
+            depth -= 1
+        if ch == "," and depth == 0:
+            out.append(cur)
+            cur = ""
+        else:
+            cur += ch
+    out.append(cur)
+    return out

@@ -4,6 +4,7 @@ with its path."""
 from __future__ import annotations
 
 import copy
+import re
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
@@ -14,11 +15,12 @@ from toolkit.recipe.sections import (Budget, Common, DistributedSection, LRSched
                                      Optimizer, Paper, Tracking)
 
 
-@dataclass
+@dataclass(frozen=True)
 class Recipe:
     """A validated recipe: the common sections as models, the domain's sections as the
     domain's models, the mapping as written (``raw``: overrides applied, no defaults) and the
-    resolved mapping (for ``ctk show``, the logged artifact and the checkpoint's hash).
+    resolved mapping (for ``ctk show``, the logged artifact and the checkpoint's hash). Frozen:
+    a changed recipe is a new one (``dataclasses.replace``), never an edit of one in use.
 
     The common sections are attributes (``recipe.budget``, ``recipe.seed``...); the domain's
     are ``recipe.data`` / ``recipe.encoder`` / ``recipe.evaluation`` or ``recipe.section(name)``.
@@ -74,6 +76,26 @@ class Recipe:
             loss += "+" + "+".join(r.name for r in obj.regularizers)
         sel = obj.selector.name if obj else "all"
         return f"{self.common.domain}-{dataset}-{loss}-{sel}-s{self.common.seed}"
+
+
+
+def point_run_name(recipe: Recipe, point: list[str]) -> str:
+    """A sweep point's run name from what it sets: ``nt_xent-t0.1-s0`` for
+    ``objective.loss.temperature=0.1`` (the key's initials, the full last component when two
+    keys share initials), the loss (or domain) first, the seed last."""
+    pairs = [p.split("=", 1) for p in point]
+    pairs = [(k.strip(), v) for k, v in pairs if k.strip() != "seed"]
+    def last(key: str) -> str:
+        parts = [p for p in key.split(".") if not p.isdigit()]
+        return parts[-1] if parts else key
+    initials = {k: "".join(w[:1] for w in last(k).split("_") if w) for k, _ in pairs}
+    clash = {i for i in initials.values() if list(initials.values()).count(i) > 1}
+    obj = recipe.common.objective
+    bits = [obj.loss.name if obj else recipe.common.domain]
+    for k, v in pairs:
+        tag = last(k) if initials[k] in clash else initials[k]
+        bits.append(tag + re.sub(r"[^A-Za-z0-9.+-]+", "_", v.strip()).strip("_"))
+    return "-".join(bits + [f"s{recipe.common.seed}"])
 
 
 # ---------------------------------------------------------------------------------------
@@ -215,9 +237,9 @@ def validate(data: dict[str, Any], domain_sections: Mapping[str, type[BaseModel]
     """Validate a loaded recipe mapping.
 
     ``domain_sections`` are the domain's own section models (``data``, ``encoder``, ...);
-    ``check_objective(objective, prefix) -> (built objective, problems)`` checks component
-    names and arguments by building them (``toolkit.objective.check``; what it builds is
-    dropped: the trainer builds its own); ``domain_check(raw, sections) -> problems`` the
+    ``check_objective(objective, prefix) -> problems`` checks component names and arguments
+    (``toolkit.objective.check``, which builds no objective: the trainer builds the one a run
+    uses); ``domain_check(raw, sections) -> problems`` the
     domain's rules between sections (``Domain.check``); ``domain_class`` is kept on the recipe.
     All problems are collected into one RecipeError.
     """
@@ -246,7 +268,7 @@ def validate(data: dict[str, Any], domain_sections: Mapping[str, type[BaseModel]
             problems += unknown_key_hint(pydantic_problems(exc, key), {key: model})
     if objective is not None and check_objective is not None:
         schema_paths = [p for p, _ in problems]
-        _, found = check_objective(objective, "objective")
+        found = check_objective(objective, "objective")
         problems += [(p, m) for p, m in found if not any(_related(p, q) for q in schema_paths)]
     if domain_check is not None:
         problems += [p for p in domain_check(data, sections) if p not in problems]

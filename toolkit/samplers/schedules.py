@@ -3,7 +3,8 @@
 Ring (Wu et al. 2021, Sec. 4 "Annealing Policy" and App. E) anneals its negative threshold
 during training; Wang & Liu's hard quantile can be scheduled the same way. A schedule is a
 small object with ``__call__(step) -> float`` and ``state_dict`` / ``load_state_dict`` (so a
-resumed run continues where it stopped); the adaptive one also has ``record(metric)``.
+resumed run continues where it stopped); the adaptive one follows a metric instead
+(``follows_metric``; the loop feeds it the training loss through ``record(metric)``).
 
 Ring's released code (``src/utils/policy.py``) evaluates its policy at every optimisation step
 and anneals ``thres_outer`` (theta_o, the fraction of the queue kept, closest first) from 1.0
@@ -58,6 +59,9 @@ class Schedule:
     """A value as a function of the global step. Subclasses set ``name`` and ``value(step)``."""
 
     name: ClassVar[str] = ""
+    #: True for a schedule whose value follows a recorded metric (:meth:`record`) rather than the
+    #: step alone: the loop then reads the loss back every step to feed it (a host read)
+    follows_metric: ClassVar[bool] = False
 
     def __call__(self, step: int) -> float:
         return float(self.value(_step(step)))
@@ -223,6 +227,7 @@ class AdaptiveSchedule(Schedule):
     """
 
     name = "adaptive"
+    follows_metric = True
 
     def __init__(self, init: float = 1.0, low: float = 0.1, high: float = 1.0,
                  delta: float = 0.01, window: int = 10, lower_is_better: bool = True) -> None:
@@ -343,7 +348,14 @@ class ScheduledSelector:
     def __call__(self, sims: Tensor, step: int = 0) -> Tensor:
         return self.selector.mask(sims, **self.arguments(step))
 
+    @property
+    def follows_loss(self) -> bool:
+        """Whether :meth:`record` wants the training loss after every step (an adaptive
+        schedule, :attr:`Schedule.follows_metric`); otherwise the loop does not read it back."""
+        return self.schedule is not None and self.schedule.follows_metric
+
     def record(self, metric: float) -> None:
+        """Feed the training loss to the schedule (only one that follows a metric uses it)."""
         if self.schedule is not None:
             self.schedule.record(metric)
 

@@ -367,7 +367,7 @@ def sweep_grid(recipe: str, grid: list[str], sets: list[str], experiment: str | 
     comparison printed with ``echo`` and its plot logged to the parent run; returns the exit status."""
     import shutil
 
-    from toolkit.runs import expand_grid
+    from toolkit.recipe import expand_grid
     from toolkit.studies.comparison import comparison_text
     from toolkit.studies.sweeps import grid_points, log_sweep_answer, log_sweep_figure
     points = expand_grid(grid)

@@ -158,14 +158,15 @@ def summary_table(rows: list[tuple[str, str, str, str, str]]) -> str:
 
 def grid_points(recipe: str, grid: list[list[str]], sets: list[str], experiment: str, load: Any) -> list[Point]:
     """One point per grid combination, named by its swept values (a run name the recipe sets wins)."""
-    from toolkit.runs import point_run_name
+    from toolkit.recipe import point_run_name
+    from toolkit.runs import with_run_name
     from toolkit.studies.ui_view import run_note
     out = []
     for values in grid:
         extra = [*values, f"tracking.experiment={experiment}"]
-        r = load(recipe, sets, extra)
+        r = load(recipe, sets, extra)  # validated once; the name is added to the validated recipe
         if not r.common.tracking.run_name:
-            r = load(recipe, sets, [*extra, f"tracking.run_name={point_run_name(r, values)}"])
+            r = with_run_name(r, point_run_name(r, values))
         out.append(Point(r.run_name, r, values, {"ctk.sweep": experiment,
                                                  "mlflow.note.content": run_note(f"sweep {experiment}", values)}))
     return out

@@ -54,12 +54,11 @@ def read_encoder(source: str | Path, uri: str | None = None) -> dict[str, Any]:
 
 
 def _download(run_id: str, uri: str | None) -> Path:
-    from mlflow.exceptions import MlflowException
-
     from toolkit.tracking.store import no_store, reading_client
     client = reading_client(uri)  # never creates a store
     if client is None:
         raise FileNotFoundError(f"{run_id!r} is not a file, and {no_store(uri)}")
+    from mlflow.exceptions import MlflowException  # after the store is opened (its environment set)
     try:
         client.get_run(run_id)
     except MlflowException:

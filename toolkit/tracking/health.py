@@ -11,8 +11,10 @@ SQLite's lock and on get-or-create races, heartbeats, and dead runs marked as su
   ``ctk.checkpoint`` / ``ctk.checkpoint_step`` (the folder, ``ctk.checkpoint_dir``, is set at
   the start). :func:`mark_dead_runs` turns a RUNNING run whose
   process is gone (same host, pid not alive) or whose heartbeat is older than ``stale_after``
-  into KILLED, with ``ctk.killed_reason`` saying why; ctk calls it whenever it opens an
-  experiment, and ``ctk runs`` lists runs with their resume command.
+  into KILLED, with ``ctk.killed_reason`` saying why. It is a named step of the commands that
+  need it, never a side effect of opening a run: ``ctk run`` before it creates a run
+  (``toolkit.runs.retire_dead_runs``), a sweep before it decides its points, ``ctk tune``
+  after its trials, and ``ctk runs``, which lists runs with their resume command.
 """
 from __future__ import annotations
 

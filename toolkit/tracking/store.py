@@ -12,17 +12,10 @@ import subprocess
 from pathlib import Path
 from typing import TYPE_CHECKING, Iterator
 
-os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
-os.environ.setdefault("DO_NOT_TRACK", "true")
-# mlflow's HTTP client retries a dead server for minutes by default; ctk queues metrics itself
-# (Tracker.flush), so a call fails fast and training goes on.
-os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "2")
-os.environ.setdefault("MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR", "1")
-os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "20")
-
-from toolkit.errors import CtkError  # noqa: E402
-from toolkit.locking import file_lock  # noqa: E402
-from toolkit.tracking.health import retrying  # noqa: E402
+from toolkit.errors import CtkError
+from toolkit.locking import file_lock
+from toolkit.tracking import mlflow_environment
+from toolkit.tracking.health import retrying
 
 if TYPE_CHECKING:  # mlflow is imported by the first client: a store-less answer does not wait for it
     from mlflow.tracking import MlflowClient
@@ -119,7 +112,9 @@ def client_for(uri: str | None = None) -> MlflowClient:
     of a process opens it; processes doing that at once break each other's migration (alembic
     "expected to match one row", UNIQUE constraint on the default experiment). The first client
     of each SQLite store in a process is therefore made under :func:`store_lock`, so one process
-    sets the schema up and the others find it done."""
+    sets the schema up and the others find it done. mlflow's environment defaults are set
+    first (:func:`toolkit.tracking.mlflow_environment`)."""
+    mlflow_environment()
     from mlflow.tracking import MlflowClient
     uri = tracking_uri(uri)
     if uri in _SET_UP:

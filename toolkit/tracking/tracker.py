@@ -1,4 +1,5 @@
-"""mlflow tracking: the only tracker. One :class:`Tracker` is one mlflow run.
+"""mlflow tracking: the only tracker. One :class:`Tracker` is one mlflow run, written through
+the face every trainer writes to (:class:`~toolkit.tracking.runlog.RunLog`).
 
 Metrics are buffered and sent with one ``log_batch`` per logging interval; while the store does
 not answer they stay queued and training goes on. A run that raises is marked FAILED with the
@@ -11,19 +12,21 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
-from mlflow.entities import Metric, Param, RunTag
-from mlflow.tracking import MlflowClient
-
-from toolkit.tracking.health import HEARTBEAT_S, liveness_tags, mark_dead_runs, retrying
+from toolkit.tracking.health import HEARTBEAT_S, liveness_tags, retrying
+from toolkit.tracking.runlog import RunLog
 from toolkit.tracking.store import client_for, experiment_id, tracking_uri
+
+if TYPE_CHECKING:  # mlflow is imported once the store is opened (client_for sets its environment first)
+    from mlflow.entities import Metric
+    from mlflow.tracking import MlflowClient
 
 _MAX_PARAM = 6000
 MAX_PENDING = 200_000  # metrics queued during a store outage
 
 
-class Tracker:
+class Tracker(RunLog):
     """One mlflow run. Use as a context manager::
 
         with Tracker(experiment="ctk", run_name="vision-...", tags={...}) as tracker:
@@ -34,11 +37,15 @@ class Tracker:
     ``run_id`` resumes an existing run (``ctk run --resume``). A resumed run replays the steps
     between its checkpoint and the kill; a metric already logged at a step is not logged there
     again, so every metric keeps one value per step (the replay is deterministic: same values).
+    ``listeners`` are called with ``(metrics, step)`` after each :meth:`log_metrics` (``ctk tune``
+    reports to Ray Tune through one). Entering a tracker changes no other run: marking dead runs
+    is a step of the run path (``toolkit.runs.execute``) and of ``ctk runs``.
     """
 
     def __init__(self, experiment: str = "ctk", run_name: str | None = None, uri: str | None = None,
                  tags: Mapping[str, str] | None = None, run_id: str | None = None,
-                 enabled: bool = True) -> None:
+                 enabled: bool = True,
+                 listeners: Sequence[Callable[[dict[str, float], int], None]] = ()) -> None:
         self.enabled = enabled
         self.experiment = experiment
         self.run_name = run_name
@@ -50,7 +57,7 @@ class Tracker:
         self._logged_up_to: dict[str, int] = {}  # resumed run: the last step of each metric so far
         self._last_beat = 0.0
         self._outage_warned = False
-        self.listeners: list[Any] = []  # called with (metrics, step) after each log_metrics
+        self.listeners = tuple(listeners)
 
     # -- lifecycle --------------------------------------------------------------------------
     def __enter__(self) -> "Tracker":
@@ -60,7 +67,6 @@ class Tracker:
         tags = {**self.tags, **liveness_tags()}
         if self.run_id is None:
             eid = experiment_id(self.client, self.experiment)
-            retrying(lambda: mark_dead_runs(self.client, [eid]), "marking dead runs")
             run = retrying(lambda: self.client.create_run(eid, run_name=self.run_name, tags=tags), "create_run")
             self.run_id = run.info.run_id
         else:
@@ -105,6 +111,7 @@ class Tracker:
     def log_params(self, params: Mapping[str, Any]) -> None:
         if not self.enabled:
             return
+        from mlflow.entities import Param
         items = [Param(str(k), _param_value(v)) for k, v in params.items()]
         existing = set(self.client.get_run(self.run_id).data.params) if self.run_id else set()
         items = [p for p in items if p.key not in existing]
@@ -114,12 +121,14 @@ class Tracker:
     def set_tags(self, tags: Mapping[str, Any]) -> None:
         if not self.enabled:
             return
+        from mlflow.entities import RunTag
         self.client.log_batch(self.run_id, tags=[RunTag(str(k), str(v)) for k, v in tags.items()])
 
     def log_metrics(self, metrics: Mapping[str, Any], step: int, flush: bool = True) -> None:
         """Queue metrics for ``step`` (non-finite values are skipped); one ``log_batch`` on flush."""
         if not self.enabled:
             return
+        from mlflow.entities import Metric
         ts = int(time.time() * 1000)
         for k, v in metrics.items():
             value = float(v.item() if hasattr(v, "item") else v)
@@ -138,6 +147,7 @@ class Tracker:
         first) and are sent at the next flush, with one warning."""
         if not self.enabled:
             return
+        from mlflow.entities import RunTag
         try:
             if time.monotonic() - self._last_beat >= HEARTBEAT_S:
                 self.client.log_batch(self.run_id, tags=[RunTag(k, v) for k, v in liveness_tags().items()])

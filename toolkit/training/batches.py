@@ -68,6 +68,14 @@ class Batches:
         return {}
 
 
+def epoch_orders() -> tuple[type, ...]:
+    """What orders an epoch when the loop calls its ``set_epoch(epoch)``: the training batches
+    (:class:`Batches`), :class:`SeededEpochSampler` and torch's ``DistributedSampler`` (a
+    ``DataBundle.sampler``)."""
+    from torch.utils.data.distributed import DistributedSampler
+    return (Batches, SeededEpochSampler, DistributedSampler)
+
+
 def epoch_batches(train: Any, start: int) -> Iterator[tuple[int, dict[str, Any]]]:
     """``(index in epoch, batch)`` of the current epoch from batch ``start`` on."""
     if isinstance(train, Batches):

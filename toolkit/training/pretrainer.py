@@ -33,7 +33,7 @@ from tqdm import tqdm
 
 from toolkit import checkpoint as ckpt
 from toolkit import objective as objective_mod
-from toolkit.training.batches import Batches, DataStop, epoch_batches
+from toolkit.training.batches import Batches, DataStop, epoch_batches, epoch_orders
 from toolkit.training.budget import fix_steps_from_speed
 from toolkit.training.optim import build_optimizer, build_scheduler
 from toolkit.training.precision import autocast_dtype
@@ -223,11 +223,12 @@ class Pretrainer(Trainer):
             bar.refresh()
         self._tick = (time.perf_counter(), state.step)
         self._clock = (time.perf_counter(), state.train_seconds)
-        sampler = getattr(self.data, "sampler", None) or self.data.train
+        order = self.data.sampler if self.data.sampler is not None else self.data.train
+        ordered = isinstance(order, epoch_orders())
         with StopAfterStep(allow_force=dist is None) as stop, self._data_stop():
             while state.step < self.total:
-                if hasattr(sampler, "set_epoch"):
-                    sampler.set_epoch(state.epoch)
+                if ordered:
+                    order.set_epoch(state.epoch)
                 for i, batch in epoch_batches(self.data.train, state.batch_in_epoch):
                     self._train_step(batch, i)
                     bar.update(1)
@@ -280,8 +281,8 @@ class Pretrainer(Trainer):
         self.scaler.update()
         self.scheduler.step()
         objective.after_step(cb, self.encoder)
-        if hasattr(objective.selector, "record"):  # adaptive threshold schedules follow the loss
-            objective.selector.record(float(out.records["loss"]))
+        if objective.selector is not None and objective.selector.follows_loss:  # adaptive schedules
+            objective.selector.record(float(out.records["loss"]))  # the one host read of a step
         state.step += 1
         state.batch_in_epoch = index + 1
         for k, v in out.records.items():  # device tensors: read on log steps only
@@ -315,16 +316,17 @@ class Pretrainer(Trainer):
             hook(state.step)
 
     def _monitor(self) -> None:
-        """The domain's online metrics (``online_<name>``) at this step, on the main process."""
-        if not (hasattr(self.domain, "monitor") and self.is_main):
+        """The domain's online metrics (``online_<name>``: ``Domain.monitor``, none by default)
+        at this step, on the main process."""
+        if not self.is_main:
             return
         self.encoder.eval()
         with torch.no_grad():
-            online = self.domain.monitor(self.encoder, self.data)
-        online = {f"online_{k}": float(v) for k, v in online.items()}
-        self.tracker.log_metrics(online, self.state.step)
-        self._progress(online)
+            online = {f"online_{k}": float(v) for k, v in self.domain.monitor(self.encoder, self.data).items()}
         self.encoder.train()
+        if online:
+            self.tracker.log_metrics(online, self.state.step)
+            self._progress(online)
 
     def _log_due(self) -> bool:
         return self.state.step % self.recipe.budget.log_every == 0 or self.state.step == self.total
@@ -367,7 +369,7 @@ class Pretrainer(Trainer):
         self.encoder.train()
         for name, fig in result.figures.items():
             self.tracker.log_figure(fig, name)
-        if getattr(result, "settings", None):  # chosen by the evaluation: measurements, not results
+        if result.settings:  # chosen by the evaluation: measurements, not results
             self.tracker.log_params({f"measured.evaluation.chosen.{k}": v for k, v in result.settings.items()})
         metrics = {k: float(v) for k, v in result.metrics.items()}
         self.tracker.log_metrics(metrics, self.state.step)

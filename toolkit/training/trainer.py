@@ -30,6 +30,7 @@ from torch import nn
 
 from toolkit import checkpoint as ckpt
 from toolkit import recipe as rc
+from toolkit.tracking.runlog import RunLog
 
 __all__ = ["RunOptions", "Trainer", "NonFiniteLoss", "StopAfterStep", "select_device"]
 
@@ -50,13 +51,15 @@ class Trainer:
     """Base of trainers. Subclasses implement :meth:`fit`, :meth:`evaluate`,
     :meth:`state_dict` and :meth:`load_state_dict`, and set ``step`` (the counter their
     checkpoints are named by) and ``encoder`` (the representation logged as the run's model,
-    or None)."""
+    or None). ``tracker`` is the :class:`~toolkit.tracking.runlog.RunLog` the run is recorded
+    through (None: one that keeps nothing, e.g. on the ranks other than 0)."""
 
     step: int = 0
     encoder: nn.Module | None = None
 
-    def __init__(self, recipe: rc.Recipe, tracker: Any, options: RunOptions | None = None) -> None:
-        self.recipe, self.tracker = recipe, tracker
+    def __init__(self, recipe: rc.Recipe, tracker: RunLog | None, options: RunOptions | None = None) -> None:
+        self.recipe = recipe
+        self.tracker = tracker if tracker is not None else RunLog()
         self.options = options or RunOptions()
         budget = recipe.budget if recipe is not None else None
         if budget is not None:
@@ -94,11 +97,10 @@ class Trainer:
         if path is None or not self.is_main:
             return None
         self.last_checkpoint_time = time.monotonic()
-        saved = ckpt.write(path, self.state_dict(), self._resolved(), getattr(self.tracker, "run_id", None),
+        saved = ckpt.write(path, self.state_dict(), self._resolved(), self.tracker.run_id,
                            keep=self.options.keep_checkpoints if keep is None else keep)
-        note = getattr(self.tracker, "note_checkpoint", None)
-        if note is not None and path.suffix == ".pt":
-            note(saved, self.step)
+        if path.suffix == ".pt":
+            self.tracker.note_checkpoint(saved, self.step)
         return saved
 
     def stop_now(self, position: str) -> None:
