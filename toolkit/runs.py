@@ -26,7 +26,7 @@ from toolkit import __version__
 from toolkit import checkpoint as ckpt
 from toolkit import objective as objective_mod
 from toolkit import recipe as rc
-from toolkit.tracking.measured import ENV, MEASURED
+from toolkit.tracking.measured import ENV, MEASURED, earlier_steps
 from toolkit.tracking.runlog import RunLog
 from toolkit.tracking.store import RECORD_TAG, client_for, experiment_id, git_commit, tracking_uri
 from toolkit.tracking.tracker import Tracker
@@ -295,9 +295,17 @@ def execute(run: rc.Recipe | Plan, *, resume: str | None = None,
         tracker.log_params({f"{MEASURED}precision": choice.value, f"{MEASURED}device": dev.type,
                             **{f"{ENV}{k}": v for k, v in precision_mod.machine_params().items()},
                             f"{ENV}ctk": __version__, f"{ENV}git_commit": commit})
+        fixed_by = "sweep"
+        if fixed_steps is None and point is None and recipe.budget is not None and recipe.budget.minutes:
+            # a second seed trains as long as the first: the count an earlier run of the same
+            # settings fixed on this machine (toolkit.tracking.measured.earlier_steps)
+            found = earlier_steps(tracker.client, tracker.run_id) if is_main else None
+            found = distributed.broadcast_object(found) if distributed is not None else found
+            if found:
+                fixed_steps, fixed_by = found[0], f"run {found[1]}"
         options = RunOptions(device=dev, distributed=distributed, progress=progress,
                              checkpoint_dir=ckpt.checkpoint_dir(run_id or "local"), hooks=list(hooks or []),
-                             fixed_steps=fixed_steps)
+                             fixed_steps=fixed_steps, fixed_by=fixed_by)
         # where this run's checkpoints go, recorded before the first one is written, so that
         # `ctk runs` and `--resume RUN_ID` find them from any working directory
         run_tags = ckpt.folder_tags(options.checkpoint_dir)

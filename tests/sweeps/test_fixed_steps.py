@@ -89,3 +89,42 @@ def test_one_calibration_per_budget_group_recorded_then_read_back(tmp_path):
     fix_for_points(client, parent, points, resumed, never, lines.append)
     assert [s.fixed_steps for s in resumed] == [101, 102]
     assert "as this sweep fixed them before" in lines[-1]
+
+
+def test_a_second_seed_alone_trains_as_long_as_the_first_on_the_same_machine(data_workdir, monkeypatch):
+    """Each timed step 'takes' 0.1 s, so budget.minutes 0.02 (1.2 s) fixes 12 steps; then the
+    machine 'slows' to 0.2 s a step: seed 1 in the same experiment still trains the 12 steps seed 0
+    fixed, while a run in another experiment calibrates afresh (6)."""
+    from click.testing import CliRunner
+
+    import cli
+    from toolkit.training import budget, pretrainer
+    now, per_step = [0.0], [0.1]
+    real = pretrainer.Pretrainer._train_step
+
+    def step(self, batch, index):
+        now[0] += per_step[0]
+        return real(self, batch, index)
+    monkeypatch.setattr(pretrainer.Pretrainer, "_train_step", step)
+    monkeypatch.setattr(budget, "_clock", lambda: now[0])
+
+    def run(seed, experiment):
+        sets = ["budget.minutes=0.02", "budget.steps=400", "budget.log_every=1", "tracking.log_model=false",
+                f"tracking.experiment={experiment}"]
+        out = CliRunner().invoke(cli.main, ["run", TOY, "--quiet", "--seed", str(seed),
+                                            *(a for s in sets for a in ("--set", s))])
+        assert out.exit_code == 0, out.output
+        client = client_for()
+        exp = client.get_experiment_by_name(experiment)
+        newest = client.search_runs([exp.experiment_id], order_by=["attributes.start_time DESC"])[0]
+        return newest, max(m.step for m in client.get_metric_history(newest.info.run_id, "train/loss"))
+
+    first, trained = run(0, "seeds")
+    assert first.data.params["measured.budget_steps_fixed"] == "12" and trained == 12
+    assert first.data.params["measured.budget_steps_by"] == "run"
+    per_step[0] = 0.2
+    second, trained = run(1, "seeds")
+    assert second.data.params["measured.budget_steps_fixed"] == "12" and trained == 12
+    assert second.data.params["measured.budget_steps_by"] == f"run {first.info.run_id}"
+    elsewhere, trained = run(1, "elsewhere")
+    assert elsewhere.data.params["measured.budget_steps_fixed"] == "6" and trained == 6

@@ -11,8 +11,8 @@
   probe's chosen regularisation (``measured.evaluation.chosen.linear_c...``).
 * **environment** (``env.*``): the machine and code the run ran on: ``env.cpu_capability``
   (``torch.backends.cpu.get_cpu_capability()``), ``env.cpu_bf16`` (``native`` / ``not native``),
-  ``env.cpu_model``, ``env.gpu`` (``none`` without CUDA), ``env.torch``, ``env.ctk``,
-  ``env.git_commit``.
+  ``env.cpu_model``, ``env.gpu`` (``none`` without CUDA), ``env.torch``, ``env.threads`` (torch's
+  CPU threads), ``env.ctk``, ``env.git_commit``.
 
 Runs logged before this split keep their old names; :func:`split_params` reads them as
 measurements: ``budget_steps_fixed``, ``budget_ms_per_step``, ``budget_steps_reached``,
@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-__all__ = ["MEASURED", "ENV", "split_params", "settings", "measurements", "is_setting"]
+__all__ = ["MEASURED", "ENV", "split_params", "settings", "measurements", "is_setting", "earlier_steps"]
 
 MEASURED = "measured."
 ENV = "env."
@@ -71,3 +71,33 @@ def measurements(run: Any) -> dict[str, str]:
 def is_setting(key: str) -> bool:
     """Whether a param named ``key`` (new names) is a setting."""
     return not key.startswith((MEASURED, ENV))
+
+
+# what must match for an earlier run's budget.minutes count to be this run's: the machine and
+# how the run used it
+_SAME_MACHINE = ("env.cpu_model", "env.cpu_capability", "env.cpu_bf16", "env.gpu", "env.torch", "env.threads",
+                 f"{MEASURED}precision", f"{MEASURED}device")
+
+
+def _comparable(params: Mapping[str, str], tags: Mapping[str, str]) -> tuple[dict[str, str], dict[str, str | None]]:
+    settings_, found = split_params(params, tags)
+    same = {k: v for k, v in settings_.items() if k != "seed" and not k.startswith("tracking.")}
+    return same, {k: found.get(k) for k in _SAME_MACHINE}
+
+
+def earlier_steps(client: Any, run_id: str) -> tuple[int, str] | None:
+    """(steps, run id): the ``budget.minutes`` step count that the earliest other run of
+    ``run_id``'s experiment calibrated with the same settings (seed and ``tracking.*`` aside) on
+    the same machine (CPU model and capability, bf16, GPU, torch and its threads, precision and
+    device used), or None. Only runs that calibrated themselves count; the run's own params must
+    be logged already."""
+    this = client.get_run(run_id)
+    want = _comparable(this.data.params, this.data.tags)
+    if None in want[1].values():
+        return None
+    for run in client.search_runs([this.info.experiment_id], f"params.`{MEASURED}budget_steps_by` = 'run'",
+                                  order_by=["attributes.start_time ASC"], max_results=1000):
+        if run.info.run_id != run_id and run.info.status in ("FINISHED", "RUNNING") and \
+                _comparable(run.data.params, run.data.tags) == want:
+            return int(run.data.params[f"{MEASURED}budget_steps_fixed"]), run.info.run_id
+    return None

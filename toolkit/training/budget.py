@@ -18,7 +18,10 @@ timed as a run's monitor costs.
 A sweep, a study or a tune fixes the length once for all its points (:func:`toolkit.runs.calibrate`,
 before any point starts) and hands it to every point (``RunOptions.fixed_steps``): the point trains
 that many steps (at most its own ceiling) instead of calibrating beside the others, and logs
-``measured.budget_steps_by = sweep``.
+``measured.budget_steps_by = sweep``. A run alone takes the length an earlier run of its
+experiment fixed with the same settings (seed aside) on the same machine, when there is one
+(:func:`toolkit.tracking.measured.earlier_steps`; ``measured.budget_steps_by = run <id>``), so a
+second seed trains as long as the first.
 """
 from __future__ import annotations
 
@@ -100,11 +103,13 @@ def fix_steps_from_speed(trainer: Any, monitor_seconds: float) -> int:
         group["lr"] = group["initial_lr"] * factor(trainer.state.step)
     ceiling_note = " (the budget's ceiling)" if steps == ceiling else f" of at most {ceiling}"
     warm, blocks, size = CALIBRATION_STEPS
-    how = (f"{steps} steps (fixed once by the sweep for every point)" if per_step is None else
+    by = trainer.options.fixed_by
+    how = ((f"{steps} steps (fixed once by the sweep for every point)" if by == "sweep" else
+            f"{steps} steps, as {by} fixed them (the same settings on this machine)") if per_step is None else
            f"{per_step * 1e3:.1f} ms/step (median of {blocks} blocks of {size} timed steps) -> {steps} steps")
     print(f"[ctk] budget.minutes {budget.minutes:g}: {how}{ceiling_note}, {steps / trainer.steps_per_epoch:.2f} "
           f"epochs; replay with --set budget.steps={steps}", file=sys.stderr, flush=True)
-    logged = {f"{MEASURED}budget_steps_fixed": steps, f"{MEASURED}budget_steps_by": "sweep" if given else "run"}
+    logged = {f"{MEASURED}budget_steps_fixed": steps, f"{MEASURED}budget_steps_by": by if given else "run"}
     if per_step is not None:
         logged[f"{MEASURED}budget_ms_per_step"] = round(per_step * 1e3, 2)
     trainer.tracker.log_params(logged)

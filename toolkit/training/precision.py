@@ -140,12 +140,12 @@ def machine_line() -> str:
 def machine_params() -> dict[str, str]:
     """The machine a run runs on, as plain values (a run logs them as ``env.*`` params,
     :mod:`toolkit.tracking.measured`): torch's CPU capability, native bf16 or not, the CPU model,
-    the GPU (``none`` without CUDA) and the torch version."""
+    the GPU (``none`` without CUDA), the torch version and its CPU threads."""
     bf16 = cpu_bf16()
     return {"cpu_capability": torch.backends.cpu.get_cpu_capability(),
             "cpu_bf16": "native" if bf16.native else "not native", "cpu_model": cpu_model(),
             "gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else "none",
-            "torch": torch.__version__}
+            "torch": torch.__version__, "threads": str(torch.get_num_threads())}
 
 
 def _cuda_bf16(device: torch.device) -> bool:

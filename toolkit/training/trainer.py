@@ -44,7 +44,8 @@ class RunOptions:
     checkpoint_dir: Path | None = None       # None: no checkpoints
     keep_checkpoints: int = 2
     hooks: list[Callable[[int], None]] = field(default_factory=list)  # called with the step
-    fixed_steps: int | None = None           # budget.minutes' step count, fixed by the sweep
+    fixed_steps: int | None = None           # budget.minutes' step count, fixed before the run
+    fixed_by: str = "sweep"                  # who fixed it: the sweep, or an earlier run ("run <id>")
 
 
 class Trainer:
