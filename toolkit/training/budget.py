@@ -105,7 +105,7 @@ def fix_steps_from_speed(trainer: Any, monitor_seconds: float) -> int:
     warm, blocks, size = CALIBRATION_STEPS
     by = trainer.options.fixed_by
     how = ((f"{steps} steps (fixed once by the sweep for every point)" if by == "sweep" else
-            f"{steps} steps, as {by} fixed them (the same settings on this machine)") if per_step is None else
+            f"{steps} steps (as {by} fixed them: the same settings on this machine)") if per_step is None else
            f"{per_step * 1e3:.1f} ms/step (median of {blocks} blocks of {size} timed steps) -> {steps} steps")
     print(f"[ctk] budget.minutes {budget.minutes:g}: {how}{ceiling_note}, {steps / trainer.steps_per_epoch:.2f} "
           f"epochs; replay with --set budget.steps={steps}", file=sys.stderr, flush=True)
