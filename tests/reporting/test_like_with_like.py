@@ -33,6 +33,17 @@ def _cli(*args):
     return CliRunner().invoke(cli.main, ["compare", *args], env={"COLUMNS": "200"})
 
 
+@pytest.fixture(scope="module")
+def store(tmp_path_factory):
+    """One store for the module (each test its own experiment): creating one takes seconds."""
+    folder = tmp_path_factory.mktemp("store")
+    uri = f"sqlite:///{folder / 'mlflow.db'}"
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("MLFLOW_TRACKING_URI", uri)
+        mp.chdir(folder)
+        yield uri
+
+
 def test_two_seeds_differing_only_in_measured_values_are_one_group_of_two(store):
     client = client_for(store)
     eid = experiment_id(client, "seeds")

@@ -93,8 +93,8 @@ def test_one_calibration_per_budget_group_recorded_then_read_back(tmp_path):
 
 def test_a_second_seed_alone_trains_as_long_as_the_first_on_the_same_machine(data_workdir, monkeypatch):
     """Each timed step 'takes' 0.1 s, so budget.minutes 0.02 (1.2 s) fixes 12 steps; then the
-    machine 'slows' to 0.2 s a step: seed 1 in the same experiment still trains the 12 steps seed 0
-    fixed, while a run in another experiment calibrates afresh (6)."""
+    machine 'slows' to 0.2 s a step (a calibration would fix 6): seed 1 in the same experiment
+    still trains the 12 steps seed 0 fixed."""
     from click.testing import CliRunner
 
     import cli
@@ -126,5 +126,3 @@ def test_a_second_seed_alone_trains_as_long_as_the_first_on_the_same_machine(dat
     second, trained = run(1, "seeds")
     assert second.data.params["measured.budget_steps_fixed"] == "12" and trained == 12
     assert second.data.params["measured.budget_steps_by"] == f"run {first.info.run_id}"
-    elsewhere, trained = run(1, "elsewhere")
-    assert elsewhere.data.params["measured.budget_steps_fixed"] == "6" and trained == 6
