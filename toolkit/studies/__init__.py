@@ -10,6 +10,8 @@
 ``study``       ``ctk study``: one idea against its baseline in every domain, one table
 ``listing``     ``ctk runs``: status, heartbeat, checkpoint and resume command per run
 ``runsets``     what a set of stored runs holds: seeds, sweep parents, result metrics, varying settings
+``differs``     what else differs within and between compared groups (steps, precision, CPU, commit)
+``budget_steps`` one step count for every point of a ``budget.minutes`` sweep, study or tune
 ``stats``       bootstrap intervals and tests
 ``tables``      table / markdown / csv / json rendering
 ``ui_view``     the mlflow UI's saved columns and notes

@@ -3,6 +3,7 @@
 ``store``    where runs live: the store's address, its client, experiments, the write lock
 ``runlog``   the face a trainer writes a run's record to (every method declared, defaults keep nothing)
 ``tracker``  one run: params, buffered metrics, figures, the trained encoder; FAILED on error
+``measured`` what a run found or chose (``measured.*``) and where it ran (``env.*``), apart from its settings
 ``health``   a store that answers: retries, heartbeats, dead RUNNING runs marked KILLED
 ``export``   the trained encoder as a data-only file (logged with the run, read back anywhere)
 ``servers``  ``ctk ui`` / ``ctk server``: the mlflow UI and a shared tracking server
