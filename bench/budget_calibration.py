@@ -36,7 +36,12 @@ class _Stop(Exception):
 
 def _params_keeper():
     """A run log that keeps the params it is given (the fixed steps) and drops the rest."""
-    from toolkit.tracking.runlog import RunLog
+    try:
+        from toolkit.tracking.runlog import RunLog
+    except ImportError:  # a checkout from before the run log (what "before" was measured on)
+        class RunLog:  # type: ignore[no-redef]
+            def __getattr__(self, name):
+                return lambda *args, **kwargs: None
 
     class _Params(RunLog):
         def __init__(self) -> None:
@@ -51,15 +56,20 @@ def _params_keeper():
 def one(recipe_path: str, sets: list[str]) -> dict[str, object]:
     """One calibration in this process: {steps, ms_per_step, seconds}."""
     from domains import registry
-    from toolkit.runs import decide, load_recipe
+    from toolkit import runs
     from toolkit.training.trainer import RunOptions
 
     start = time.perf_counter()
-    loaded = load_recipe(recipe_path, sets, registry.get)
-    if not loaded.budget.minutes:
+    recipe = runs.load_recipe(recipe_path, sets, registry.get)
+    if not recipe.budget.minutes:
         raise SystemExit(f"{recipe_path}: no budget.minutes to calibrate")
-    plan = decide(loaded)  # device and precision decided as ctk run decides them
-    recipe, device = plan.recipe, plan.device
+    if hasattr(runs, "decide"):  # device and precision decided as ctk run decides them
+        plan = runs.decide(recipe)
+        recipe, device = plan.recipe, plan.device
+    else:  # a checkout from before toolkit.runs.decide (what "before" was measured on)
+        from toolkit.training.trainer import select_device
+        device = select_device(recipe.device)
+        runs.resolve_precision(recipe, device, recipe.domain_class, announce=False)
     tracker = _params_keeper()
 
     def hook(step: int) -> None:
@@ -86,10 +96,36 @@ def _busy_seconds() -> float:
     return (sum(fields[:8]) - idle) / os.sysconf("SC_CLK_TCK")
 
 
+def _self_seconds() -> float:
+    import resource
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
 def _children_seconds() -> float:
     import resource
     usage = resource.getrusage(resource.RUSAGE_CHILDREN)
     return usage.ru_utime + usage.ru_stime
+
+
+def same_process(recipe_path: str, sets: list[str], runs: int) -> None:
+    """``runs`` calibrations of one trainer in this process (``toolkit.training.budget.speed``,
+    state put back after each): is the spread in the process, or between processes?"""
+    from domains import registry
+    from toolkit.runs import decide, load_recipe
+    from toolkit.training import budget
+    from toolkit.training.trainer import RunOptions
+
+    p = decide(load_recipe(recipe_path, sets, registry.get))
+    trainer = p.domain(p.recipe).trainer(p.recipe, None, RunOptions(device=p.device, progress=False))
+    ms = []
+    for i in range(runs):
+        busy, mine, wall = _busy_seconds(), _self_seconds(), time.perf_counter()
+        ms.append(budget.speed(trainer) * 1e3)
+        others = max(0.0, (_busy_seconds() - busy) - (_self_seconds() - mine)) / (time.perf_counter() - wall)
+        print(f"  {i + 1:>2}: {ms[-1]:7.2f} ms/step, others used {others:.2f} cores", flush=True)
+    print(f"ms/step in one process: min {min(ms):.2f}, max {max(ms):.2f}, median {statistics.median(ms):.2f}, "
+          f"max/min {max(ms) / min(ms):.3f}")
 
 
 def main() -> None:
@@ -98,7 +134,12 @@ def main() -> None:
     ap.add_argument("--recipe", default=str(QUICKSTART))
     ap.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE")
     ap.add_argument("--one", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--same-process", action="store_true",
+                    help="calibrate one trainer --runs times in this process (ms/step only)")
     args = ap.parse_args()
+    if args.same_process:
+        same_process(args.recipe, args.sets, args.runs)
+        return
     if args.one:
         print(json.dumps(one(args.recipe, args.sets)), flush=True)
         return
