@@ -11,7 +11,7 @@ Metrics (flat snake_case):
   same probe on a randomly initialised encoder of the same architecture, and on the pixels
   (whose kNN accuracies are reported too: ``knn_top1_raw_pixels``, ``knn5_top1_raw_pixels``);
   ``linear_c*``, the inverse L2 strength each probe chose, is a setting (the run's params
-  ``evaluation.chosen.linear_c*``), not a result;
+  ``measured.evaluation.chosen.linear_c*``), not a result;
 * geometry of the L2-normalised projections of test images (``diagnostics.py``):
   ``alignment``, ``uniformity`` / ``neg_uniformity``, ``tolerance``, ``cond_entropy``,
   ``dp_margin_occupancy``, plus the LMCL distance histogram and the Wang & Liu similarity
