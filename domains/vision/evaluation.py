@@ -10,7 +10,7 @@ Metrics (flat snake_case):
 * ``linear_top1_random_init`` / ``linear_top1_raw_pixels`` (``evaluation.baselines``): the
   same probe on a randomly initialised encoder of the same architecture, and on the pixels
   (whose kNN accuracies are reported too: ``knn_top1_raw_pixels``, ``knn5_top1_raw_pixels``);
-  ``linear_c*``, the inverse L2 strength each probe chose, is a setting (the run's params
+  ``linear_c*``, the inverse L2 strength each probe chose, is what the probe chose (the run's params
   ``measured.evaluation.chosen.linear_c*``), not a result;
 * geometry of the L2-normalised projections of test images (``diagnostics.py``):
   ``alignment``, ``uniformity`` / ``neg_uniformity``, ``tolerance``, ``cond_entropy``,
