@@ -24,7 +24,7 @@ import torch
 from torch import Tensor
 
 __all__ = ["ImageSplit", "DATASETS", "NORMALIZATION", "load_split", "default_root",
-           "imbalanced_indices", "DatasetMissing", "unavailable"]
+           "imbalanced_indices", "DatasetMissing", "unavailable", "SUBSET_SEEDS", "seeded_subset"]
 
 DATASETS = ("cifar10", "cifar100", "stl10", "mnist", "fashion-mnist")
 
@@ -238,3 +238,18 @@ def imbalanced_indices(labels: Tensor, rule: str, num_classes: int | None = None
         frac = level / c if rule == "linear" else float(np.exp(level - c))
         keep.append(idx[: int(frac * idx.numel())])
     return torch.cat(keep).sort().values
+
+
+# Subsets do not depend on the run's seed: runs with different seeds see the same images, so
+# their spread measures training randomness alone (pretraining, probe-training and test subsets).
+SUBSET_SEEDS = (1009, 2003, 3001)
+
+
+def seeded_subset(split, n: int | None, seed: int):
+    """A fixed random subset of ``n`` items of ``split`` (any split with ``len`` and ``subset``:
+    in-memory images or a folder's file list), in dataset order; the split itself when ``n`` is
+    None or not smaller."""
+    if n is None or n >= len(split):
+        return split
+    g = torch.Generator().manual_seed(seed)
+    return split.subset(torch.randperm(len(split), generator=g)[:n].sort().values)

@@ -52,18 +52,6 @@ class VisionEvalData:
     streams: Any = None  # folder datasets: the whole labelled splits the final probes stream
 
 
-# Subsets do not depend on the run's seed: runs with different seeds see the same images, so
-# their spread measures training randomness alone.
-_SUBSET_SEEDS = (1009, 2003, 3001)
-
-
-def _seeded_subset(split: ds.ImageSplit, n: int | None, seed: int) -> ds.ImageSplit:
-    if n is None or n >= len(split):
-        return split
-    g = torch.Generator().manual_seed(seed)
-    return split.subset(torch.randperm(len(split), generator=g)[:n].sort().values)
-
-
 def view_family(cfg: DataConfig) -> BatchAugment:
     """The recipe's whole view family, random-resized crop included, on in-memory images."""
     a = cfg.augment
@@ -174,7 +162,7 @@ class VisionDomain(Domain):
         if cfg.imbalance is not None:
             split = split.subset(ds.imbalanced_indices(split.labels, cfg.imbalance,
                                                        split.num_classes, cfg.imbalance_seed))
-        return _seeded_subset(split, cfg.train_subset, _SUBSET_SEEDS[0])
+        return ds.seeded_subset(split, cfg.train_subset, ds.SUBSET_SEEDS[0])
 
     def load_eval(self, recipe: Any) -> VisionEvalData:
         cfg: DataConfig = recipe.data
@@ -187,8 +175,8 @@ class VisionDomain(Domain):
             return VisionEvalData(small_tr, small_te, aug, train.num_classes, recipe.seed, ev.monitor, streams)
         probe = ds.load_split(cfg.dataset, "train", cfg.root, download=cfg.download, verify=cfg.verify)
         test = ds.load_split(cfg.dataset, "test", cfg.root, download=cfg.download, verify=cfg.verify)
-        probe = _seeded_subset(probe, ev.probe_train_subset, _SUBSET_SEEDS[1])
-        test = _seeded_subset(test, ev.test_subset, _SUBSET_SEEDS[2])
+        probe = ds.seeded_subset(probe, ev.probe_train_subset, ds.SUBSET_SEEDS[1])
+        test = ds.seeded_subset(test, ev.test_subset, ds.SUBSET_SEEDS[2])
         return VisionEvalData(probe, test, eval_augment(self.augment or build_augment(cfg), ev),
                               probe.num_classes, recipe.seed, ev.monitor)
 

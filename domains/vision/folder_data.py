@@ -22,7 +22,6 @@ __all__ = ["FolderStreams", "training_device", "folder_problems", "load_folder",
            "needs_natural", "monitor_splits", "streamed_probes"]
 
 IMAGENET_NORMALIZATION = ((0.485, 0.456, 0.406), (0.229, 0.224, 0.225))
-_SUBSET_SEEDS = (1009, 2003, 3001)
 
 
 @dataclass
@@ -58,13 +57,6 @@ def load_folder(cfg: DataConfig, split: str) -> FolderSplit:
     return load_folder_split(cfg.dataset, split, cfg.path, cfg.root, cfg.classes, cfg.val_labels)
 
 
-def _subset(split: FolderSplit, n: int | None, seed: int) -> FolderSplit:
-    if n is None or n >= len(split):
-        return split
-    g = torch.Generator().manual_seed(seed)
-    return split.subset(torch.randperm(len(split), generator=g)[:n].sort().values.numpy())
-
-
 def crop_rest(spec: AugmentSpec) -> AugmentSpec:
     """The part of a view family left for the device once a worker cropped: the crop of a
     square ``size`` input at scale 1 and ratio 1 is the whole input (identity resampling), so
@@ -83,7 +75,7 @@ def needs_natural(recipe: Any) -> bool:
 def train_batches(recipe: Any, spec: AugmentSpec, device: torch.device | None) -> tuple[StreamBatches, FolderSplit]:
     """The streamed pretraining batches (``{"x": uint8 [n, V, 3, S, S], "y", "index"}``)."""
     cfg: DataConfig = recipe.data
-    train = _subset(load_folder(cfg, "train"), cfg.train_subset, _SUBSET_SEEDS[0])
+    train = ds.seeded_subset(load_folder(cfg, "train"), cfg.train_subset, ds.SUBSET_SEEDS[0])
     crop = CropSpec(spec.size, views=recipe.objective.views, scale=spec.scale, ratio=spec.ratio,
                     natural=needs_natural(recipe))
     dev = device or torch.device("cpu")
@@ -105,14 +97,14 @@ def monitor_splits(recipe: Any, size: int) -> tuple[ds.ImageSplit, ds.ImageSplit
     the diagnostics read these), and the full labelled file lists (the final probes)."""
     cfg: DataConfig = recipe.data
     ev: EvaluationConfig = recipe.evaluation
-    train = _subset(load_folder(cfg, "train"), ev.probe_train_subset, _SUBSET_SEEDS[1])
-    val = _subset(load_folder(cfg, "val"), ev.test_subset, _SUBSET_SEEDS[2])
+    train = ds.seeded_subset(load_folder(cfg, "train"), ev.probe_train_subset, ds.SUBSET_SEEDS[1])
+    val = ds.seeded_subset(load_folder(cfg, "val"), ev.test_subset, ds.SUBSET_SEEDS[2])
     crop = CropSpec(size, views=1, mode="center")
     workers = min(auto_workers(cfg.loader.workers), 4)
     n_tr = min(len(train), ev.monitor.train_samples)
     n_te = min(len(val), max(ev.monitor.test_samples, ev.diagnostics.samples if ev.diagnostics.enabled else 0))
-    small_tr = _subset(train, n_tr, _SUBSET_SEEDS[1] + 1)
-    small_te = _subset(val, n_te, _SUBSET_SEEDS[2] + 1)
+    small_tr = ds.seeded_subset(train, n_tr, ds.SUBSET_SEEDS[1] + 1)
+    small_te = ds.seeded_subset(val, n_te, ds.SUBSET_SEEDS[2] + 1)
     xs = [materialize(s, crop, workers=workers) for s in (small_tr, small_te)]
     splits = [ds.ImageSplit(s.name, x, y, s.num_classes) for s, (x, y) in zip((small_tr, small_te), xs)]
     return splits[0], splits[1], train, val
