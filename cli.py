@@ -1,5 +1,5 @@
 """ctk: the contrastive experiment toolkit's command line (click wiring only: what a command does
-lives in domains/commands.py and toolkit/; nothing here imports torch before a command needs it).
+lives in commands.py and toolkit/; nothing here imports torch before a command needs it).
 
     ctk run recipes/vision/quickstart.yaml
     ctk show recipes/vision/quickstart.yaml --set objective.loss.temperature=0.2
@@ -29,7 +29,7 @@ from toolkit.errors import CtkError  # noqa: E402
 ROOT = Path(__file__).resolve().parent
 RECIPES = ROOT / "recipes"
 FORMATS = ("table", "markdown", "csv", "json")  # toolkit.studies.tables.FORMATS, without importing it
-COMPONENTS = ("losses", "selectors", "regularizers", "schedules")  # toolkit.registry.LISTED
+COMPONENTS = ("losses", "selectors", "regularizers", "selector-schedules", "lr-schedules")  # toolkit.registry.LISTED
 LISTABLE = (*COMPONENTS, "domains", "recipes", "tables")
 URI_HELP = "mlflow tracking URI (default: $MLFLOW_TRACKING_URI or ./mlflow.db)."
 
@@ -89,7 +89,7 @@ def run(recipe: str | None, sets: tuple[str, ...], experiment: str | None, seed:
       ctk run --resume 3f2a...c1
       ctk run recipes/vision/quickstart.yaml --precision bf16 --nproc 2
     """
-    from domains import commands
+    import commands
     extra = commands.overrides(seed, experiment, precision)
     if nproc > 1 or nnodes > 1:
         sys.exit(commands.relaunch(recipe, sets, extra, str(Path(__file__).resolve()), nproc=nproc, nnodes=nnodes,
@@ -110,7 +110,7 @@ def show(recipe: str, sets: tuple[str, ...]) -> None:
     Example:
       ctk show recipes/vision/quickstart.yaml --set objective.loss.temperature=0.2
     """
-    from domains import commands
+    import commands
     click.echo(commands.show(recipe, sets))
 
 
@@ -122,21 +122,23 @@ def list_(what: str) -> None:
     \b
     Example:
       ctk list losses
-      ctk list schedules
+      ctk list selector-schedules    # objective.selector.schedule.name
+      ctk list lr-schedules          # schedule.name (the learning rate)
     """
     if what in COMPONENTS:  # read from the source: no component (nor torch) is imported
+        from toolkit.recipe.sections import LR_SCHEDULES
         from toolkit.registry import LISTED, declared
-        entries = declared(LISTED[what])
+        entries = LR_SCHEDULES if what == "lr-schedules" else declared(LISTED[what])
         width = max(map(len, entries))
         lines = [f"{name.ljust(width)}  {entries[name]}" for name in sorted(entries)]
     elif what == "domains":  # loads every domain (torch): one that does not load says why
-        from domains.registry import describe
+        from domains.installed import describe
         lines = [f"{name.ljust(8)}  [{spec.origin}: {spec.target}]  {desc}" for name, spec, desc in describe()]
     elif what == "recipes":
-        from domains.commands import recipes
+        from commands import recipes
         lines = recipes(RECIPES)
     else:
-        from domains.commands import tables
+        from commands import tables
         lines = [f"{name}  {t.title}  ({len(t.rows)} rows)" for name, t in sorted(tables(RECIPES).items())]
     click.echo("\n".join(lines))
 
@@ -173,9 +175,9 @@ def sweep(recipe: str, grid: tuple[str, ...], sets: tuple[str, ...], experiment:
       ctk sweep recipes/toy/lmcl_three_bars_cl.yaml --grid objective.loss.temperature=0.1,0.5 --grid seed=0,1
       ctk sweep recipes/toy/lmcl_three_bars_cl.yaml --grid seed=0,1,2,3 --jobs 2
     """
-    from domains import commands, registry
+    import commands
     from toolkit.studies.launch import sweep_grid
-    sys.exit(sweep_grid(recipe, list(grid), list(sets), experiment, commands.load, registry.get, click.echo, _err,
+    sys.exit(sweep_grid(recipe, list(grid), list(sets), experiment, commands.load, commands.lookup, click.echo, _err,
                         progress=not quiet, **launch))
 
 
@@ -198,9 +200,9 @@ def study(study_file: str, seeds: str | None, fmt: str, plot: str | None, dry_ru
       ctk study studies/lmcl-dp.yaml --jobs 2
       ctk study studies/hard-negatives.yaml --seeds 0,1,2,3,4 --format markdown --plot forest.png
     """
-    from domains import commands, registry
+    import commands
     from toolkit.studies.study import study_command
-    sys.exit(study_command(study_file, seeds, fmt, plot, dry_run, commands.load, registry.get, click.echo, _err,
+    sys.exit(study_command(study_file, seeds, fmt, plot, dry_run, commands.load, commands.lookup, click.echo, _err,
                            progress=not quiet, width=shutil.get_terminal_size().columns, **launch))
 
 
@@ -226,11 +228,11 @@ def tune(recipe: str, space: tuple[str, ...], samples: int, metric: str, mode: s
       ctk tune recipes/toy/lmcl_three_bars_cl.yaml --space objective.loss.temperature=loguniform(0.05,1) \
         --samples 8 --metric kmeans_accuracy --set budget.eval_every=50
     """
-    from domains import commands, registry
+    import commands
     from toolkit.studies.tune import tune as run_tune
     commands.load(recipe, sets)  # every recipe problem before Ray starts
     config, path = run_tune(recipe, list(sets), list(space), samples=samples, metric=metric, mode=mode,
-                            lookup=registry.get, jobs=jobs, address=address, experiment=experiment, out=out)
+                            lookup=commands.lookup, jobs=jobs, address=address, experiment=experiment, out=out)
     click.echo(f"best: {' '.join(f'{k}={v}' for k, v in config.items())}; recipe written to {path}")
 
 
@@ -283,7 +285,7 @@ def export(run: str, out: str | None, uri: str | None) -> None:
     Example:
       ctk export 3f2a...c1 --out simclr.pt
     """
-    from domains import commands
+    import commands
     click.echo(commands.export(run, out, uri))
 
 
@@ -325,17 +327,17 @@ def reproduce(name: str | None, list_only: bool, seeds: str | None, sets: tuple[
       ctk reproduce ring-mi-toy --seeds 0,1,2
       ctk reproduce lmcl-table4-cpu --row QT --row "LMCL(QT+DP)"
     """
-    from domains import commands, registry
+    import commands
     from toolkit.studies.reproduce import run_table
     tables = commands.tables(RECIPES)
     if list_only or not name:
-        from domains.packaged import load_catalogues
+        from domains.catalogues import load_catalogues
         from toolkit.studies.needs import table_needs
         load_catalogues()
         for n, t in sorted(tables.items()):
             click.echo(f"{n}  {t.title}  ({len(t.rows)} rows x {len(t.seeds)} seeds)\n    {table_needs(t).line()}")
         return
-    sys.exit(run_table(tables, name, seeds, list(rows), list(sets), experiment, fmt, commands.load, registry.get,
+    sys.exit(run_table(tables, name, seeds, list(rows), list(sets), experiment, fmt, commands.load, commands.lookup,
                        click.echo, _err, progress=not quiet, **launch))
 
 
@@ -386,8 +388,8 @@ def data(args: tuple[str, ...]) -> None:
       ctk data fetch default      (what the default recipes and tests need)
       ctk data list               (every dataset, source, licence, size, state)
     """
-    from domains.packaged import load_catalogues
-    from toolkit.data.cli import main as data_main
+    from domains.catalogues import load_catalogues
+    from toolkit.data.command import main as data_main
     load_catalogues()
     sys.exit(data_main(list(args), prog="ctk data"))
 

@@ -27,7 +27,7 @@ COMMANDS = {
     "python -c 'import torch'": ["-c", "import torch"],
     "ctk --help": [CLI, "--help"],
     "ctk list losses": [CLI, "list", "losses"],
-    "ctk list schedules": [CLI, "list", "schedules"],
+    "ctk list selector-schedules": [CLI, "list", "selector-schedules"],
     "ctk list recipes": [CLI, "list", "recipes"],
     "ctk runs": [CLI, "runs"],
     "ctk data list": [CLI, "data", "list"],

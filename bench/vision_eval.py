@@ -36,7 +36,7 @@ sys.path.insert(0, str(ROOT))
 
 import domains.vision.diagnostics as diagnostics  # noqa: E402
 import domains.vision.evaluation as evaluation  # noqa: E402
-from domains import registry  # noqa: E402
+from domains import installed  # noqa: E402
 from domains.export import load_encoder  # noqa: E402
 from domains.vision.probes import extract  # noqa: E402
 from toolkit.evaluation.probes import knn_score_sets, linear_probe, topk_accuracy  # noqa: E402
@@ -131,7 +131,7 @@ def main() -> None:
     print(machine_line(), flush=True)
     print(f"torch threads {torch.get_num_threads()}; encoder {args.encoder}; recipe {args.recipe} "
           f"{' '.join(args.overrides)}", flush=True)
-    recipe = load_recipe(args.recipe, args.overrides, registry.get)
+    recipe = load_recipe(args.recipe, args.overrides, installed.get)
     domain = recipe.domain_class(recipe)
     data = domain.load_eval(recipe)
     encoder = load_encoder(args.encoder).eval()

@@ -150,7 +150,7 @@ class Domain:
         from toolkit.training.pretrainer import Pretrainer
         return Pretrainer(recipe, self, tracker, options)
 
-    # -- the trained encoder as data (toolkit.tracking.export) ---------------------------------------
+    # -- the trained encoder as data (toolkit.tracking.encoder_file) ------------------------------
     def encoder_extras(self, encoder: nn.Module) -> dict[str, Any]:
         """Plain data besides the weights that :meth:`rebuild_encoder` needs (default none)."""
         return {}

@@ -4,7 +4,7 @@
     encoder = load_encoder("RUN_ID")            # or "encoder.pt" from `ctk export RUN_ID`
     features = encoder.features(x)              # backbone features; encoder(x): the projection
 
-The file holds data only (:mod:`toolkit.tracking.export`): the encoder is rebuilt from the stored recipe
+The file holds data only (:mod:`toolkit.tracking.encoder_file`): the encoder is rebuilt from the stored recipe
 by its domain and the weights are loaded with ``weights_only=True``.
 """
 from __future__ import annotations
@@ -15,8 +15,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from domains import registry
-from toolkit.tracking.export import read_encoder, save_encoder
+from domains import installed
+from toolkit.tracking.encoder_file import read_encoder, save_encoder
 from toolkit.runs import load_recipe
 
 __all__ = ["load_encoder", "export_encoder"]
@@ -38,7 +38,7 @@ def export_encoder(source: str | Path, out: str | Path, uri: str | None = None) 
 
 
 def _rebuild(art: dict[str, Any], source: str | Path) -> nn.Module:
-    recipe = load_recipe(f"{source} (stored recipe)", [], registry.get, data=art["recipe"])
+    recipe = load_recipe(f"{source} (stored recipe)", [], installed.get, data=art["recipe"])
     domain = recipe.domain_class(recipe)
     encoder = domain.rebuild_encoder(art["extras"])
     encoder.load_state_dict(art["state_dict"])

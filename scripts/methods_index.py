@@ -4,7 +4,7 @@
 autograd kernel those run through, where there is one.
 
 Everything is read from the registries (``LOSSES``, ``REGULARIZERS``, ``SELECTORS``,
-``SCHEDULES``, and the negative sources ``Objective.attach`` builds for each value of
+``SELECTOR_SCHEDULES``, and the negative sources ``Objective.attach`` builds for each value of
 ``objective.negatives.source``) and from the code the registered classes run, so the index is
 regenerated, never typed. tests/test_docs.py regenerates it and fails when the page differs.
 
@@ -146,10 +146,10 @@ def rows() -> list[tuple[str, str, str, str]]:
     from toolkit.losses.modules import LOSSES
     from toolkit.regularizers import REGULARIZERS
     from toolkit.samplers import SELECTORS
-    from toolkit.samplers.schedules import SCHEDULES
+    from toolkit.samplers.schedules import SELECTOR_SCHEDULES
     out = []
     families = [("objective.loss.name", LOSSES), ("objective.regularizers[].name", REGULARIZERS),
-                ("objective.selector.name", SELECTORS), ("objective.selector.schedule.name", SCHEDULES)]
+                ("objective.selector.name", SELECTORS), ("objective.selector.schedule.name", SELECTOR_SCHEDULES)]
     for key, registry in families:
         for entry in registry:
             out.append((key, entry.name, entry.obj))

@@ -20,7 +20,7 @@ CLI = str(ROOT / "cli.py")
 TORCH_FREE = [
     (["--help"], 0), (["--version"], 0),
     (["list", "losses"], 0), (["list", "selectors"], 0), (["list", "regularizers"], 0),
-    (["list", "schedules"], 0), (["list", "recipes"], 0), (["list", "tables"], 0),
+    (["list", "selector-schedules"], 0), (["list", "lr-schedules"], 0), (["list", "recipes"], 0), (["list", "tables"], 0),
     (["runs"], 0), (["runs", "nope"], 1), (["compare", "--help"], 0), (["compare", "nope"], 1),
     (["reproduce", "--list"], 0), (["reproduce", "nope"], 2), (["ui", "--help"], 0),
     (["server", "--help"], 0), (["data", "list"], 0), (["run", "--help"], 0), (["sweep", "--help"], 0),
@@ -58,7 +58,7 @@ def test_importing_the_cli_imports_no_torch(tmp_path):
 
 
 @pytest.mark.parametrize("module", ["toolkit.studies.comparison", "toolkit.evaluation.plots", "toolkit.studies.listing",
-                                    "toolkit.tracking.servers", "toolkit.studies.ui_view", "domains.packaged"])
+                                    "toolkit.tracking.servers", "toolkit.studies.ui_view", "domains.catalogues"])
 def test_what_compare_runs_ui_and_data_import_needs_no_torch(tmp_path, module):
     """The modules behind ctk compare (--plot included), runs, ui, server and data."""
     proc, modules = imported(["-c", f"import {module}"], tmp_path)
@@ -86,10 +86,21 @@ def test_reading_commands_in_an_empty_folder_create_no_store(tmp_path, args, cod
     assert list(tmp_path.iterdir()) == []
 
 
-def test_list_schedules_names_every_registered_schedule(tmp_path):
-    from toolkit.samplers import SCHEDULES
+def test_the_two_schedule_families_are_listed_apart(tmp_path):
+    """``ctk list selector-schedules`` is the selectors' registry; ``ctk list lr-schedules`` the
+    names the recipe's ``schedule.name`` accepts (read from its schema); ``schedules`` alone is
+    not a choice."""
+    import typing
+
+    from toolkit.recipe.sections import LRScheduleSection
+    from toolkit.samplers import SELECTOR_SCHEDULES
+    proc, _ = imported([CLI, "list", "selector-schedules"], tmp_path)
+    assert [line.split()[0] for line in proc.stdout.splitlines()] == SELECTOR_SCHEDULES.names()
+    proc, _ = imported([CLI, "list", "lr-schedules"], tmp_path)
+    accepted = typing.get_args(LRScheduleSection.model_fields["name"].annotation)
+    assert [line.split()[0] for line in proc.stdout.splitlines()] == sorted(accepted)
     proc, _ = imported([CLI, "list", "schedules"], tmp_path)
-    assert [line.split()[0] for line in proc.stdout.splitlines()] == SCHEDULES.names()
+    assert proc.returncode == 2 and "selector-schedules" in proc.stderr and "lr-schedules" in proc.stderr
 
 
 def test_runs_listing_a_store_with_a_killed_run_imports_no_torch(tmp_path):

@@ -10,7 +10,7 @@ from toolkit.data.catalog import DATASETS
 from toolkit.losses.modules import LOSSES
 from toolkit.regularizers import REGULARIZERS
 from toolkit.samplers import SELECTORS
-from toolkit.samplers.schedules import SCHEDULES
+from toolkit.samplers.schedules import SELECTOR_SCHEDULES
 
 ROOT = Path(__file__).resolve().parents[1]
 # Written as pieces so that this file does not match its own pattern.
@@ -26,8 +26,8 @@ def _heading_names(path: Path) -> set[str]:
     return names
 
 
-@pytest.mark.parametrize("registry", [LOSSES, SELECTORS, REGULARIZERS, SCHEDULES],
-                         ids=["losses", "selectors", "regularizers", "schedules"])
+@pytest.mark.parametrize("registry", [LOSSES, SELECTORS, REGULARIZERS, SELECTOR_SCHEDULES],
+                         ids=["losses", "selectors", "regularizers", "selector-schedules"])
 def test_every_registered_name_has_a_section_in_methods(registry):
     missing = sorted(set(registry.names()) - _heading_names(ROOT / "docs" / "methods.md"))
     assert not missing, f"docs/methods.md has no heading for {missing}"
@@ -105,7 +105,7 @@ def test_the_methods_index_is_what_the_registries_generate():
     keys = {key.strip("`").split(": ")[0] for key, *_ in rows}
     assert keys == {"objective.loss.name", "objective.regularizers[].name", "objective.negatives.source",
                     "objective.selector.name", "objective.selector.schedule.name"}
-    assert len(rows) == len(LOSSES) + len(REGULARIZERS) + len(SELECTORS) + len(SCHEDULES) + 3
+    assert len(rows) == len(LOSSES) + len(REGULARIZERS) + len(SELECTORS) + len(SELECTOR_SCHEDULES) + 3
     by_key = {key.strip("`"): rest for key, *rest in rows}
     assert by_key["objective.loss.name: nt_xent"] == [
         "`toolkit.losses.modules.infonce.NTXent`",

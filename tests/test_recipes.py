@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from domains import registry
+from domains import installed
 from toolkit.studies.reproduce import load_table
 from toolkit.runs import load_recipe
 
@@ -27,7 +27,7 @@ def test_every_domain_folder_has_recipes_and_tables():
 
 @pytest.mark.parametrize("path", RECIPES, ids=lambda p: str(p.relative_to(ROOT)))
 def test_recipe_validates(path):
-    recipe = load_recipe(path, [], registry.get)
+    recipe = load_recipe(path, [], installed.get)
     assert recipe.domain == path.relative_to(ROOT).parts[0]
     assert recipe.name
 
@@ -40,7 +40,7 @@ def test_table_rows_validate(path):
     assert len(labels) == len(set(labels)), f"duplicate row labels in {path.name}"
     for row in table.rows:
         assert row.recipe.is_file(), row.recipe
-        load_recipe(row.recipe, row.overrides, registry.get)
+        load_recipe(row.recipe, row.overrides, installed.get)
 
 
 HEADER_LINES = 6

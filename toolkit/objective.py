@@ -246,7 +246,7 @@ def with_defaults(objective: dict[str, Any]) -> dict[str, Any]:
     recipe itself (and its hash) keeps what was written."""
     import copy
 
-    from toolkit.samplers.schedules import SCHEDULES
+    from toolkit.samplers.schedules import SELECTOR_SCHEDULES
     out = copy.deepcopy(objective)
 
     def fill(spec: dict[str, Any] | None, registry: Any, skip: tuple[str, ...] = ()) -> None:
@@ -271,7 +271,7 @@ def with_defaults(objective: dict[str, Any]) -> dict[str, Any]:
         for arg, value in selector.args.items():
             if arg not in sel and arg != driven:
                 sel[arg] = value
-        fill(schedule, SCHEDULES, skip=("param",))
+        fill(schedule, SELECTOR_SCHEDULES, skip=("param",))
     return out
 
 

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any, Callable, Generic, Iterator, TypeVar
 
 T = TypeVar("T")
-LISTED = {"losses": "LOSSES", "selectors": "SELECTORS", "regularizers": "REGULARIZERS", "schedules": "SCHEDULES"}
+LISTED = {"losses": "LOSSES", "selectors": "SELECTORS", "regularizers": "REGULARIZERS", "selector-schedules": "SELECTOR_SCHEDULES"}
 
 
 def summary_line(doc: str | None) -> str:

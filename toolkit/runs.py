@@ -5,7 +5,7 @@ resume point decided, once, in one place (:func:`plan`, a frozen :class:`Plan`);
     p = plan(path, overrides, lookup, device=None, resume=None)  # the one pass: everything decided
     execute(p)                                                   # marks dead runs, store, trainer, fit
 
-The domain lookup is passed in (``cli.py`` passes ``domains.registry.get``, so the toolkit stays
+The domain lookup is passed in (``cli.py`` passes ``domains.installed.get``, so the toolkit stays
 free of any domain) and called once; the recipe is validated against that domain's sections and
 rules once, and keeps the class (``recipe.domain_class``). :func:`load_recipe` is the
 validation alone (``ctk show``, sweeps); :func:`decide` decides a recipe it validated (what

@@ -58,7 +58,7 @@ def _trained_tokenizer(key: str, books: Any, cfg: Any, max_length: int) -> Sente
     import hashlib
     import os
 
-    from toolkit.data.store import data_root
+    from toolkit.data.folder import data_root
     folder = data_root() / "tokenizers"
     path = folder / f"{hashlib.sha256(key.encode()).hexdigest()[:20]}.json"
     if path.is_file():

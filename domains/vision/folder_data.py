@@ -66,7 +66,7 @@ def crop_rest(spec: AugmentSpec) -> AugmentSpec:
 
 def needs_natural(recipe: Any) -> bool:
     """Whether the objective reads the un-augmented view (CPCL's projection term)."""
-    from toolkit.losses.registry import LOSSES
+    from toolkit.losses.base import LOSSES
 
     name = recipe.objective.loss.name
     return name in LOSSES and "natural" in LOSSES.get(name).needs

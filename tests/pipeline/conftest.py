@@ -1,13 +1,13 @@
 import pytest
 
-from domains import registry
+from domains import installed
 
 
 @pytest.fixture
 def points_domain(monkeypatch):
     """Make the test-only 'points' domain visible to the CLI and the runner."""
-    monkeypatch.setitem(registry.BUILTIN, "points", "tests.pipeline.points_domain:PointsDomain")
-    return registry.get
+    monkeypatch.setitem(installed.BUILTIN, "points", "tests.pipeline.points_domain:PointsDomain")
+    return installed.get
 
 
 @pytest.fixture

@@ -13,6 +13,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 CHOICE = "tests/pipeline/test_precision_choice.py::"
 # the tests whose outcome depends on the CPU's kernels or its detection; the rest of
@@ -23,13 +25,14 @@ SENSITIVE = [CHOICE + "test_detection_without_override_agrees_with_the_cpu_flags
              "tests/rl/test_precision.py", "tests/vision/test_precision.py", "tests/core/test_autocast.py"]
 
 
+@pytest.mark.slow
 def test_precision_sensitive_tests_pass_under_avx2_emulation():
     env = {k: v for k, v in os.environ.items() if k not in ("CTK_CPU_BF16", "PYTEST_ADDOPTS")}
     env.update(ATEN_CPU_CAPABILITY="avx2", ONEDNN_MAX_CPU_ISA="AVX2")
     probe = subprocess.run([sys.executable, "-c", "import torch; print(torch.backends.cpu.get_cpu_capability())"],
                            env=env, capture_output=True, text=True, timeout=120)
     assert probe.stdout.strip() == "AVX2", probe.stdout + probe.stderr  # the emulation is in force
-    out = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *SENSITIVE],
+    out = subprocess.run([sys.executable, "-m", "pytest", "-q", "-n", "0", "-p", "no:cacheprovider", *SENSITIVE],
                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
     tail = "\n".join(out.stdout.splitlines()[-25:])
     assert out.returncode == 0, tail + out.stderr[-3000:]

@@ -45,7 +45,7 @@ from hypothesis import strategies as st
 from pydantic import BaseModel
 
 import cli
-from domains import registry
+from domains import installed
 from toolkit import recipe as rc
 from toolkit.objective import recipe_with_defaults
 from toolkit.runs import load_recipe
@@ -85,10 +85,10 @@ def _known_names() -> set[str]:
 
     seen: set = set()
     names = _model_fields(rc.Common, seen)
-    for name in registry.BUILTIN:
-        for model in registry.get(name).sections().values():
+    for name in installed.BUILTIN:
+        for model in installed.get(name).sections().values():
             names |= _model_fields(model, seen)
-    names |= set(registry.get("vision").sections())
+    names |= set(installed.get("vision").sections())
     for reg in (LOSSES, REGULARIZERS, SELECTORS):
         for entry in reg:
             names |= set(constructor_args(reg.get(entry.name)))
@@ -328,7 +328,7 @@ def check_case(case: Case, folder: Path) -> str:
     path = folder / "mutated.yaml"
     path.write_bytes(case.content)
     try:
-        recipe = load_recipe(path, list(case.overrides), registry.get)
+        recipe = load_recipe(path, list(case.overrides), installed.get)
     except rc.RecipeError as exc:
         problems = exc.problems
         assert problems, case
@@ -348,7 +348,7 @@ def check_case(case: Case, folder: Path) -> str:
     assert result.exit_code == 0 and "Traceback" not in result.output, (case, result.output, result.exception)
     shown = yaml.safe_load(result.output.split("\n", 1)[1])
     assert shown == yaml.safe_load(yaml.safe_dump(recipe_with_defaults(recipe.resolved), sort_keys=False))
-    again = load_recipe(path, [], registry.get, data=shown)  # ctk show's output is the same experiment
+    again = load_recipe(path, [], installed.get, data=shown)  # ctk show's output is the same experiment
     assert recipe_with_defaults(again.resolved) == recipe_with_defaults(recipe.resolved), case
     return "accepted"
 

@@ -18,7 +18,7 @@ import torch.nn.functional as F
 from click.testing import CliRunner
 
 import cli
-from domains import registry
+from domains import installed
 from domains.rl import networks
 from toolkit.runs import load_recipe
 from toolkit.tracking.store import client_for
@@ -119,7 +119,7 @@ def test_auto_on_cuda(monkeypatch, bf16, allowed, want):
 
 def test_every_shipped_cpu_recipe_asks_for_auto():
     for path in (QUICKSTART, RL_CPU, ROOT / "recipes" / "text" / "cpu" / "qt_bow_books.yaml"):
-        recipe = load_recipe(path, [], registry.get)
+        recipe = load_recipe(path, [], installed.get)
         assert recipe.precision == "auto", path
         assert recipe.device == "auto", path
 

@@ -10,7 +10,7 @@ import signal
 from click.testing import CliRunner
 
 import cli
-from domains import commands
+import commands
 from toolkit.tracking.store import client_for
 from toolkit.training import precision
 

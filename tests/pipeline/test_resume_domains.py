@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from domains import registry
+from domains import installed
 from toolkit import checkpoint as ckpt
 from toolkit.runs import execute, load_recipe
 from toolkit.tracking.store import client_for
@@ -52,7 +52,7 @@ def _stable(metrics):
     ("recipes/text/cpu/qt_austen.yaml", TEXT, 7, False),
 ], ids=["vision", "text"])
 def test_killed_and_resumed_run_ends_like_the_uninterrupted_one(here, recipe, sets, kill_at, exact):
-    r = load_recipe(ROOT / recipe, sets, registry.get)
+    r = load_recipe(ROOT / recipe, sets, installed.get)
     ref_id, ref = execute(r, progress=False)
     with pytest.raises(Killed):
         execute(r, progress=False, hooks=[_kill_at(kill_at)])

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 import cli
-from domains import registry
+from domains import installed
 from toolkit import checkpoint as ckpt
 from toolkit.runs import execute, load_recipe
 from toolkit.training import budget, pretrainer
@@ -26,7 +26,7 @@ class Stop(Exception):
 
 
 def _run(sets, **kwargs):
-    recipe = load_recipe(QUICKSTART, [*TINY, *sets], registry.get)
+    recipe = load_recipe(QUICKSTART, [*TINY, *sets], installed.get)
     return execute(recipe, progress=False, **kwargs)
 
 
@@ -49,6 +49,7 @@ def fixed_speed(monkeypatch):
     monkeypatch.setattr(budget, "_clock", lambda: now[0])
 
 
+@pytest.mark.slow
 def test_minutes_fix_the_length_and_the_run_equals_its_replay(data_workdir, fixed_speed):
     # 0.1 s a step: 0.02 minutes (1.2 s) fix 12 of at most 400 steps
     run_id, metrics = _run(["budget.steps=400", "budget.minutes=0.02", "tracking.experiment=timed"])
@@ -69,6 +70,7 @@ def test_the_budget_steps_cap_the_minutes(data_workdir):
     assert len(_losses(run_id)) == 5
 
 
+@pytest.mark.slow
 def test_a_resume_keeps_the_fixed_length(data_workdir, fixed_speed):
     """With each timed step at 0.1 s, 0.02 minutes (1.2 s) fix 12 steps; the run is stopped at
     step 5 and resumed: it ends at 12, not at the ceiling, and calibrates once."""
@@ -91,7 +93,7 @@ def test_a_resume_keeps_the_fixed_length(data_workdir, fixed_speed):
 def test_minutes_need_a_ceiling():
     from toolkit.recipe import RecipeError
     with pytest.raises(RecipeError) as info:
-        load_recipe(QUICKSTART, ["budget.epochs=null", "budget.minutes=3"], registry.get)
+        load_recipe(QUICKSTART, ["budget.epochs=null", "budget.minutes=3"], installed.get)
     assert "budget" in str(info.value) and "give epochs or steps" in str(info.value)
 
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from domains import registry
+from domains import installed
 from tests.plugin.helpers import ROOT, fake_distribution
 
 EXPECTED_METRICS = ("linear_top1", "linear_top1_random_init", "linear_top1_raw_features")
@@ -32,7 +32,7 @@ def test_core_knows_nothing_of_the_plugin():
     named = [str(p.relative_to(ROOT)) for p in files
              if re.search(r"tabular", p.read_text(encoding="utf-8", errors="ignore"), re.IGNORECASE)]
     assert named == []
-    assert "tabular" not in registry.BUILTIN
+    assert "tabular" not in installed.BUILTIN
 
 
 def test_install_ships_entry_point_and_recipes(installed_plugin):
@@ -45,9 +45,9 @@ def test_install_ships_entry_point_and_recipes(installed_plugin):
 
 
 def test_registry_and_cli_list_the_plugin_with_its_origin(plugin_on_path, tmp_path, monkeypatch):
-    spec = registry.specs()["tabular"]
+    spec = installed.specs()["tabular"]
     assert (spec.origin, spec.target) == ("ctk-tabular 0.1.0", "ctk_tabular:TabularDomain")
-    cls = registry.get("tabular")
+    cls = installed.get("tabular")
     assert cls.__module__.startswith("ctk_tabular") and Path(cls.recipe_dirs[0]).is_dir()
     assert cls.recipe_dirs[0].startswith(str(plugin_on_path.resolve()))  # the installed copy, not the source
     broken = fake_distribution(tmp_path / "broken", "ctk-fake-broken", {"broken": "ctk_fake_broken:Domain"},
@@ -71,9 +71,9 @@ def test_broken_plugin_fails_at_the_domain_key(plugin_on_path, tmp_path, monkeyp
     broken = fake_distribution(tmp_path / "site", "ctk-fake-broken", {"broken": "ctk_fake_broken:Domain"},
                                module="ctk_fake_broken", module_source="import ctk_fake_missing_dependency\n")
     monkeypatch.syspath_prepend(str(broken))
-    with pytest.raises(registry.DomainError, match=r"domain 'broken' \(ctk_fake_broken:Domain, "
+    with pytest.raises(installed.DomainError, match=r"domain 'broken' \(ctk_fake_broken:Domain, "
                                                    r"ctk-fake-broken 0.0.1\) failed to import: ModuleNotFoundError"):
-        registry.get("broken")
+        installed.get("broken")
     recipe = tmp_path / "r.yaml"
     recipe.write_text("domain: broken\nobjective: {loss: {name: nt_xent}}\nbudget: {steps: 1}\n")
     code, out = _cli("show", str(recipe))
@@ -86,8 +86,8 @@ def test_broken_plugin_fails_at_the_domain_key(plugin_on_path, tmp_path, monkeyp
 def test_two_claims_on_one_name_are_an_error(plugin_on_path, tmp_path, monkeypatch, claimed, first):
     dup = fake_distribution(tmp_path / "dup", "ctk-fake-dup", {claimed: "ctk_fake_dup:Other"})
     monkeypatch.syspath_prepend(str(dup))
-    with pytest.raises(registry.DomainError) as info:
-        registry.specs()
+    with pytest.raises(installed.DomainError) as info:
+        installed.specs()
     message = str(info.value)
     assert f"domain name {claimed!r} is claimed twice" in message
     assert first in message and "ctk-fake-dup 0.0.1 (ctk_fake_dup:Other)" in message

@@ -109,10 +109,10 @@ def test_columns_view_ignores_the_sweep_parent(sweep_experiment):
 
 
 def test_sweep_run_names_say_what_differs():
-    from domains import registry
+    from domains import installed
     from toolkit.recipe import point_run_name
     from toolkit.runs import load_recipe
-    recipe = load_recipe("recipes/toy/lmcl_three_bars_cl.yaml", ["seed=2"], registry.get)
+    recipe = load_recipe("recipes/toy/lmcl_three_bars_cl.yaml", ["seed=2"], installed.get)
     loss = recipe.common.objective.loss.name
     assert point_run_name(recipe, ["objective.loss.temperature=0.1", "seed=2"]) == f"{loss}-t0.1-s2"
     assert point_run_name(recipe, ["objective.loss.temperature=0.5", "optimizer.lr=[1, 2]"]) == \

@@ -5,7 +5,8 @@ import random
 
 import pytest
 
-from domains import commands, registry
+import commands
+from domains import installed
 from toolkit.runs import record_metrics
 
 TOY = "recipes/toy/lmcl_three_bars_cl.yaml"
@@ -35,7 +36,7 @@ def test_recipe_overrides_the_record_and_tracking_keys_keep_the_point():
                                     "recipes/toy/lmcl_three_bars_cl.yaml"])
 def test_domains_declare_records_among_the_metrics_they_log(recipe):
     r = commands.load(recipe)
-    logged = registry.get(r.domain).result_metrics(r)
+    logged = installed.get(r.domain).result_metrics(r)
     record = record_metrics(r)
     assert record
     for metric, baselines in record.items():

@@ -4,7 +4,7 @@ from pathlib import Path
 
 import yaml
 
-from domains.packaged import load_catalogues
+from domains.catalogues import load_catalogues
 from toolkit.studies.needs import table_needs
 from toolkit.studies.reproduce import load_table
 
@@ -42,10 +42,10 @@ def test_a_cpu_table_with_its_data_installed(tmp_path):
     (tmp_path / "r.yaml").write_text(yaml.safe_dump(recipe))
     (tmp_path / "t.yaml").write_text(yaml.safe_dump({"name": "t", "title": "T", "metrics": ["m"], "seeds": [0],
                                                      "rows": [{"label": "a", "recipe": "r.yaml"}]}))
-    from toolkit.data import store
-    root = store.data_root()
+    from toolkit.data import folder as data_folder
+    root = data_folder.data_root()
     needs = table_needs(load_table(tmp_path / "t.yaml"))
-    installed = store.is_installed("fashion-mnist", root)
+    installed = data_folder.is_installed("fashion-mnist", root)
     assert (needs.installed == ["fashion-mnist"]) == installed and (needs.fetchable == ["fashion-mnist"]) != installed
     assert not needs.gpu and needs.cpu_minutes is None and "not measured" in needs.line()
 

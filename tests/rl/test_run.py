@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from domains import registry
+from domains import installed
 from domains.rl import RLDomain
 from toolkit import checkpoint as ckpt
 from toolkit.recipe import RecipeError
@@ -18,7 +18,7 @@ RECIPES = Path(__file__).resolve().parents[2] / "recipes" / "rl"
 
 @pytest.mark.parametrize("path", sorted(RECIPES.glob("*.yaml")), ids=lambda p: p.stem)
 def test_recipes_validate(path):
-    recipe = load_recipe(path, [], registry.get)
+    recipe = load_recipe(path, [], installed.get)
     data, budget = recipe.data, recipe.budget
     assert data.repeat == {"cartpole": 8, "finger": 2, "walker": 2}.get(data.task.split("-")[0], 4)
     if "cpu" not in path.stem and path.stem != "study":  # the paper-scale recipes
@@ -32,7 +32,7 @@ def test_table_rows_validate(path):
     table = load_table(path)
     assert table.rows
     for row in table.rows:
-        recipe = load_recipe(row.recipe, row.overrides, registry.get)
+        recipe = load_recipe(row.recipe, row.overrides, installed.get)
         assert recipe.domain == "rl"
         if "DCL" in row.label or "HCL" in row.label:
             assert recipe.objective.loss.name in ("dcl", "hcl")
@@ -51,14 +51,14 @@ def test_table_rows_validate(path):
 def test_rl_specific_recipe_errors(override, message):
     # reported when the recipe is loaded (ctk show rejects it), before anything is built
     with pytest.raises(RecipeError, match=message) as info:
-        load_recipe(RECIPES / "cartpole_swingup_cpu.yaml", [override], registry.get)
+        load_recipe(RECIPES / "cartpole_swingup_cpu.yaml", [override], installed.get)
     assert [p for p, _ in info.value.problems] == [override.split("=")[0]]
 
 
 def test_three_rl_mistakes_give_three_messages():
     bad = ["budget.epochs=3", "optimizer.name=sgd", "objective.negatives.source=queue"]
     with pytest.raises(RecipeError) as info:
-        load_recipe(RECIPES / "cartpole_swingup_cpu.yaml", bad, registry.get)
+        load_recipe(RECIPES / "cartpole_swingup_cpu.yaml", bad, installed.get)
     assert sorted(p for p, _ in info.value.problems) == sorted(b.split("=")[0] for b in bad)
 
 
@@ -95,7 +95,7 @@ def test_short_real_run_completes_and_logs(tracker, tmp_path, monkeypatch):
                  "budget.log_every=100", "budget.checkpoint_every=null",
                  "evaluation.episodes=2", "evaluation.every_env_steps=100000", "evaluation.save_frames=true",
                  "objective.regularizers=[{name: distance_polarization, weight: 0.1}]"]
-    recipe = load_recipe(RECIPES / "cartpole_swingup_cpu.yaml", overrides, registry.get)
+    recipe = load_recipe(RECIPES / "cartpole_swingup_cpu.yaml", overrides, installed.get)
     trainer, metrics = _fit(recipe, tracker, tmp_path / "run")
     # 300 environment steps at action repeat 25: 12 agent steps, updates after the first 100
     assert metrics["env_steps"] == 300 and metrics["agent_steps"] == 12

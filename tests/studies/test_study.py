@@ -33,6 +33,7 @@ def _toy_study(**extra) -> dict:
             **extra}
 
 
+@pytest.mark.slow
 def test_two_arms_two_toy_domains_two_seeds_end_to_end_then_nothing(ctk):  # noqa: F811
     study = _write(ctk.folder, _toy_study())
     first = ctk("study", study, "--format", "json", "--quiet", timeout=600)
@@ -129,10 +130,10 @@ def test_the_verdict_reads_the_metric_direction(diff, direction, expected):
 def test_shipped_studies_load_with_every_recipe_valid(path):
     """Each shipped study validates as `ctk study --dry-run` does: every (domain, arm) recipe
     loads, every metric of record is one its domain logs, the baseline is an arm."""
-    from domains import registry
-    from domains.commands import load
+    from domains import installed
+    from commands import load
     from toolkit.studies.study import load_study, study_points
-    study = load_study(path, load, registry.get)
+    study = load_study(path, load, installed.get)
     assert study.spec.baseline in study.arms and len(study.arms) >= 2
     points = study_points(study, load)
     assert len(points) == len(study.recipes) * len(study.arms) * len(study.seeds)

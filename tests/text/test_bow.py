@@ -180,31 +180,31 @@ def test_monitor_task_reports_a_percentage_and_bad_names_are_refused() -> None:
 
 
 def test_the_bow_recipe_validates_and_rejects_a_bad_monitor_task() -> None:
-    from domains import registry
+    from domains import installed
     from toolkit.recipe import RecipeError
     from toolkit.runs import load_recipe
 
     path = Path(__file__).resolve().parents[2] / "recipes" / "text" / "cpu" / "qt_bow_books.yaml"
-    recipe = load_recipe(path, [], registry.get)
+    recipe = load_recipe(path, [], installed.get)
     assert recipe.encoder.kind == "bow" and isinstance(recipe.data.corpus, list)
     assert recipe.evaluation.monitor_task == "mr" and recipe.budget.monitor_every
     with pytest.raises(RecipeError, match=r"evaluation.monitor_task.*'xx'"):
-        load_recipe(path, ["evaluation.monitor_task=xx"], registry.get)
+        load_recipe(path, ["evaluation.monitor_task=xx"], installed.get)
     with pytest.raises(RecipeError, match=r"data.corpus.*'bogus'"):
-        load_recipe(path, ["data.corpus=[austen,bogus]"], registry.get)
+        load_recipe(path, ["data.corpus=[austen,bogus]"], installed.get)
 
 
 def test_a_text_encoder_exports_as_data_and_loads_back_with_its_tokenizer(tmp_path) -> None:
     """The logged model of a text run (``model/encoder.pt``): the state dict holds the
     tokenizer as extra state (plain data), which the export keeps and the loader restores."""
-    from domains import registry
+    from domains import installed
     from domains.export import load_encoder
     from toolkit.checkpoint import load
-    from toolkit.tracking.export import save_encoder
+    from toolkit.tracking.encoder_file import save_encoder
     from toolkit.runs import load_recipe
 
     path = Path(__file__).resolve().parents[2] / "recipes" / "text" / "cpu" / "qt_bow_books.yaml"
-    recipe = load_recipe(path, ["encoder.embedding_dim=8"], registry.get)
+    recipe = load_recipe(path, ["encoder.embedding_dim=8"], installed.get)
     tok = _tok()
     torch.manual_seed(0)
     trained = build_quick_thought_encoder(recipe.encoder, tok)

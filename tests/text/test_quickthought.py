@@ -246,11 +246,11 @@ def test_each_cpu_recipe_objective_matches_loop_references(path: Path) -> None:
     score function, plus its weighted DP term on the normalised f embeddings) equals the same
     quantities written out with loops from the papers' equations, on a tiny batch that
     straddles two book boundaries."""
-    from domains import registry
+    from domains import installed
     from toolkit.objective import build
     from toolkit.runs import load_recipe
 
-    recipe = load_recipe(path, [], registry.get)
+    recipe = load_recipe(path, [], installed.get)
     assert recipe.data.self_candidate == "exclude"  # the references below drop s from its candidates
     table, tok = _table()
     torch.manual_seed(1)

@@ -13,7 +13,7 @@ import torch
 from click.testing import CliRunner
 
 import cli
-from domains import registry
+from domains import installed
 from toolkit import checkpoint as ckpt
 from toolkit.runs import execute, load_recipe
 from toolkit.tracking.store import client_for
@@ -35,6 +35,7 @@ def _only_run(client):
     return client.search_runs([client.get_experiment_by_name("precision").experiment_id])[0]
 
 
+@pytest.mark.slow
 def test_quickstart_runs_in_bf16_on_cpu(workdir):
     sets = [a for s in TINY for a in ("--set", s)]
     result = CliRunner().invoke(cli.main, ["run", str(QUICKSTART), "--precision", "bf16", "--quiet", *sets])
@@ -64,14 +65,14 @@ def _stop_at(n):
 
 def test_bf16_checkpoint_resumes_under_fp32(workdir):
     sets = [*TINY, "budget.checkpoint_every=2"]
-    bf16 = load_recipe(QUICKSTART, [*sets, "precision=bf16"], registry.get)
+    bf16 = load_recipe(QUICKSTART, [*sets, "precision=bf16"], installed.get)
     with pytest.raises(Stop):
         execute(bf16, progress=False, hooks=[_stop_at(4)])
     killed = _only_run(client_for())
     folder = ckpt.checkpoint_dir(killed.info.run_id)
     at_four = ckpt.load(folder / "step-000000004.pt")["trainer"]
 
-    fp32 = load_recipe(QUICKSTART, [*sets, "precision=fp32"], registry.get)
+    fp32 = load_recipe(QUICKSTART, [*sets, "precision=fp32"], installed.get)
     run_id, metrics = execute(fp32, progress=False, resume=killed.info.run_id)
     assert run_id == killed.info.run_id and "linear_top1" in metrics
     final = ckpt.load(ckpt.latest(folder))

@@ -7,7 +7,7 @@
 
 This package is the domain-agnostic machinery: the catalogue mechanism (:mod:`.catalog`, filled
 by the domains through :func:`register`), the registry clients (:mod:`.fetchers`), safe archive
-opening (:mod:`.archives`) and the store (:mod:`.store`: locate, fetch, verify). It names no
+opening (:mod:`.archives`) and the data folder (:mod:`.folder`: locate, fetch, verify). It names no
 dataset; the domains' data modules do. From a shell: ``ctk data list | fetch NAME... | fetch
 default | fetch all | path NAME | verify``.
 
@@ -16,7 +16,7 @@ Data root: the ``root`` argument, else ``$CTK_DATA``, else ``./data``. Files are
 """
 from .catalog import Artifact, Dataset, Source, default_names, register
 from .fetchers import ChecksumError, DataError, FetchError
-from .store import MARKER, catalog, data_root, expand_names, fetch, is_installed, locate, verify
+from .folder import MARKER, catalog, data_root, expand_names, fetch, is_installed, locate, verify
 
 __all__ = ["locate", "fetch", "verify", "catalog", "is_installed", "data_root", "expand_names",
            "register", "default_names", "MARKER", "Dataset", "Source", "Artifact", "DataError",

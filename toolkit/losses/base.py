@@ -12,6 +12,8 @@ from typing import Callable, ClassVar
 
 from torch import Tensor, nn
 
+from toolkit.registry import Registry
+
 # A selector maps candidate-negative similarities ``[N, M]`` and the training step to a
 # boolean keep-mask of the same shape (see ``toolkit.samplers``).
 SelectorFn = Callable[[Tensor, int], Tensor]  # a keep-mask from (similarities, step)
@@ -97,3 +99,8 @@ def require(batch: ContrastiveBatch, owner: str, *names: str) -> None:
     if missing:
         raise ValueError(f"{owner} needs {', '.join(missing)} in the batch (got None); "
                          "check the recipe's objective.negatives source")
+
+
+# The loss registry: the modules of :mod:`toolkit.losses.modules` register themselves here, one
+# module per family; importing :mod:`toolkit.losses` imports them all, so ``LOSSES`` is complete.
+LOSSES: Registry[type[ContrastiveLoss]] = Registry("loss")

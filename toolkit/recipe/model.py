@@ -10,7 +10,7 @@ from typing import Any, Mapping
 
 from pydantic import BaseModel, ValidationError
 
-from toolkit.recipe.files import RecipeError, get_path
+from toolkit.recipe.reading import RecipeError, get_path
 from toolkit.recipe.sections import (Budget, Common, DistributedSection, LRScheduleSection, Negatives, ObjectiveSection,
                                      Optimizer, Paper, Tracking)
 
@@ -99,7 +99,7 @@ def point_run_name(recipe: Recipe, point: list[str]) -> str:
 
 
 # ---------------------------------------------------------------------------------------
-# Error formatting (reading files and --set overrides: toolkit.recipe.files)
+# Error formatting (reading files and --set overrides: toolkit.recipe.reading)
 
 def pydantic_problems(exc: ValidationError, prefix: str = "") -> list[tuple[str, str]]:
     """Turn pydantic errors into (yaml path, 'message (got X); expected ...')."""

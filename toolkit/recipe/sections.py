@@ -103,8 +103,19 @@ class Optimizer(Section):
     scale_lr_by_batch: bool = Field(False, description="lr * batch_size / 256 (SimCLR rule)")
 
 
+# The learning-rate schedules of the recipe's top-level ``schedule:`` section (``ctk list
+# lr-schedules``); the selector schedules of ``objective.selector.schedule`` are another family,
+# registered in ``toolkit.samplers.schedules.SELECTOR_SCHEDULES`` (``ctk list selector-schedules``).
+LR_SCHEDULES = {
+    "constant": "the optimizer's learning rate throughout (after any warm-up)",
+    "cosine": "cosine decay from the learning rate to final_lr_fraction of it over the run (SimCLR, MoCo v2)",
+    "step": "multiplied by gamma at each of milestones (epochs)",
+}
+
+
 class LRScheduleSection(Section):
-    """``schedule``: the learning-rate schedule (selector schedules live in ``toolkit.samplers``)."""
+    """``schedule``: the learning-rate schedule, after ``warmup_steps`` / ``warmup_epochs`` of linear
+    warm-up (one of :data:`LR_SCHEDULES`; the selector schedules are another family)."""
 
     name: Literal["constant", "cosine", "step"] = "cosine"
     warmup_steps: int = Field(0, ge=0)

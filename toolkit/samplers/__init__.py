@@ -17,7 +17,7 @@ from typing import Any, Callable
 from torch import Tensor
 
 from toolkit.samplers.selectors import SELECTORS, NegativeSelector, make_selector  # noqa: F401
-from toolkit.samplers.schedules import SCHEDULES, ScheduledSelector, make_schedule  # noqa: F401
+from toolkit.samplers.schedules import SELECTOR_SCHEDULES, ScheduledSelector, make_schedule  # noqa: F401
 from toolkit.samplers.masks import all_mask, hard_mask, ring_mask  # noqa: F401
 from toolkit.samplers.sources import MemoryBank, MoCoQueue, MomentumEncoder  # noqa: F401
 

@@ -31,9 +31,9 @@ if TYPE_CHECKING:
 __all__ = ["Schedule", "ConstantSchedule", "LinearSchedule", "StepSchedule",
            "StaircaseSchedule", "ExponentialSchedule", "AdaptiveSchedule",
            "constant", "linear", "step", "staircase", "exponential", "adaptive",
-           "SCHEDULES", "make_schedule", "ScheduledSelector"]
+           "SELECTOR_SCHEDULES", "make_schedule", "ScheduledSelector"]
 
-SCHEDULES: Registry[type["Schedule"]] = Registry("schedule")
+SELECTOR_SCHEDULES: Registry[type["Schedule"]] = Registry("selector schedule")
 
 
 def _finite(name: str, value: float) -> float:
@@ -93,7 +93,7 @@ class Schedule:
         return f"{type(self).__name__}({args})"
 
 
-@SCHEDULES.register("constant")
+@SELECTOR_SCHEDULES.register("constant")
 class ConstantSchedule(Schedule):
     """``v(s) = value`` for every step."""
 
@@ -109,7 +109,7 @@ class ConstantSchedule(Schedule):
         return {"value": self.value_}
 
 
-@SCHEDULES.register("linear")
+@SELECTOR_SCHEDULES.register("linear")
 class LinearSchedule(Schedule):
     """Ring repo linear policy: ``v(s) = init - (init - final) * s / (S - 1)`` for ``s < S``,
     then ``final`` (so ``v(0) = init`` and ``v(S - 1) = final``; ``S = 1`` gives ``final``)."""
@@ -130,7 +130,7 @@ class LinearSchedule(Schedule):
         return {"init": self.init, "final": self.final, "steps": self.steps}
 
 
-@SCHEDULES.register("step")
+@SELECTOR_SCHEDULES.register("step")
 class StepSchedule(Schedule):
     """Multiplicative step decay: ``v(s) = init * gamma ** floor(s / every)``, held at ``final``
     once it passes it (if ``final`` is given)."""
@@ -153,7 +153,7 @@ class StepSchedule(Schedule):
         return {"init": self.init, "gamma": self.gamma, "every": self.every, "final": self.final}
 
 
-@SCHEDULES.register("staircase")
+@SELECTOR_SCHEDULES.register("staircase")
 class StaircaseSchedule(Schedule):
     """Ring repo step policy: levels ``init, init - size, ..., final`` (``n = round((init -
     final) / size) + 1`` of them), each held ``floor(steps / n)`` steps, then ``final``."""
@@ -178,7 +178,7 @@ class StaircaseSchedule(Schedule):
         return {"init": self.init, "final": self.final, "size": self.size, "steps": self.steps}
 
 
-@SCHEDULES.register("exponential")
+@SELECTOR_SCHEDULES.register("exponential")
 class ExponentialSchedule(Schedule):
     """Exponential approach from ``init`` to ``final`` over ``steps``, then ``final``.
 
@@ -212,7 +212,7 @@ class ExponentialSchedule(Schedule):
         return {"init": self.init, "final": self.final, "steps": self.steps, "decay": self.decay}
 
 
-@SCHEDULES.register("adaptive")
+@SELECTOR_SCHEDULES.register("adaptive")
 class AdaptiveSchedule(Schedule):
     """Ring App. E adaptive policy, as the authors' ``AdaptiveThresholdPolicy`` implements it.
 
@@ -288,10 +288,10 @@ def make_schedule(spec: "Schedule | float | Mapping[str, Any]") -> Schedule:
         args = dict(spec)
         name = args.pop("name", None)
         if name is None:
-            raise ValueError(f"a schedule needs a name (one of {', '.join(SCHEDULES.names())}), "
+            raise ValueError(f"a schedule needs a name (one of {', '.join(SELECTOR_SCHEDULES.names())}), "
                              f"got {dict(spec)!r}")
         try:
-            cls = SCHEDULES.get(name)
+            cls = SELECTOR_SCHEDULES.get(name)
         except KeyError as err:
             raise ValueError(str(err.args[0])) from None
         try:

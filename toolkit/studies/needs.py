@@ -70,10 +70,10 @@ def _names(value: Any) -> list[str]:
 def placed_folder(name: str, data: dict[str, Any], root: str | None = None) -> Path:
     """Where a :data:`PLACED` dataset is read: the recipe's ``data.path``, else the first of its
     folder names found under the data root (``data.root``, ``root``, else the provider's)."""
-    from toolkit.data import store
+    from toolkit.data import folder as data_folder
     if data.get("path"):
         return Path(str(data["path"])).expanduser()
-    base = store.data_root(data.get("root") or root)
+    base = data_folder.data_root(data.get("root") or root)
     names = PLACED[name]
     return next((base / n for n in names if (base / n).is_dir()), base / names[0])
 
@@ -81,7 +81,7 @@ def placed_folder(name: str, data: dict[str, Any], root: str | None = None) -> P
 def table_needs(table: Any, root: str | None = None) -> Needs:
     """The needs of ``table`` (a :class:`toolkit.studies.reproduce.PaperTable`), read from the
     recipes of its rows with their overrides."""
-    from toolkit.data import store
+    from toolkit.data import folder as data_folder
     needs = Needs()
     raw_table = yaml.safe_load(table.path.read_text()) or {}
     minutes = raw_table.get("cpu_minutes")
@@ -114,12 +114,12 @@ def table_needs(table: Any, root: str | None = None) -> Needs:
                     wanted.append(n)
         resources = raw.get("resources") or {}
         needs.gpu = needs.gpu or raw.get("device") == "cuda" or bool(resources.get("gpus"))
-    catalogue = store.catalog()
+    catalogue = data_folder.catalog()
     for name in wanted:
         key = name.replace("_", "-")
         if key not in catalogue:
             needs.unavailable.append(name)
-        elif store.is_installed(key, root):
+        elif data_folder.is_installed(key, root):
             needs.installed.append(key)
         else:
             needs.fetchable.append(key)

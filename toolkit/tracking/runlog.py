@@ -43,7 +43,7 @@ class RunLog:
         """Record a file among the run's artifacts."""
 
     def log_model(self, encoder: Any, recipe: Mapping[str, Any], extras: Mapping[str, Any] | None = None) -> None:
-        """Record the trained encoder as data (``toolkit.tracking.export``)."""
+        """Record the trained encoder as data (``toolkit.tracking.encoder_file``)."""
 
     def note_checkpoint(self, path: str | Path, step: int) -> None:
         """Hear of the checkpoint just written at ``step`` (the mlflow run records the newest,

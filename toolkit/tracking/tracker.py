@@ -193,10 +193,10 @@ class Tracker(RunLog):
 
     def log_model(self, encoder: Any, recipe: Mapping[str, Any], extras: Mapping[str, Any] | None = None) -> None:
         """Log the trained encoder as data (``model/encoder.pt``: CPU state dict + resolved
-        recipe + the domain's extras; see :mod:`toolkit.tracking.export`), never as a pickled module."""
+        recipe + the domain's extras; see :mod:`toolkit.tracking.encoder_file`), never as a pickled module."""
         if not self.enabled:
             return
-        from toolkit.tracking.export import ARTIFACT_PATH, save_encoder
+        from toolkit.tracking.encoder_file import ARTIFACT_PATH, save_encoder
         with tempfile.TemporaryDirectory() as tmp:
             path = save_encoder(Path(tmp) / Path(ARTIFACT_PATH).name, encoder, recipe, extras)
             self.client.log_artifact(self.run_id, str(path), str(Path(ARTIFACT_PATH).parent))

@@ -30,7 +30,7 @@ from toolkit.losses.modules.geometry import ACA, CPCLA, AlignUniform, CPCLFull, 
 from toolkit.losses.modules.infonce import CMC, InfoNCE, MoCoInfoNCE, NTXent
 from toolkit.losses.modules.ring import IRNCE, IRRing, RingNCE
 from toolkit.losses.modules.wang_liu import WLContrastive, WLHard, WLHardSimple, WLSimple
-from toolkit.losses.registry import LOSSES
+from toolkit.losses.base import LOSSES
 
 __all__ = ["LOSSES", "NTXent", "InfoNCE", "MoCoInfoNCE", "CMC", "DCL", "HCL", "AlignUniform",
            "Spectral", "CPCLA", "CPCLFull", "ACA", "WLContrastive", "WLSimple", "WLHard",

@@ -7,7 +7,7 @@ from toolkit import checks
 from toolkit.losses import functional as F
 from toolkit.losses.base import ContrastiveBatch, ContrastiveLoss, LossOutput, require
 from toolkit.losses.modules.batch_io import Records, batch_views
-from toolkit.losses.registry import LOSSES
+from toolkit.losses.base import LOSSES
 
 
 class _CACR(ContrastiveLoss):

@@ -8,7 +8,7 @@ from toolkit import checks
 from toolkit.losses import functional as F
 from toolkit.losses.base import ContrastiveBatch, ContrastiveLoss, LossOutput
 from toolkit.losses.modules.batch_io import Records, batch_scores, batch_views, has_scores
-from toolkit.losses.registry import LOSSES
+from toolkit.losses.base import LOSSES
 
 
 class _Debiased(ContrastiveLoss):

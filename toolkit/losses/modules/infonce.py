@@ -13,7 +13,7 @@ from toolkit.losses import functional as F
 from toolkit.losses.base import ContrastiveBatch, ContrastiveLoss, LossOutput, require
 from toolkit.losses.functional._precision import similarities
 from toolkit.losses.modules.batch_io import Records, batch_scores, batch_views, has_scores
-from toolkit.losses.registry import LOSSES
+from toolkit.losses.base import LOSSES
 
 
 def _in_batch_keep_mask(z1: Tensor, z2: Tensor, selector: Any, step: int) -> Tensor:

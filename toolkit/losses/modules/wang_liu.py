@@ -12,7 +12,7 @@ from toolkit import checks
 from toolkit.losses import functional as F
 from toolkit.losses.base import ContrastiveBatch, ContrastiveLoss, LossOutput
 from toolkit.losses.modules.batch_io import Records, bank_inputs
-from toolkit.losses.registry import LOSSES
+from toolkit.losses.base import LOSSES
 
 
 class _WangLiu(ContrastiveLoss):

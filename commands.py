@@ -15,16 +15,18 @@ from typing import Any
 
 import yaml
 
-from domains import registry
+from domains import installed
 from toolkit.errors import CtkError
 
-__all__ = ["load", "overrides", "relaunch", "run", "execute", "summary", "show", "export", "recipes", "tables"]
+__all__ = ["lookup", "load", "overrides", "relaunch", "run", "execute", "summary", "show", "export", "recipes", "tables"]
+
+lookup = installed.get  # a domain's name -> its class: what the toolkit's commands (sweep, study, tune, tables) are handed
 
 
 def load(recipe: str, sets: tuple[str, ...] | list[str] = (), extra: list[str] | None = None) -> Any:
     """The validated recipe (a RecipeError, exit status 2, lists every problem)."""
     from toolkit.runs import load_recipe
-    return load_recipe(recipe, [*sets, *(extra or [])], registry.get)
+    return load_recipe(recipe, [*sets, *(extra or [])], installed.get)
 
 
 def overrides(seed: int | None, experiment: str | None, precision: str | None = None) -> list[str]:
@@ -68,7 +70,7 @@ def load_for_run(recipe: str | None, sets: tuple[str, ...] | list[str], extra: l
     from toolkit.checkpoint import CheckpointError
     from toolkit.runs import RunFinished, plan
     try:
-        return plan(recipe, [*sets, *extra], registry.get, device=device, resume=resume, extend=extend)
+        return plan(recipe, [*sets, *extra], installed.get, device=device, resume=resume, extend=extend)
     except CtkError:
         raise
     except (CheckpointError, RunFinished) as exc:  # RecipeMismatch is a CheckpointError
@@ -167,7 +169,7 @@ def show(recipe: str, sets: tuple[str, ...]) -> str:
     if r.precision == "auto":  # what a run here would pick (the recipe itself keeps 'auto')
         from toolkit.runs import precision_choice
         from toolkit.training.trainer import select_device
-        choice = precision_choice("auto", select_device(r.device), registry.get(r.domain))
+        choice = precision_choice("auto", select_device(r.device), installed.get(r.domain))
         lines.append(f"# on this machine: {choice.line()}")
     from toolkit.objective import recipe_with_defaults  # every default the objective's components apply
     shown = recipe_with_defaults(r.resolved)
@@ -191,7 +193,7 @@ def recipes(builtin: Path) -> list[str]:
     """``ctk list recipes``: every recipe file (paper tables aside) and its description's first
     line; paths under the folder above ``builtin`` are shown relative to it."""
     base = builtin.parent
-    paths = [p for root in registry.recipe_roots(builtin) for p in Path(root).glob("**/*.yaml")]
+    paths = [p for root in installed.recipe_roots(builtin) for p in Path(root).glob("**/*.yaml")]
     lines = []
     loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml's, when there: 5x faster
     for path in sorted(p for p in paths if "tables" not in p.parts):
@@ -207,4 +209,4 @@ def recipes(builtin: Path) -> list[str]:
 def tables(builtin: Path) -> dict[str, Any]:
     """The paper tables of ``ctk reproduce``, of the built-in recipes and of plugin domains."""
     from toolkit.studies.reproduce import discover_tables
-    return discover_tables(registry.recipe_roots(builtin))
+    return discover_tables(installed.recipe_roots(builtin))

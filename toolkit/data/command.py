@@ -14,7 +14,7 @@ import time
 
 from .catalog import default_names
 from .fetchers import DataError, log
-from .store import catalog, data_root, expand_names, fetch, is_installed, locate, verify
+from .folder import catalog, data_root, expand_names, fetch, is_installed, locate, verify
 
 
 def _list(root: str | None) -> None:
