@@ -53,14 +53,22 @@ def _params_keeper():
     return _Params()
 
 
+def _domains():
+    """The domain lookup (domains.installed; domains.registry on a checkout from before the rename)."""
+    try:
+        from domains import installed
+    except ImportError:
+        from domains import registry as installed
+    return installed.get
+
+
 def one(recipe_path: str, sets: list[str]) -> dict[str, object]:
     """One calibration in this process: {steps, ms_per_step, seconds}."""
-    from domains import registry
     from toolkit import runs
     from toolkit.training.trainer import RunOptions
 
     start = time.perf_counter()
-    recipe = runs.load_recipe(recipe_path, sets, registry.get)
+    recipe = runs.load_recipe(recipe_path, sets, _domains())
     if not recipe.budget.minutes:
         raise SystemExit(f"{recipe_path}: no budget.minutes to calibrate")
     if hasattr(runs, "decide"):  # device and precision decided as ctk run decides them
@@ -71,6 +79,8 @@ def one(recipe_path: str, sets: list[str]) -> dict[str, object]:
         device = select_device(recipe.device)
         runs.resolve_precision(recipe, device, recipe.domain_class, announce=False)
     tracker = _params_keeper()
+    seen: dict[str, object] = {}
+    _record_calibration(seen)
 
     def hook(step: int) -> None:
         raise _Stop
@@ -85,7 +95,41 @@ def one(recipe_path: str, sets: list[str]) -> dict[str, object]:
     steps = p.get("measured.budget_steps_fixed", p.get("budget_steps_fixed"))
     ms = p.get("measured.budget_ms_per_step", p.get("budget_ms_per_step"))
     return {"steps": int(steps), "ms_per_step": float(ms), "build_s": built - start,
-            "calibration_s": time.perf_counter() - built, "precision": recipe.precision}
+            "calibration_s": time.perf_counter() - built, "precision": recipe.precision,
+            "minutes": recipe.budget.minutes, "monitor_every": recipe.budget.monitor_every, **seen}
+
+
+def _record_calibration(seen: dict[str, object]) -> None:
+    """Keep what the calibration measured in ``seen``: every timed block's seconds per step
+    (``blocks``) and the first monitor's seconds (``monitor_s``), where this checkout exposes them."""
+    from toolkit.training import budget, pretrainer
+    if hasattr(budget, "block_times"):
+        timed = budget.block_times
+
+        def block_times(trainer):
+            seen["blocks"] = timed(trainer)
+            return seen["blocks"]
+        budget.block_times = block_times
+    fix = pretrainer.fix_steps_from_speed
+
+    def fix_steps(trainer, monitor_seconds):
+        seen["monitor_s"] = monitor_seconds
+        return fix(trainer, monitor_seconds)
+    pretrainer.fix_steps_from_speed = fix_steps
+
+
+def estimators(results: list[dict[str, object]]) -> None:
+    """The step count each way of reading the same timed blocks would have fixed, and its spread
+    over the calibrations: is another estimator steadier than the one in use?"""
+    from toolkit.training.budget import steps_that_fit
+    ways = {"median block": statistics.median, "fastest block": min,
+            "mean of the fastest half": lambda b: statistics.fmean(sorted(b)[: max(1, len(b) // 2)])}
+    for name, way in ways.items():
+        steps = [steps_that_fit(r["minutes"] * 60.0, way(r["blocks"]), r["monitor_every"], r["monitor_s"])
+                 for r in results]
+        print(f"  {name:<26} steps min {min(steps):,}, max {max(steps):,}, max/min {max(steps) / min(steps):.3f}")
+    monitor = [r["monitor_s"] for r in results]
+    print(f"  the first monitor: {min(monitor):.2f}-{max(monitor):.2f} s (max/min {max(monitor) / min(monitor):.3f})")
 
 
 def _busy_seconds() -> float:
@@ -111,12 +155,11 @@ def _children_seconds() -> float:
 def same_process(recipe_path: str, sets: list[str], runs: int) -> None:
     """``runs`` calibrations of one trainer in this process (``toolkit.training.budget.speed``,
     state put back after each): is the spread in the process, or between processes?"""
-    from domains import registry
     from toolkit.runs import decide, load_recipe
     from toolkit.training import budget
     from toolkit.training.trainer import RunOptions
 
-    p = decide(load_recipe(recipe_path, sets, registry.get))
+    p = decide(load_recipe(recipe_path, sets, _domains()))
     trainer = p.domain(p.recipe).trainer(p.recipe, None, RunOptions(device=p.device, progress=False))
     ms = []
     for i in range(runs):
@@ -173,6 +216,9 @@ def main() -> None:
     print(f"ms/step: min {min(ms):.2f}, max {max(ms):.2f}, median {statistics.median(ms):.2f}")
     print(f"other processes: at most {max(r['others'] for r in results):.2f} cores during a calibration "
           f"(median {statistics.median(r['others'] for r in results):.2f})")
+    if all("blocks" in r and "monitor_s" in r for r in results):
+        print("the same timed blocks, read other ways:")
+        estimators(results)
     quiet = [r["steps"] for r in results if r["others"] < QUIET_CORES]
     if 1 < len(quiet) < len(results):
         print(f"the {len(quiet)} calibrations while others used < {QUIET_CORES} cores: min {min(quiet):,}, "

@@ -60,9 +60,9 @@ def steps_that_fit(seconds: float, per_step: float, monitor_every: int | None, m
     return cycles * monitor_every + min(rest, monitor_every - 1)
 
 
-def speed(trainer: Any) -> float:
-    """Seconds per training step of ``trainer`` (at step 0), state put back afterwards: the
-    median of ``CALIBRATION_STEPS``' timed blocks, after its warm-up steps."""
+def block_times(trainer: Any) -> list[float]:
+    """Seconds per step of each of ``CALIBRATION_STEPS``' timed blocks of ``trainer`` (at step 0),
+    after its untimed warm-up steps; every piece of state is put back afterwards."""
     snapshot = copy.deepcopy(trainer.state_dict())
     bad = trainer._bad
     warm, blocks, size = CALIBRATION_STEPS
@@ -79,7 +79,13 @@ def speed(trainer: Any) -> float:
         times.append((_clock() - start) / size)
     trainer.load_state_dict(snapshot)
     trainer._bad = bad
-    return statistics.median(times)
+    return times
+
+
+def speed(trainer: Any) -> float:
+    """Seconds per training step of ``trainer`` (at step 0), state put back afterwards: the
+    median of :func:`block_times`."""
+    return statistics.median(block_times(trainer))
 
 
 def fix_steps_from_speed(trainer: Any, monitor_seconds: float) -> int:
