@@ -27,7 +27,8 @@ from toolkit.tracking.store import client_for
 
 CHROMIUM = next((p for p in map(shutil.which, ("chromium", "chromium-browser", "google-chrome")) if p), None)
 ROOT = Path(__file__).resolve().parents[2]
-pytestmark = [pytest.mark.browser, pytest.mark.skipif(CHROMIUM is None, reason="no chromium binary")]
+pytestmark = [pytest.mark.browser, pytest.mark.skipif(CHROMIUM is None, reason="no chromium binary"),
+              pytest.mark.xdist_group("browser")]  # one worker builds the module's store and browser
 
 
 def _chromium(url: str, *args: str, height: int = 1000) -> str:
@@ -88,6 +89,7 @@ def screens(tmp_path_factory) -> Path:
     return out
 
 
+@pytest.mark.slow
 def test_runs_table_shows_metric_and_swept_param_columns(ui, screens):
     _, _, log = ui
     route = re.search(r"ui-demo: (http\S+)", log)
@@ -130,6 +132,7 @@ def test_runs_table_shows_metric_and_swept_param_columns(ui, screens):
     assert re.fullmatch(r"\d+(\.\d+)?", shown) and float(shown) == pytest.approx(best, abs=0.01), (shown, best)
 
 
+@pytest.mark.slow
 def test_compare_page_and_run_artifacts(ui, screens):
     base, uri, _ = ui
     client = client_for(uri)

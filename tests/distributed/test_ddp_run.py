@@ -10,6 +10,7 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
 import yaml
 
 from domains.vision.packaged import locate
@@ -47,6 +48,7 @@ def _runs(cwd: Path):
     return client, client.search_runs([exp.experiment_id]) if exp else []
 
 
+@pytest.mark.slow
 def test_two_process_run_interrupts_resumes_and_logs_once(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     (tmp_path / "tiny.yaml").write_text(yaml.safe_dump(RECIPE))

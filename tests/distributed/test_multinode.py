@@ -121,6 +121,7 @@ MOCO = ["objective.loss={name: moco_infonce, temperature: 0.2}", "objective.regu
 
 
 @pytest.mark.parametrize("sets", [[], MOCO], ids=["nt_xent", "moco-shuffle_bn"])
+@pytest.mark.slow
 def test_two_nodes_on_loopback_match_one_process(plugin_env, tmp_path, sets):
     port = str(_free_port())
     flags = [a for s in sets for a in ("--set", s)]

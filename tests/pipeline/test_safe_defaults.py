@@ -46,6 +46,7 @@ def _free_port() -> int:
 
 
 @pytest.mark.skipif(not Path("/proc/net/tcp").exists(), reason="reads Linux's socket table")
+@pytest.mark.slow
 def test_ctk_ui_listens_on_loopback_only(tmp_path):
     from toolkit.tracking.store import client_for
     client_for(f"sqlite:///{tmp_path / 'mlflow.db'}")  # ctk ui reads a store, never creates one

@@ -71,6 +71,7 @@ def _final(cwd: Path, run_id: str, store: Path | None = None) -> tuple[dict, dic
     (TOY, TOY_SETS, "toy-lmcl", (100, 250, 400)),
     (VISION, VISION_SETS, "survive-vision", (8, 24, 48)),
 ], ids=["toy", "vision"])
+@pytest.mark.slow
 def test_kill_9_at_three_points_then_resume_matches_the_uninterrupted_run(tmp_path, recipe, sets, experiment, points):
     store = tmp_path / "mlflow.db"  # one store for all the runs (each in a folder of its own)
     ref_dir = tmp_path / "ref"
@@ -98,6 +99,7 @@ def test_kill_9_at_three_points_then_resume_matches_the_uninterrupted_run(tmp_pa
         assert all(torch.equal(weights[k], ref_weights[k]) for k in ref_weights), kill_at
 
 
+@pytest.mark.slow
 def test_sigterm_checkpoints_the_step_and_the_run_resumes(tmp_path):
     proc = _toy(tmp_path)
     _wait_for_checkpoint(tmp_path, 100, proc)
@@ -234,6 +236,7 @@ with Tracker("race", "r" + sys.argv[1], sys.argv[2]) as t:
 """
 
 
+@pytest.mark.slow
 def test_eight_processes_create_one_experiment_at_once(tmp_path):
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     with Tracker("warm-up", "w", uri):  # the schema exists; the race is on the experiment
@@ -276,6 +279,7 @@ def _stop_server(proc: subprocess.Popen) -> None:
     proc.wait(timeout=30)
 
 
+@pytest.mark.slow
 def test_a_real_server_stopped_mid_run_and_restarted_gets_every_metric(points_domain, points_recipe, monkeypatch,
                                                                          capsys):
     port = _free_port()

@@ -28,6 +28,7 @@ def _last_step(client, run):
     return max(m.step for m in client.get_metric_history(run.info.run_id, "train/loss"))
 
 
+@pytest.mark.slow
 def test_a_minutes_sweep_on_two_jobs_trains_every_point_for_one_recorded_step_count(ctk):
     args = ["sweep", TOY, "--grid", "objective.loss.temperature=0.5,1.0", *MINUTES, "--experiment", "fixed"]
     first = ctk(*args, "--jobs", "2", timeout=240)

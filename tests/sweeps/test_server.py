@@ -35,6 +35,7 @@ def _stopped(proc, port):
         urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2)
 
 
+@pytest.mark.slow
 def test_sweep_against_ctk_server_logs_runs_and_artifacts_over_http(ctk, tmp_path):
     artifacts = tmp_path / "served"
     proc, port = _serve(ctk, f"sqlite:///{tmp_path / 'server.db'}", str(artifacts))
@@ -65,6 +66,7 @@ def _pg_bin(name):
 
 
 @pytest.mark.skipif(not (_pg_bin("initdb") and _pg_bin("pg_ctl")), reason="PostgreSQL binaries not installed")
+@pytest.mark.slow
 def test_server_on_postgresql(ctk):
     pytest.importorskip("psycopg")
     folder = tempfile.mkdtemp(prefix="ctk-pg-")

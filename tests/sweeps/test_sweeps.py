@@ -19,6 +19,7 @@ def _split(runs):
     return parents, children
 
 
+@pytest.mark.slow
 def test_four_points_on_local_ray_then_nothing(ctk):
     args = ["sweep", TOY, "--grid", "objective.loss.temperature=0.5,1.0", "--grid", "seed=0,1", *FAST,
             "--jobs", "2", "--experiment", "grid"]
@@ -47,6 +48,7 @@ def test_four_points_on_local_ray_then_nothing(ctk):
     assert len(runs_of(ctk.store(), "grid")) == 5  # nothing new
 
 
+@pytest.mark.slow
 def test_failing_point_is_isolated_and_retried_only_when_asked(ctk):
     args = ["sweep", TOY, "--grid", "optimizer.lr=0.001,1e38", *FAST, "--experiment", "bad"]
     res = ctk(*args)
@@ -69,6 +71,7 @@ def test_failing_point_is_isolated_and_retried_only_when_asked(ctk):
     assert len(children) == 2  # the retried point replaced its failed run
 
 
+@pytest.mark.slow
 def test_sigint_then_rerun_gives_one_finished_run_per_point(ctk):
     args = ["sweep", TOY, "--grid", "seed=0,1,2,3", "--set", "budget.steps=400", "--set", "budget.checkpoint_every=20",
             "--set", "budget.log_every=20", "--quiet", "--jobs", "2", "--experiment", "stop"]
@@ -96,6 +99,7 @@ def test_sigint_then_rerun_gives_one_finished_run_per_point(ctk):
     assert all(c.info.status == "FINISHED" for c in children)
 
 
+@pytest.mark.slow
 def test_killed_ray_worker_is_retried_from_its_checkpoint(ctk):
     import os
     import signal
@@ -119,6 +123,7 @@ def test_killed_ray_worker_is_retried_from_its_checkpoint(ctk):
     assert len(children) == 2 and all(c.info.status == "FINISHED" for c in children)
 
 
+@pytest.mark.slow
 def test_a_killed_point_resumes_when_the_sweep_runs_again_from_another_directory(ctk):
     """The point's run records where its checkpoints are: the sweep run again from another
     working directory, on the same store, resumes the point in the same run (its checkpoint is

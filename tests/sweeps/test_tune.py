@@ -25,6 +25,7 @@ def test_space_parsing_names_every_bad_item():
     assert [p for p, _ in info.value.problems] == ["t", "u", "nonsense", "v"]
 
 
+@pytest.mark.slow
 def test_a_small_search_gives_child_runs_and_the_best_recipe(tmp_path, monkeypatch):
     pytest.importorskip("ray")
     monkeypatch.chdir(tmp_path)

@@ -97,6 +97,7 @@ def _rank(rank: int, world: int, port: int, folder: str, out: dict) -> None:
     torch.distributed.destroy_process_group()
 
 
+@pytest.mark.slow
 def test_two_ranks_under_gloo_read_every_image_once_per_epoch(photo_folder):
     out = mp.Manager().dict()
     mp.spawn(_rank, args=(2, _free_port(), str(photo_folder), out), nprocs=2, join=True)

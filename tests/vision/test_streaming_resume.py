@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 import torch
 from click.testing import CliRunner
 
@@ -24,6 +25,7 @@ def _sets(folder: Path) -> list[str]:
             "tracking.log_model=false", "tracking.experiment=survive-folder"]
 
 
+@pytest.mark.slow
 def test_kill_9_mid_epoch_then_resume_matches_the_uninterrupted_run(tmp_path, photo_folder):
     store = tmp_path / "mlflow.db"
     sets = _sets(photo_folder)
