@@ -342,7 +342,8 @@ def calibrate(run: rc.Recipe | Plan, device: str | None = None) -> dict[str, Any
     ``device``) on this machine, fixed as a run fixes it (its first online monitor timed, then
     the timed steps of :mod:`toolkit.training.budget`), with nothing logged and no step kept:
     ``{steps, ms_per_step, precision}``. None when the recipe has no ``budget.minutes`` or its
-    trainer does not calibrate (RL stops on its own clock). A sweep calls it once, before its
+    trainer does not calibrate; a trainer other than the pretrainer measures itself
+    (:meth:`~toolkit.training.trainer.Trainer.calibrate`: RL's environment steps). A sweep calls it once, before its
     points, and hands the steps to each (``execute(fixed_steps=)``)."""
     from toolkit.training.pretrainer import Pretrainer
     recipe = run.recipe if isinstance(run, Plan) else run
@@ -356,7 +357,9 @@ def calibrate(run: rc.Recipe | Plan, device: str | None = None) -> dict[str, Any
     trainer = p.domain(p.recipe).trainer(p.recipe, tracker, RunOptions(device=p.device, progress=False,
                                                                          hooks=[stop]))
     if not isinstance(trainer, Pretrainer):
-        return None
+        found = trainer.calibrate()
+        return None if found is None else {"steps": int(found["steps"]), "precision": p.precision.value,
+                                           "ms_per_step": float(found["ms_per_step"])}
     try:
         trainer.fit()
     except _Calibrated:

@@ -60,6 +60,13 @@ __all__ = ["Counters", "Workspace", "DEFAULT_CHECKPOINT_EVERY"]
 
 # budget.checkpoint_every unset: a checkpoint every this many environment steps (0: none)
 DEFAULT_CHECKPOINT_EVERY = 10_000
+# Agent steps with updates that Workspace.calibrate times after the seed phase (the first
+# CALIBRATION_UPDATES[0] are warm-up: allocations, first autograd graphs), then CALIBRATION_UPDATES[1]
+CALIBRATION_UPDATES = (5, 30)
+
+
+class _Measured(Exception):
+    """Raised by the calibration's step hook once it has timed what it needs."""
 
 
 @dataclass
@@ -114,8 +121,10 @@ class Workspace(Trainer):
 
     @property
     def total_env_steps(self) -> int:
-        """The budget: ``budget.steps``, in environment steps."""
-        return self.recipe.budget.steps
+        """The budget: ``budget.steps``, in environment steps, or the count a sweep (or an
+        earlier run) fixed for ``budget.minutes`` (``RunOptions.fixed_steps``), if fewer."""
+        fixed = self.options.fixed_steps
+        return min(self.recipe.budget.steps, int(fixed)) if fixed else self.recipe.budget.steps
 
     @property
     def checkpoint_every(self) -> int | None:
@@ -149,6 +158,11 @@ class Workspace(Trainer):
                                       "buffer_frames": self.buffer.capacity}, step=0)
         budget, ev, counts, agent = self.recipe.budget, self.recipe.evaluation, self.counters, self.agent
         updates_per_step, total = self.recipe.section("agent").updates_per_step, self.total_env_steps
+        if self.options.fixed_steps and budget.minutes and counts.env_steps == 0:
+            print(f"[ctk] budget.minutes {budget.minutes:g}: {total} environment steps (fixed by "
+                  f"{self.options.fixed_by}); replay with --set budget.steps={total}", file=sys.stderr, flush=True)
+            self.tracker.log_params({"measured.budget_steps_fixed": total,
+                                     "measured.budget_steps_by": self.options.fixed_by})
         obs, episode_return = None, 0.0
         steps_at_start, seconds_at_start = counts.env_steps, counts.train_seconds
         clock = (time.perf_counter(), counts.train_seconds)  # train_seconds = clock[1] + now - clock[0]
@@ -206,7 +220,41 @@ class Workspace(Trainer):
         """``budget.minutes`` of training wall time spent (evaluations excluded). The schedule is
         constant in RL, so a run stopped here is the run with ``budget.steps`` = the steps reached."""
         minutes = self.recipe.budget.minutes
-        return minutes is not None and self.counters.train_seconds >= 60.0 * minutes
+        return (minutes is not None and not self.options.fixed_steps
+                and self.counters.train_seconds >= 60.0 * minutes)
+
+    def calibrate(self) -> dict[str, float] | None:
+        """``budget.minutes``' environment steps on this machine, from this workspace's own loop
+        (thrown away afterwards): the seed phase (random actions, no updates) timed whole, then
+        agent steps with their updates (:data:`CALIBRATION_UPDATES`); the steps are those that
+        fit in the minutes at those two rates (evaluations not counted, as a run counts them),
+        at most ``budget.steps``. ``ms_per_step``: per environment step once updates run."""
+        minutes = self.recipe.budget.minutes
+        if not minutes:
+            return None
+        seconds, repeat = 60.0 * minutes, self.recipe.data.repeat
+        warm, timed = CALIBRATION_UPDATES
+        marks: list[tuple[int, float]] = []  # (environment steps, training seconds) after each agent step
+
+        def measure(ws: "Workspace") -> None:
+            marks.append((ws.counters.env_steps, ws.counters.train_seconds))
+            if ws.counters.env_steps >= ws.init_env_steps + (warm + timed) * repeat:
+                raise _Measured
+        self.step_hook = measure
+        try:
+            self.fit()
+        except _Measured:
+            pass
+        if marks[-1][0] < self.init_env_steps + (warm + timed) * repeat:  # the budget ended first
+            return {"steps": min(self.total_env_steps, marks[-1][0]),
+                    "ms_per_step": 1e3 * marks[-1][1] / max(1, marks[-1][0])}
+        seed_steps, seed_seconds = next(m for m in marks if m[0] >= self.init_env_steps)
+        start = next(m for m in marks if m[0] >= self.init_env_steps + warm * repeat)
+        per_step = (marks[-1][1] - start[1]) / (marks[-1][0] - start[0])
+        fit = (seed_steps * seconds / seed_seconds if seconds <= seed_seconds
+               else seed_steps + (seconds - seed_seconds) / per_step)
+        steps = max(repeat, int(fit) // repeat * repeat)
+        return {"steps": min(self.total_env_steps, steps), "ms_per_step": per_step * 1e3}
 
     def _sample(self) -> dict[str, torch.Tensor]:
         batch = self.buffer.sample(self.rng, self.recipe.budget.batch_size, self.recipe.data.crop_size)

@@ -166,3 +166,38 @@ def test_budget_minutes_stop_training_and_the_run_equals_its_replay(cheap_render
     # the same learning; only the replay buffer, sized from the step budget, is smaller
     learned = lambda m: {k: v for k, v in m.items() if not k.startswith("buffer_")}  # noqa: E731
     assert learned(replay.evaluate()) == learned(timed_metrics) and "return_mean" in timed_metrics
+
+
+def test_calibration_fixes_the_steps_a_timed_run_reaches(cheap_render, monkeypatch):
+    """On a clock that ticks the same at every reading, the steps a sweep's calibration fixes
+    (seed phase timed whole, then updates) are the steps a run stopped by budget.minutes reaches
+    (to within one agent step at each of the two evaluations the clock skips)."""
+    monkeypatch.setattr(ws_mod, "time", TickingTime())
+    timed = Workspace(tiny_recipe("budget.steps=4000", "budget.minutes=0.01"), RecordingTracker())
+    timed.fit()
+    reached = timed.counters.env_steps
+    monkeypatch.setattr(ws_mod, "time", TickingTime())
+    found = Workspace(tiny_recipe("budget.steps=4000", "budget.minutes=0.01"), RecordingTracker()).calibrate()
+    repeat = 8
+    assert found["steps"] % repeat == 0 and abs(found["steps"] - reached) <= 2 * repeat, (found, reached)
+    assert found["ms_per_step"] == pytest.approx(10.0 / repeat)  # one 10 ms tick per agent step
+    assert Workspace(tiny_recipe("budget.steps=4000"), RecordingTracker()).calibrate() is None  # no minutes
+
+
+def test_a_fixed_step_count_overrides_the_clock_and_equals_its_replay(cheap_render, monkeypatch):
+    """A sweep point (RunOptions.fixed_steps) trains exactly the fixed environment steps although
+    its minutes would stop it far sooner, logs them as measurements, and learns what a run with
+    budget.steps = that count learns."""
+    monkeypatch.setattr(ws_mod, "time", TickingTime())
+    tracker = RecordingTracker()
+    ws = Workspace(tiny_recipe("budget.steps=4000", "budget.minutes=0.001"), tracker,  # 0.06 s of ticks
+                   RunOptions(fixed_steps=400, fixed_by="sweep"))
+    ws.fit()
+    assert ws.counters.env_steps == 400
+    assert tracker.params == {"measured.budget_steps_fixed": "400", "measured.budget_steps_by": "sweep"}
+    monkeypatch.setattr(ws_mod, "time", TickingTime())
+    replay = Workspace(tiny_recipe("budget.steps=400"), RecordingTracker())
+    replay.fit()
+    assert replay.agent.num_updates == ws.agent.num_updates
+    learned = lambda m: {k: v for k, v in m.items() if not k.startswith("buffer_")}  # noqa: E731
+    assert learned(replay.evaluate()) == learned(ws.evaluate())

@@ -80,6 +80,14 @@ class Trainer:
     def load_state_dict(self, state: Mapping[str, Any]) -> None:  # pragma: no cover - abstract
         raise NotImplementedError
 
+    def calibrate(self) -> dict[str, float] | None:
+        """``budget.minutes``' length on this machine, measured by training this trainer (which
+        is thrown away afterwards: a sweep calls it once, in a process of its own, before its
+        points): ``{"steps": ..., "ms_per_step": ...}`` in the trainer's own steps, or None when
+        it does not calibrate. The default is None; :func:`toolkit.runs.calibrate` times a
+        :class:`~toolkit.training.pretrainer.Pretrainer` through its run path instead."""
+        return None
+
     # -- checkpoints (shared) ----------------------------------------------------------------
     @property
     def is_main(self) -> bool:
