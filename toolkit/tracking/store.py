@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import subprocess
+import uuid
 from pathlib import Path
 from typing import TYPE_CHECKING, Iterator
 
@@ -120,9 +122,64 @@ def client_for(uri: str | None = None) -> MlflowClient:
     if uri in _SET_UP:
         return MlflowClient(tracking_uri=uri)
     with store_lock(uri):
+        _from_template(uri)
         client = MlflowClient(tracking_uri=uri)  # mlflow builds (and caches) the store here
     _SET_UP.add(uri)
     return client
+
+
+def schema_template() -> Path:
+    """This mlflow version's empty SQLite store: its tables (alembic at its head) and no
+    experiment, made once per machine by mlflow itself in ``$XDG_CACHE_HOME/ctk`` (else
+    ``~/.cache/ctk``). A new store starts as a copy of it (:func:`client_for`): creating the
+    tables through mlflow's migrations took 2.3 s a store on a 2-core EPYC, the copy 0.06 s.
+    Without the Default experiment (id 0) that mlflow made with an artifact folder of the
+    template's own, the copy's first client creates that experiment for its store."""
+    import sqlite3
+
+    import mlflow
+    from mlflow.tracking import MlflowClient
+    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "ctk"
+    template = cache / f"mlflow-{mlflow.__version__}-empty-store.db"
+    if _empty_store(template):
+        return template
+    with file_lock(template.with_name(template.name + ".lock")):
+        if not _empty_store(template):  # missing, or damaged: made again
+            # a name never used before: mlflow keeps a store (and its connection) per URI
+            made = template.with_name(f"{template.name}.{uuid.uuid4().hex}.tmp")
+            MlflowClient(tracking_uri=f"sqlite:///{made}").search_experiments()
+            with contextlib.closing(sqlite3.connect(made)) as db, db:
+                db.execute("DELETE FROM experiments WHERE experiment_id = 0")
+            os.replace(made, template)
+    return template
+
+
+def _empty_store(path: Path) -> bool:
+    """Whether ``path`` reads as a SQLite store with an alembic version and no experiment."""
+    import sqlite3
+    try:
+        with contextlib.closing(sqlite3.connect(f"file:{path}?mode=ro", uri=True)) as db:
+            return (db.execute("SELECT count(*) FROM alembic_version").fetchone() == (1,)
+                    and db.execute("SELECT count(*) FROM experiments").fetchone() == (0,))
+    except sqlite3.Error:
+        return False
+
+
+def _from_template(uri: str) -> Path | None:
+    """Place a copy of :func:`schema_template` where a SQLite store that does not exist yet is
+    to be (under its :func:`store_lock`); the path, or None when nothing was copied (not SQLite,
+    the store exists, the folder is not writable, or the template could not be made)."""
+    path = sqlite_path(uri)
+    if path is None or path.exists() or not os.access(path.parent, os.W_OK):
+        return None
+    try:
+        template = schema_template()
+        part = path.with_name(f".{path.name}.{os.getpid()}.part")
+        shutil.copyfile(template, part)
+        os.replace(part, path)
+    except OSError:
+        return None
+    return path
 
 
 def experiment_id(client: MlflowClient, name: str) -> str:

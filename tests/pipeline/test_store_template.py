@@ -1,0 +1,55 @@
+"""A new SQLite store starts as a copy of this mlflow version's empty store (toolkit.tracking.store
+.schema_template): the copy must be the store mlflow itself makes, and a damaged template
+is made again, never copied."""
+from __future__ import annotations
+
+import contextlib
+import sqlite3
+
+import pytest
+from mlflow.tracking import MlflowClient
+
+from toolkit.tracking import store
+
+
+def _schema(path) -> tuple[list[tuple[str, str]], list[tuple]]:
+    """(every table's and index's SQL, the alembic version) of a SQLite file."""
+    with contextlib.closing(sqlite3.connect(path)) as db:
+        sql = sorted(db.execute("SELECT name, sql FROM sqlite_master WHERE sql IS NOT NULL").fetchall())
+        return sql, db.execute("SELECT version_num FROM alembic_version").fetchall()
+
+
+@pytest.fixture
+def own_cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
+
+
+def test_a_store_copied_from_the_template_is_the_store_mlflow_makes(own_cache):
+    made = own_cache / "by-mlflow.db"
+    reference = MlflowClient(tracking_uri=f"sqlite:///{made}")  # mlflow's own migrations, no template
+    reference.search_experiments()
+    copied = own_cache / "copied.db"
+    client = store.client_for(f"sqlite:///{copied}")
+    assert (own_cache / "cache" / "ctk").is_dir() and store.schema_template().exists()
+    assert _schema(copied) == _schema(made)
+    ours = {e.experiment_id: (e.name, e.artifact_location) for e in client.search_experiments()}
+    theirs = {e.experiment_id: (e.name, e.artifact_location) for e in reference.search_experiments()}
+    assert ours == theirs == {"0": ("Default", str(own_cache / "mlruns" / "0"))}
+    eid = store.experiment_id(client, "e")
+    run = client.create_run(eid)
+    client.log_metric(run.info.run_id, "m", 1.5)
+    assert client.get_run(run.info.run_id).data.metrics == {"m": 1.5}
+
+
+def test_a_damaged_template_is_made_again(own_cache):
+    """A template that does not read as an empty store (here: not a database at all) is made
+    again by mlflow before it is copied: the store is still the one mlflow makes."""
+    store.schema_template().write_bytes(b"not a database")
+    path = own_cache / "mlflow.db"
+    client = store.client_for(f"sqlite:///{path}")
+    assert [e.name for e in client.search_experiments()] == ["Default"]
+    made = own_cache / "by-mlflow.db"
+    MlflowClient(tracking_uri=f"sqlite:///{made}").search_experiments()
+    assert _schema(path) == _schema(made)
