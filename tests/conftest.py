@@ -59,8 +59,3 @@ def data_workdir(tmp_path, monkeypatch):
     monkeypatch.delenv("CTK_CHECKPOINTS", raising=False)
     return tmp_path
 
-
-def pytest_collection_modifyitems(config, items):
-    """The tests marked ``slow`` first (in their order), then the rest: with ``-n`` workers the
-    long end-to-end runs start at once instead of one starting last and running alone."""
-    items[:] = sorted(items, key=lambda item: item.get_closest_marker("slow") is None)

@@ -252,7 +252,7 @@ def test_schedule_arguments_are_validated():
         linear(1.0, 0.1, 5)(-1)
     with pytest.raises(ValueError, match="same sign"):
         exponential(1.0, 0.0, 5)
-    with pytest.raises(ValueError, match="unknown schedule"):
+    with pytest.raises(ValueError, match="unknown selector schedule"):
         make_schedule({"name": "cosine"})
     with pytest.raises(ValueError, match="linear"):
         make_schedule({"name": "linear", "init": 1.0})

@@ -11,10 +11,10 @@ from sklearn.datasets import load_digits
 import toolkit.evaluation.streamed as streamed
 from toolkit.evaluation.probes import knn_score_sets, linear_probe, topk_accuracy
 from toolkit.evaluation.streamed import (chunked_knn_scores, feature_stats, fit_streamed_linear,
-
-pytestmark = pytest.mark.xdist_group("test_streamed_probes")  # one worker builds the module's shared fixture
                                          streamed_linear_probe_tensors, streamed_topk, tensor_chunks,
                                          tensor_epochs)
+
+pytestmark = pytest.mark.xdist_group("test_streamed_probes")  # one worker builds the module's shared fixture
 
 N_TRAIN = 1200
 
