@@ -12,11 +12,15 @@ from mlflow.tracking import MlflowClient
 from toolkit.tracking import store
 
 
-def _schema(path) -> tuple[list[tuple[str, str]], list[tuple]]:
-    """(every table's and index's SQL, the alembic version) of a SQLite file."""
+def _schema(path) -> tuple[dict[str, list[tuple]], list[str], list[tuple]]:
+    """({table: its columns (name, type, not null, default, primary key)}, the index names, the
+    alembic version) of a SQLite file: the structure, not the SQL text SQLite keeps (which
+    alembic's table rebuilds may quote differently)."""
     with contextlib.closing(sqlite3.connect(path)) as db:
-        sql = sorted(db.execute("SELECT name, sql FROM sqlite_master WHERE sql IS NOT NULL").fetchall())
-        return sql, db.execute("SELECT version_num FROM alembic_version").fetchall()
+        tables = [r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]
+        columns = {t: [tuple(c[1:]) for c in db.execute(f'PRAGMA table_info("{t}")')] for t in tables}
+        indexes = sorted(r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type = 'index'"))
+        return columns, indexes, db.execute("SELECT version_num FROM alembic_version").fetchall()
 
 
 @pytest.fixture
