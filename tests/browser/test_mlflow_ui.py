@@ -23,12 +23,12 @@ from pathlib import Path
 
 import pytest
 
+from toolkit.locking import file_lock
 from toolkit.tracking.store import client_for
 
 CHROMIUM = next((p for p in map(shutil.which, ("chromium", "chromium-browser", "google-chrome")) if p), None)
 ROOT = Path(__file__).resolve().parents[2]
-pytestmark = [pytest.mark.browser, pytest.mark.skipif(CHROMIUM is None, reason="no chromium binary"),
-              pytest.mark.xdist_group("browser")]  # one worker builds the module's store and browser
+pytestmark = [pytest.mark.browser, pytest.mark.skipif(CHROMIUM is None, reason="no chromium binary")]
 
 
 def _chromium(url: str, *args: str, height: int = 1000) -> str:
@@ -49,20 +49,36 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+def _sweep_store(tmp_path_factory, worker_id: str) -> Path:
+    """A 2 temperatures x 2 seeds toy sweep in a fresh store, made once per test session: under
+    pytest-xdist the first worker to get here makes it (in the folder the workers share) while
+    the other waits on the lock, then reads it."""
+    base = tmp_path_factory.getbasetemp()
+    shared = base if worker_id == "master" else base.parent
+    work = shared / "ui-sweep"
+    with file_lock(shared / "ui-sweep.lock"):
+        if not (work / "made").exists():
+            work.mkdir(exist_ok=True)
+            env = {**os.environ, "MLFLOW_TRACKING_URI": f"sqlite:///{work / 'mlflow.db'}", "OMP_NUM_THREADS": "1"}
+            subprocess.run([sys.executable, str(ROOT / "cli.py"), "sweep", str(ROOT / "recipes/toy/lmcl_three_bars_cl.yaml"),
+                            "--grid", "objective.loss.temperature=0.1,1.0", "--grid", "seed=0,1",
+                            "--set", "budget.steps=60", "--set", "tracking.log_model=true",
+                            "--experiment", "ui-demo", "--quiet"],
+                           cwd=work, env=env, check=True, capture_output=True, timeout=600)
+            (work / "made").touch()
+    return work
+
+
 @pytest.fixture(scope="module")
-def ui(tmp_path_factory):
-    """A 2 temperatures x 2 seeds toy sweep in a fresh store, served by ``ctk ui``."""
-    work = tmp_path_factory.mktemp("ui")
+def ui(tmp_path_factory, worker_id):
+    """The toy sweep's store (:func:`_sweep_store`), served by a ``ctk ui`` of this module's own."""
+    work = _sweep_store(tmp_path_factory, worker_id)
     env = {**os.environ, "MLFLOW_TRACKING_URI": f"sqlite:///{work / 'mlflow.db'}",
            "OMP_NUM_THREADS": "1"}
     cli = str(ROOT / "cli.py")
-    subprocess.run([sys.executable, cli, "sweep", str(ROOT / "recipes/toy/lmcl_three_bars_cl.yaml"),
-                    "--grid", "objective.loss.temperature=0.1,1.0", "--grid", "seed=0,1",
-                    "--set", "budget.steps=60", "--set", "tracking.log_model=true",
-                    "--experiment", "ui-demo", "--quiet"],
-                   cwd=work, env=env, check=True, capture_output=True, timeout=600)
     port = _free_port()
-    log = open(work / "ui.log", "w")
+    logged = tmp_path_factory.mktemp("ui") / "ui.log"
+    log = open(logged, "w")
     proc = subprocess.Popen([sys.executable, cli, "ui", "--port", str(port)], cwd=work, env=env,
                             stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     base = f"http://127.0.0.1:{port}"
@@ -70,12 +86,12 @@ def ui(tmp_path_factory):
         # ready once ctk ui has printed its links, which it does only after the UI answers (the
         # last line it prints): polling /health here would race with that print
         deadline = time.monotonic() + 180
-        while "stop it with Ctrl-C" not in (work / "ui.log").read_text():
+        while "stop it with Ctrl-C" not in logged.read_text():
             if proc.poll() is not None or time.monotonic() > deadline:
-                pytest.fail(f"ctk ui did not get ready on {base}: {(work / 'ui.log').read_text()[-2000:]}")
+                pytest.fail(f"ctk ui did not get ready on {base}: {logged.read_text()[-2000:]}")
             time.sleep(0.2)
         urllib.request.urlopen(base + "/health", timeout=10)  # and the UI does answer
-        yield base, env["MLFLOW_TRACKING_URI"], (work / "ui.log").read_text()
+        yield base, env["MLFLOW_TRACKING_URI"], logged.read_text()
     finally:
         os.killpg(proc.pid, signal.SIGTERM)  # the server and its workers: our own session
         proc.wait(timeout=30)

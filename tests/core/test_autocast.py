@@ -18,8 +18,6 @@ from toolkit.regularizers import REGULARIZERS
 from toolkit.samplers.masks import hard_mask, ring_mask
 from toolkit.samplers.sources import MemoryBank, MoCoQueue
 
-pytestmark = pytest.mark.xdist_group("test_autocast")  # one worker builds the module's shared fixture
-
 N, V, D, M = 24, 3, 16, 96
 BF16 = torch.bfloat16
 # The gradient of a loss may differ from its float32 value by this multiple of the error a

@@ -14,8 +14,6 @@ from toolkit.evaluation.streamed import (chunked_knn_scores, feature_stats, fit_
                                          streamed_linear_probe_tensors, streamed_topk, tensor_chunks,
                                          tensor_epochs)
 
-pytestmark = pytest.mark.xdist_group("test_streamed_probes")  # one worker builds the module's shared fixture
-
 N_TRAIN = 1200
 
 

@@ -11,8 +11,6 @@ import torch
 
 from tests.distributed import worker
 
-pytestmark = pytest.mark.xdist_group("test_ddp")  # one worker builds the module's shared fixture
-
 ROOT = Path(__file__).resolve().parents[2]
 
 

@@ -19,8 +19,6 @@ from toolkit.studies.tables import render
 from toolkit.studies.ui_view import VIEW_TAG, publish_view
 from toolkit.tracking.store import client_for, experiment_id
 
-pytestmark = pytest.mark.xdist_group("test_like_with_like")  # one worker builds the module's shared fixture
-
 RECIPE = {"objective.loss.name": "nt_xent", "objective.loss.temperature": 0.2, "budget.minutes": 2.6,
           "budget.epochs": 10, "precision": "auto", "data.dataset": "fashion-mnist"}
 ENV = {"env.cpu_capability": "AVX512", "env.cpu_bf16": "native", "env.torch": "2.14.1", "env.ctk": "0.1.0",
