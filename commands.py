@@ -26,7 +26,7 @@ lookup = installed.get  # a domain's name -> its class: what the toolkit's comma
 def load(recipe: str, sets: tuple[str, ...] | list[str] = (), extra: list[str] | None = None) -> Any:
     """The validated recipe (a RecipeError, exit status 2, lists every problem)."""
     from toolkit.runs import load_recipe
-    return load_recipe(recipe, [*sets, *(extra or [])], installed.get)
+    return load_recipe(recipe, [*sets, *(extra or [])], lookup)
 
 
 def overrides(seed: int | None, experiment: str | None, precision: str | None = None) -> list[str]:
@@ -70,7 +70,7 @@ def load_for_run(recipe: str | None, sets: tuple[str, ...] | list[str], extra: l
     from toolkit.checkpoint import CheckpointError
     from toolkit.runs import RunFinished, plan
     try:
-        return plan(recipe, [*sets, *extra], installed.get, device=device, resume=resume, extend=extend)
+        return plan(recipe, [*sets, *extra], lookup, device=device, resume=resume, extend=extend)
     except CtkError:
         raise
     except (CheckpointError, RunFinished) as exc:  # RecipeMismatch is a CheckpointError
@@ -169,7 +169,7 @@ def show(recipe: str, sets: tuple[str, ...]) -> str:
     if r.precision == "auto":  # what a run here would pick (the recipe itself keeps 'auto')
         from toolkit.runs import precision_choice
         from toolkit.training.trainer import select_device
-        choice = precision_choice("auto", select_device(r.device), installed.get(r.domain))
+        choice = precision_choice("auto", select_device(r.device), lookup(r.domain))
         lines.append(f"# on this machine: {choice.line()}")
     from toolkit.objective import recipe_with_defaults  # every default the objective's components apply
     shown = recipe_with_defaults(r.resolved)

@@ -27,7 +27,6 @@ from toolkit import checkpoint as ckpt
 from toolkit import objective as objective_mod
 from toolkit import recipe as rc
 from toolkit.tracking.measured import ENV, MEASURED, earlier_steps
-from toolkit.tracking.runlog import RunLog
 from toolkit.tracking.store import RECORD_TAG, client_for, experiment_id, git_commit, tracking_uri
 from toolkit.tracking.tracker import Tracker
 from toolkit.training import precision as precision_mod
@@ -323,50 +322,22 @@ def execute(run: rc.Recipe | Plan, *, resume: str | None = None,
     return run_id, metrics
 
 
-class _Calibrated(Exception):
-    """Raised by :func:`calibrate`'s hook after the first real step: the length is fixed by then."""
-
-
-class _KeepParams(RunLog):
-    """A run log that keeps the params it is given and nothing else."""
-
-    def __init__(self) -> None:
-        self.params: dict[str, Any] = {}
-
-    def log_params(self, params: Any) -> None:
-        self.params.update(params)
-
-
 def calibrate(run: rc.Recipe | Plan, device: str | None = None) -> dict[str, Any] | None:
     """``budget.minutes``' step count for a plan (or a validated recipe, :func:`decide`\\ d on
     ``device``) on this machine, fixed as a run fixes it (its first online monitor timed, then
     the timed steps of :mod:`toolkit.training.budget`), with nothing logged and no step kept:
     ``{steps, ms_per_step, precision}``. None when the recipe has no ``budget.minutes`` or its
-    trainer does not calibrate; a trainer other than the pretrainer measures itself
-    (:meth:`~toolkit.training.trainer.Trainer.calibrate`: RL's environment steps). A sweep calls it once, before its
+    trainer does not calibrate (:meth:`~toolkit.training.trainer.Trainer.calibrate`: the pretrainer
+    in steps, RL in environment steps). A sweep calls it once, before its
     points, and hands the steps to each (``execute(fixed_steps=)``)."""
-    from toolkit.training.pretrainer import Pretrainer
     recipe = run.recipe if isinstance(run, Plan) else run
     if recipe.budget is None or not recipe.budget.minutes:
         return None
     p = run if isinstance(run, Plan) else decide(run, device=device)
-    tracker = _KeepParams()
-
-    def stop(step: int) -> None:
-        raise _Calibrated
-    trainer = p.domain(p.recipe).trainer(p.recipe, tracker, RunOptions(device=p.device, progress=False,
-                                                                         hooks=[stop]))
-    if not isinstance(trainer, Pretrainer):
-        found = trainer.calibrate()
-        return None if found is None else {"steps": int(found["steps"]), "precision": p.precision.value,
-                                           "ms_per_step": float(found["ms_per_step"])}
-    try:
-        trainer.fit()
-    except _Calibrated:
-        pass
-    found = tracker.params
-    return {"steps": int(found[f"{MEASURED}budget_steps_fixed"]), "precision": p.precision.value,
-            "ms_per_step": float(found.get(f"{MEASURED}budget_ms_per_step", "nan"))}
+    trainer = p.domain(p.recipe).trainer(p.recipe, None, RunOptions(device=p.device, progress=False))
+    found = trainer.calibrate()
+    return None if found is None else {"steps": int(found["steps"]), "precision": p.precision.value,
+                                       "ms_per_step": float(found["ms_per_step"])}
 
 
 def precision_choice(requested: str, device: Any, domain_cls: Any) -> precision_mod.Choice:

@@ -35,8 +35,9 @@ from typing import Any
 import torch
 
 from toolkit.tracking.measured import MEASURED
+from toolkit.tracking.runlog import RunLog
 
-__all__ = ["CALIBRATION_STEPS", "fix_steps_from_speed", "steps_that_fit", "speed"]
+__all__ = ["CALIBRATION_STEPS", "calibrate", "fix_steps_from_speed", "steps_that_fit", "speed"]
 
 # (untimed warm-up steps, timed blocks, steps per block): the speed is the median block's
 CALIBRATION_STEPS = (8, 5, 6)
@@ -120,3 +121,30 @@ def fix_steps_from_speed(trainer: Any, monitor_seconds: float) -> int:
         logged[f"{MEASURED}budget_ms_per_step"] = round(per_step * 1e3, 2)
     trainer.tracker.log_params(logged)
     return steps
+
+
+class _Calibrated(Exception):
+    """Raised by :func:`calibrate`'s hook after the first real step: the length is fixed by then."""
+
+
+def calibrate(trainer: Any) -> dict[str, float]:
+    """``budget.minutes``' length measured as a run measures it, on a pretrainer at step 0 that is
+    thrown away afterwards (:meth:`~toolkit.training.pretrainer.Pretrainer.calibrate`): ``fit`` up
+    to its first real step (the first online monitor timed, then :func:`fix_steps_from_speed`),
+    the params it logs kept here and nothing else: ``{steps, ms_per_step}``."""
+    logged: dict[str, Any] = {}
+
+    class Kept(RunLog):
+        def log_params(self, params: Any) -> None:
+            logged.update(params)
+
+    def stop(step: int) -> None:
+        raise _Calibrated
+    trainer.tracker = Kept()
+    trainer.options.hooks.append(stop)
+    try:
+        trainer.fit()
+    except _Calibrated:
+        pass
+    return {"steps": int(logged[f"{MEASURED}budget_steps_fixed"]),
+            "ms_per_step": float(logged.get(f"{MEASURED}budget_ms_per_step", "nan"))}

@@ -34,7 +34,7 @@ from tqdm import tqdm
 from toolkit import checkpoint as ckpt
 from toolkit import objective as objective_mod
 from toolkit.training.batches import Batches, DataStop, epoch_batches, epoch_orders
-from toolkit.training.budget import fix_steps_from_speed
+from toolkit.training.budget import calibrate as calibrate_length, fix_steps_from_speed
 from toolkit.training.optim import build_optimizer, build_scheduler
 from toolkit.training.precision import autocast_dtype
 from toolkit.training.trainer import NonFiniteLoss, RunOptions, StopAfterStep, Trainer, select_device
@@ -203,6 +203,9 @@ class Pretrainer(Trainer):
         if self.amp_dtype is None:
             return contextlib.nullcontext()
         return torch.autocast(self.device.type, dtype=self.amp_dtype)
+
+    def calibrate(self) -> dict[str, float]:  # toolkit.training.budget.calibrate: as a run fixes its length
+        return calibrate_length(self)
 
     def fit(self) -> None:
         """Train to the budget: log every ``log_every`` steps, monitor, evaluate and

@@ -84,8 +84,7 @@ class Trainer:
         """``budget.minutes``' length on this machine, measured by training this trainer (which
         is thrown away afterwards: a sweep calls it once, in a process of its own, before its
         points): ``{"steps": ..., "ms_per_step": ...}`` in the trainer's own steps, or None when
-        it does not calibrate. The default is None; :func:`toolkit.runs.calibrate` times a
-        :class:`~toolkit.training.pretrainer.Pretrainer` through its run path instead."""
+        it does not calibrate (the default). :func:`toolkit.runs.calibrate` asks here."""
         return None
 
     # -- checkpoints (shared) ----------------------------------------------------------------
