@@ -347,7 +347,9 @@ def reproduce(name: str | None, list_only: bool, seeds: str | None, sets: tuple[
               help="Address to listen on; anything but loopback exposes every run (a warning says how to protect it).")
 @click.option("--port", default=5000, show_default=True, type=int)
 @click.option("--basic-auth", is_flag=True, help="Require a login: mlflow's basic-auth app (needs mlflow[auth]).")
-def ui(uri: str | None, host: str, port: int, basic_auth: bool) -> None:
+@click.option("--workers", type=click.IntRange(min=1), default=1, show_default=True,
+              help="Web worker processes (one serves a person browsing; each costs a few seconds of start and memory).")
+def ui(uri: str | None, host: str, port: int, basic_auth: bool, workers: int) -> None:
     """Open the mlflow UI on the same store the runs log to (this machine only by default).
 
     \b
@@ -356,7 +358,7 @@ def ui(uri: str | None, host: str, port: int, basic_auth: bool) -> None:
     """
     from toolkit.studies.ui_view import prepare
     from toolkit.tracking.servers import ui as run_ui
-    sys.exit(run_ui(uri, host, port, basic_auth, click.echo, _err, views=prepare))
+    sys.exit(run_ui(uri, host, port, basic_auth, click.echo, _err, views=prepare, workers=workers))
 
 
 @main.command()
@@ -365,7 +367,9 @@ def ui(uri: str | None, host: str, port: int, basic_auth: bool) -> None:
 @click.option("--backend-store-uri", "store", metavar="URI", help="Run store: sqlite:///PATH or postgresql://... (default: ./mlflow.db).")
 @click.option("--artifacts", type=click.Path(file_okay=False), default="mlartifacts", show_default=True, help="Folder where the server keeps the artifacts it serves.")
 @click.option("--basic-auth", is_flag=True, help="Require a login: mlflow's basic-auth app (needs mlflow[auth]).")
-def server(host: str, port: int, store: str | None, artifacts: str, basic_auth: bool) -> None:
+@click.option("--workers", type=click.IntRange(min=1), default=None,
+              help="Web worker processes  [default: one a core, at most 4]")
+def server(host: str, port: int, store: str | None, artifacts: str, basic_auth: bool, workers: int | None) -> None:
     """Start an mlflow tracking server that every worker of a cluster sweep logs to (runs and
     artifacts over HTTP); prints the MLFLOW_TRACKING_URI to use; Ctrl-C stops it.
 
@@ -375,7 +379,7 @@ def server(host: str, port: int, store: str | None, artifacts: str, basic_auth: 
     """
     from toolkit.tracking.servers import serve
     from toolkit.tracking.store import tracking_uri
-    sys.exit(serve(tracking_uri(store), artifacts, host, port, basic_auth, echo=click.echo))
+    sys.exit(serve(tracking_uri(store), artifacts, host, port, basic_auth, echo=click.echo, workers=workers))
 
 
 @main.command(context_settings={"ignore_unknown_options": True, "help_option_names": []})

@@ -39,6 +39,25 @@ def _listening(port: int) -> set[str]:
     return found
 
 
+def _below(pid: int) -> list[str]:
+    """The command lines of the processes started, directly or not, by ``pid`` (from /proc)."""
+    children: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            children.setdefault(int(stat.read_text().rsplit(")", 1)[1].split()[1]), []).append(int(stat.parent.name))
+        except (OSError, IndexError, ValueError):
+            continue
+    found, todo = [], list(children.get(pid, []))
+    while todo:
+        q = todo.pop()
+        todo += children.get(q, [])
+        try:
+            found.append(Path(f"/proc/{q}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace"))
+        except OSError:
+            continue
+    return found
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -62,6 +81,10 @@ def test_ctk_ui_listens_on_loopback_only(tmp_path):
             time.sleep(0.5)
             bound = _listening(port)
         assert bound == {"127.0.0.1"}, (bound, server.poll())
+        # one web worker and no mlflow job runner (seven processes ctk has no use for)
+        started = _below(server.pid)
+        assert not [c for c in started if "huey" in c], started
+        assert any("mlflow ui" in c and "--workers 1 " in c + " " for c in started), started
     finally:
         os.killpg(server.pid, signal.SIGTERM)            # the group this test started
         try:
@@ -107,6 +130,50 @@ def test_basic_auth_without_mlflow_auth_extra_is_refused_before_starting(monkeyp
     result, started = _ui(monkeypatch, "--basic-auth")
     assert result.exit_code == 2 and "pip install 'mlflow[auth]'" in result.output
     assert started == []
+
+
+def test_web_workers_one_for_the_ui_one_a_core_for_the_server(monkeypatch, tmp_path):
+    from toolkit.tracking import servers
+    from toolkit.tracking.store import client_for
+    store = f"sqlite:///{tmp_path / 'x.db'}"
+    client_for(store)
+
+    def workers(argv: list[str]) -> int:
+        return int(argv[argv.index("--workers") + 1])
+    result, started = _ui(monkeypatch, "--uri", store)
+    assert result.exit_code == 0 and workers(started[0]) == 1, result.output
+    assert workers(_ui(monkeypatch, "--uri", store, "--workers", "3")[1][0]) == 3
+    result, started = _ui(monkeypatch, "--uri", store, "--workers", "0")
+    assert result.exit_code == 2 and "--workers" in result.output and started == []
+
+    served = []
+    monkeypatch.setattr(servers, "supervise", lambda cmd, *a, **k: served.append(cmd) or 0)
+    for cores, expected in ((1, 1), (2, 2), (16, 4), (None, 1)):
+        monkeypatch.setattr(servers.os, "cpu_count", lambda: cores)
+        assert CliRunner().invoke(cli.main, ["server", "--backend-store-uri", store]).exit_code == 0
+        assert workers(served[-1]) == expected, cores
+    CliRunner().invoke(cli.main, ["server", "--backend-store-uri", store, "--workers", "6"])
+    assert workers(served[-1]) == 6
+
+
+def test_the_servers_start_without_mlflow_s_job_runner_unless_asked(monkeypatch):
+    from toolkit.tracking import servers
+    seen = []
+
+    class Ended:
+        def __init__(self, cmd, env=None, **kwargs):
+            seen.append(env)
+            self.pid, self.returncode = 0, 0
+
+        def poll(self):
+            return 0
+    monkeypatch.setattr(servers.subprocess, "Popen", Ended)
+    monkeypatch.delenv("MLFLOW_SERVER_ENABLE_JOB_EXECUTION", raising=False)
+    servers.supervise(["mlflow"], "127.0.0.1", 1, lambda: None, lambda line: None, 1.0)
+    assert seen[-1]["MLFLOW_SERVER_ENABLE_JOB_EXECUTION"] == "false"
+    monkeypatch.setenv("MLFLOW_SERVER_ENABLE_JOB_EXECUTION", "true")  # a user who wants mlflow's jobs
+    servers.supervise(["mlflow"], "127.0.0.1", 1, lambda: None, lambda line: None, 1.0)
+    assert seen[-1]["MLFLOW_SERVER_ENABLE_JOB_EXECUTION"] == "true"
 
 
 @pytest.mark.parametrize("address,local", [("127.0.0.1", True), ("127.0.0.2", True),
