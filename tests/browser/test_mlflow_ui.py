@@ -31,15 +31,17 @@ ROOT = Path(__file__).resolve().parents[2]
 pytestmark = [pytest.mark.browser, pytest.mark.skipif(CHROMIUM is None, reason="no chromium binary")]
 
 
-def _chromium(url: str, *args: str, height: int = 1000) -> str:
-    """Load ``url`` in headless Chromium (15 s of virtual time for the React app); stdout."""
+def _chromium(url: str, screenshot: Path, height: int = 1000) -> str:
+    """Load ``url`` once in headless Chromium (15 s of virtual time for the React app), save a
+    screenshot of the page at ``screenshot`` and return its DOM as it was then."""
     with tempfile.TemporaryDirectory() as profile:
         out = subprocess.run(
             [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
              "--disable-background-networking", "--disable-component-update", "--disable-sync",
              f"--user-data-dir={profile}", f"--window-size=1600,{height}",
-             "--virtual-time-budget=15000", *args, url],
+             "--virtual-time-budget=15000", f"--screenshot={screenshot}", "--dump-dom", url],
             capture_output=True, text=True, timeout=180, check=False)
+    assert screenshot.stat().st_size > 10_000, (url, out.stderr[-2000:])
     return out.stdout
 
 
@@ -112,10 +114,7 @@ def test_runs_table_shows_metric_and_swept_param_columns(ui, screens):
     assert route, log  # ctk ui prints the link to the columns view
     url = route.group(1)
     assert "workflowType=machine_learning" in url and "viewStateShareKey=" in url
-    shot = screens / "ui-runs-columns.png"
-    _chromium(url, f"--screenshot={shot}")
-    assert shot.stat().st_size > 10_000
-    dom = _chromium(url, "--dump-dom")
+    dom = _chromium(url, screens / "ui-runs-columns.png")
     (screens / "ui-runs-columns.html").write_text(dom)
     headers = re.findall(r'role="columnheader"[^>]*>(?:<[^>]+>)*([^<]+)', dom)
     text = re.sub(r"<[^>]+>", " ", dom)
@@ -159,14 +158,12 @@ def test_compare_page_and_run_artifacts(ui, screens):
     assert client.get_run(a).data.tags["mlflow.note.content"].startswith("sweep ui-demo: ")
     compare = (f"{base}/#/compare-runs?runs={json.dumps([a, b], separators=(',', ':'))}"
                f"&experiments={json.dumps([exp.experiment_id])}&workflowType=machine_learning")
-    dom = _chromium(compare, "--dump-dom", height=2600)
+    dom = _chromium(compare, screens / "ui-compare-two-runs.png", height=2600)
     assert 'artifact-name="recipe.yaml"' in dom  # the common artifacts pane lists the recipe
     assert "kmeans_accuracy" in dom
     for run in ("nt_xent-t0.1-s0", "nt_xent-t1.0-s1"):  # names say what differs
         assert run in dom
-    _chromium(compare, f"--screenshot={screens / 'ui-compare-two-runs.png'}", height=2600)
     page = f"{base}/#/experiments/{exp.experiment_id}/runs/{a}/artifacts?workflowType=machine_learning"
-    dom = _chromium(page, "--dump-dom")
+    dom = _chromium(page, screens / "ui-run-artifacts.png")
     for name in ("recipe.yaml", "figures", "model"):
         assert f'artifact-name="{name}"' in dom, name
-    _chromium(page, f"--screenshot={screens / 'ui-run-artifacts.png'}")
