@@ -347,8 +347,7 @@ def reproduce(name: str | None, list_only: bool, seeds: str | None, sets: tuple[
               help="Address to listen on; anything but loopback exposes every run (a warning says how to protect it).")
 @click.option("--port", default=5000, show_default=True, type=int)
 @click.option("--basic-auth", is_flag=True, help="Require a login: mlflow's basic-auth app (needs mlflow[auth]).")
-@click.option("--workers", type=click.IntRange(min=1), default=1, show_default=True,
-              help="Web worker processes (one serves a person browsing; each costs a few seconds of start and memory).")
+@click.option("--workers", type=click.IntRange(min=1), default=1, show_default=True, help="Web worker processes.")
 def ui(uri: str | None, host: str, port: int, basic_auth: bool, workers: int) -> None:
     """Open the mlflow UI on the same store the runs log to (this machine only by default).
 
@@ -367,8 +366,7 @@ def ui(uri: str | None, host: str, port: int, basic_auth: bool, workers: int) ->
 @click.option("--backend-store-uri", "store", metavar="URI", help="Run store: sqlite:///PATH or postgresql://... (default: ./mlflow.db).")
 @click.option("--artifacts", type=click.Path(file_okay=False), default="mlartifacts", show_default=True, help="Folder where the server keeps the artifacts it serves.")
 @click.option("--basic-auth", is_flag=True, help="Require a login: mlflow's basic-auth app (needs mlflow[auth]).")
-@click.option("--workers", type=click.IntRange(min=1), default=None,
-              help="Web worker processes  [default: one a core, at most 4]")
+@click.option("--workers", type=click.IntRange(min=1), help="Web worker processes  [default: one a core, at most 4]")
 def server(host: str, port: int, store: str | None, artifacts: str, basic_auth: bool, workers: int | None) -> None:
     """Start an mlflow tracking server that every worker of a cluster sweep logs to (runs and
     artifacts over HTTP); prints the MLFLOW_TRACKING_URI to use; Ctrl-C stops it.

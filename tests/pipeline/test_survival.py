@@ -49,6 +49,19 @@ def _toy(cwd: Path, *extra: str, recipe: Path = TOY, sets: list[str] = TOY_SETS,
     return _cli(cwd, "run", str(recipe), "--quiet", *args, *extra, store=store)
 
 
+def _reference(tmp_path: Path, monkeypatch, recipe: Path, sets: list[str], store: Path) -> tuple[Path, str]:
+    """The run never interrupted, made in this process by the same command (one thread, as the
+    CLI processes) in ``tmp_path/ref``: its folder and run id."""
+    ref_dir = tmp_path / "ref"
+    ref_dir.mkdir()
+    monkeypatch.chdir(ref_dir)
+    monkeypatch.delenv("CTK_CHECKPOINTS", raising=False)
+    ref = CliRunner(env={"MLFLOW_TRACKING_URI": f"sqlite:///{store}", "CTK_DATA": str(DATA)}).invoke(
+        cli.main, ["run", str(recipe), "--quiet", *[a for s in sets for a in ("--set", s)]])
+    assert ref.exit_code == 0, ref.output
+    return ref_dir, ref.output.split("run ", 1)[1].split()[0]
+
+
 def _wait_for_checkpoint(cwd: Path, step: int, proc: subprocess.Popen, timeout: float = 120) -> None:
     deadline = time.monotonic() + timeout
     while not list(cwd.glob(f"checkpoints/*/step-{step:09d}.pt")):
@@ -78,14 +91,7 @@ def test_kill_9_at_three_points_then_resume_matches_the_uninterrupted_run(tmp_pa
     killed again, twice) and resumed to the end equals the run never interrupted (run in this
     process: the same command, one thread), metric for metric and weight for weight."""
     store = tmp_path / "mlflow.db"  # one store for both runs (each in a folder of its own)
-    ref_dir = tmp_path / "ref"
-    ref_dir.mkdir()
-    monkeypatch.chdir(ref_dir)
-    monkeypatch.delenv("CTK_CHECKPOINTS", raising=False)
-    ref = CliRunner(env={"MLFLOW_TRACKING_URI": f"sqlite:///{store}", "CTK_DATA": str(DATA)}).invoke(
-        cli.main, ["run", str(recipe), "--quiet", *[a for s in sets for a in ("--set", s)]])
-    assert ref.exit_code == 0, ref.output
-    ref_id = ref.output.split("run ", 1)[1].split()[0]
+    ref_dir, ref_id = _reference(tmp_path, monkeypatch, recipe, sets, store)
     ref_metrics, ref_weights = _final(ref_dir, ref_id, store)
     cwd = tmp_path / "killed"
     cwd.mkdir()
