@@ -276,10 +276,12 @@ def _free_port() -> int:
 
 def _start_server(folder: Path, port: int) -> subprocess.Popen:
     import urllib.request
-    proc = subprocess.Popen([sys.executable, "-m", "mlflow", "server", "--backend-store-uri",
-                             f"sqlite:///{folder / 'server.db'}", "--artifacts-destination", str(folder / "art"),
-                             "--host", "127.0.0.1", "--port", str(port), "--workers", "1"],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+
+    from toolkit.tracking.servers import JOBS_ENV, mlflow_command
+    cmd = mlflow_command("server", f"sqlite:///{folder / 'server.db'}", host="127.0.0.1", port=port,
+                         artifacts=str(folder / "art"), basic_auth=False, serve_artifacts=True, workers=1)
+    proc = subprocess.Popen(cmd, env={**os.environ, JOBS_ENV: "false"}, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL, start_new_session=True)  # as ctk server starts it
     deadline = time.monotonic() + 60
     while True:
         try:
