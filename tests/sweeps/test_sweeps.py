@@ -45,7 +45,20 @@ def test_four_points_on_local_ray_then_nothing(ctk):
     again = ctk(*args)
     assert again.returncode == 0, again.stderr[-3000:]
     assert "4 skipped (finished), 0 resumed, 0 launched" in again.stderr
+    assert "ray:" in first.stderr and "ray:" not in again.stderr  # nothing to run: no Ray started
     assert len(runs_of(ctk.store(), "grid")) == 5  # nothing new
+
+
+def test_nothing_to_run_starts_no_ray(monkeypatch):
+    from toolkit.studies import launch
+
+    def no_ray(*args, **kwargs):
+        raise AssertionError("Ray was started for a sweep with nothing to run")
+    monkeypatch.setattr(launch, "_start_ray", no_ray)
+    asked = []
+    assert launch.run_points([], lambda name: None, jobs=2, before=asked.append, echo=asked.append) == ([], False)
+    assert launch.run_points([], lambda name: None, jobs=2, address="auto", echo=asked.append) == ([], False)
+    assert asked == []
 
 
 @pytest.mark.slow
