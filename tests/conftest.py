@@ -60,29 +60,3 @@ def data_workdir(tmp_path, monkeypatch):
     return tmp_path
 
 
-
-@pytest.hookimpl(trylast=True)  # after -m has deselected what does not run
-def pytest_collection_modifyitems(config, items):
-    """Under pytest-xdist's ``worksteal`` (pyproject's addopts), each of N workers starts with a
-    contiguous block of 1/N of the tests and steals from the others once its own run out. So
-    the tests are ordered in N blocks of equal size, each opening with its share of the ``slow``
-    end-to-end tests (dealt in turn) and filled up with quick ones: every worker starts on the
-    long tests at once, and the suite ends on quick ones that a worker idle at the end can take,
-    not on a two-minute test that one worker runs alone. Measured on 2 cores: in collection
-    order a 80-second sweep test was the last to run, by itself."""
-    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
-    if workers < 2 or config.getoption("dist", "no") != "worksteal":
-        return
-    slow = [item for item in items if item.get_closest_marker("slow")]
-    quick = [item for item in items if not item.get_closest_marker("slow")]
-    blocks = [slow[i::workers] for i in range(workers)]
-    size, left = [], len(items)
-    for i in range(workers):  # as worksteal deals them: the pending tests // the workers still to serve
-        size.append(left // (workers - i))
-        left -= size[-1]
-    for i, block in enumerate(blocks):
-        take = max(0, size[i] - len(block))
-        block += quick[:take]
-        del quick[:take]
-    blocks[-1] += quick
-    items[:] = [item for block in blocks for item in block]
