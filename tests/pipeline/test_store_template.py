@@ -57,3 +57,18 @@ def test_a_damaged_template_is_made_again(own_cache):
     made = own_cache / "by-mlflow.db"
     MlflowClient(tracking_uri=f"sqlite:///{made}").search_experiments()
     assert _schema(path) == _schema(made)
+
+
+def test_a_relative_sqlite_uri_is_the_file_of_the_current_folder_each_time(tmp_path, monkeypatch):
+    from toolkit.tracking.store import client_for, experiment_id
+    for name in ("a", "b"):
+        (tmp_path / name).mkdir()
+        monkeypatch.chdir(tmp_path / name)
+        client = client_for("sqlite:///rel.db")
+        client.create_run(experiment_id(client, f"made-in-{name}"))
+        assert (tmp_path / name / "rel.db").exists(), name
+    import sqlite3
+    for name in ("a", "b"):
+        with sqlite3.connect(tmp_path / name / "rel.db") as db:
+            names = {row[0] for row in db.execute("select name from experiments")}
+        assert f"made-in-{name}" in names and f"made-in-{'b' if name == 'a' else 'a'}" not in names

@@ -115,10 +115,13 @@ def client_for(uri: str | None = None) -> MlflowClient:
     "expected to match one row", UNIQUE constraint on the default experiment). The first client
     of each SQLite store in a process is therefore made under :func:`store_lock`, so one process
     sets the schema up and the others find it done. mlflow's environment defaults are set
-    first (:func:`toolkit.tracking.mlflow_environment`)."""
+    first (:func:`toolkit.tracking.mlflow_environment`). A relative SQLite path is made
+    absolute against the working folder first: mlflow and this module keep one store a URI for
+    the process, so ``sqlite:///x.db`` would otherwise stay the file of the first folder it was
+    opened in."""
     mlflow_environment()
     from mlflow.tracking import MlflowClient
-    uri = tracking_uri(uri)
+    uri = _absolute(tracking_uri(uri))
     if uri in _SET_UP:
         return MlflowClient(tracking_uri=uri)
     with store_lock(uri):
@@ -126,6 +129,15 @@ def client_for(uri: str | None = None) -> MlflowClient:
         client = MlflowClient(tracking_uri=uri)  # mlflow builds (and caches) the store here
     _SET_UP.add(uri)
     return client
+
+
+def _absolute(uri: str) -> str:
+    """``sqlite:///RELATIVE[?query]`` as ``sqlite:////ABSOLUTE[?query]``; other URIs unchanged."""
+    path = sqlite_path(uri)
+    if path is None or uri[len("sqlite:///"):].startswith("/"):
+        return uri
+    query = uri.split("?", 1)[1] if "?" in uri else ""
+    return f"sqlite:///{path}" + (f"?{query}" if query else "")
 
 
 def schema_template() -> Path:
