@@ -8,6 +8,7 @@ In-process tests take the ``default_signals`` fixture; subprocesses that a test 
 started with ``preexec_fn=default_signals_in_child``."""
 import os
 import signal
+from pathlib import Path
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 os.environ.setdefault("MKL_NUM_THREADS", "1")
@@ -60,3 +61,17 @@ def data_workdir(tmp_path, monkeypatch):
     return tmp_path
 
 
+def process_tree(pid: int) -> list[int]:
+    """``pid`` and every process below it (read from /proc)."""
+    parents: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        parents.setdefault(int(fields[1]), []).append(int(stat.parent.name))
+    out, todo = [], [pid]
+    while todo:
+        out.append(todo.pop())
+        todo += parents.get(out[-1], [])
+    return out

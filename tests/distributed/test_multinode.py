@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from tests.conftest import process_tree
 from tests.pipeline.conftest import POINTS_RECIPE
 from toolkit import checkpoint as ckpt
 from toolkit.tracking.store import client_for
@@ -56,22 +57,6 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _tree(pid: int) -> list[int]:
-    """``pid`` and every process below it (read from /proc)."""
-    parents: dict[int, list[int]] = {}
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        parents.setdefault(int(fields[1]), []).append(int(stat.parent.name))
-    out, todo = [], [pid]
-    while todo:
-        out.append(todo.pop())
-        todo += parents.get(out[-1], [])
-    return out
-
-
 def _alive(pid: int) -> bool:
     """Whether ``pid`` still runs (a zombie has ended)."""
     try:
@@ -97,7 +82,7 @@ def _communicate_all(procs: list[subprocess.Popen], timeout: float) -> list[str]
         for i, p in enumerate(procs):
             outs[i] = p.communicate(timeout=max(deadline - time.monotonic(), 1))[0]
     except subprocess.TimeoutExpired:
-        pids = [q for p in procs for q in _tree(p.pid)]
+        pids = [q for p in procs for q in process_tree(p.pid)]
         _signal_all(pids, signal.SIGABRT)
         stacks_by = time.monotonic() + 30  # each prints its stacks and ends; wait for that, not a fixed time
         while any(_alive(q) for q in pids) and time.monotonic() < stacks_by:

@@ -15,6 +15,7 @@ import pytest
 from click.testing import CliRunner
 
 import cli
+from tests.conftest import process_tree
 
 ROOT = Path(cli.__file__).resolve().parent
 
@@ -40,17 +41,9 @@ def _listening(port: int) -> set[str]:
 
 
 def _below(pid: int) -> list[str]:
-    """The command lines of the processes started, directly or not, by ``pid`` (from /proc)."""
-    children: dict[int, list[int]] = {}
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            children.setdefault(int(stat.read_text().rsplit(")", 1)[1].split()[1]), []).append(int(stat.parent.name))
-        except (OSError, IndexError, ValueError):
-            continue
-    found, todo = [], list(children.get(pid, []))
-    while todo:
-        q = todo.pop()
-        todo += children.get(q, [])
+    """The command lines of the processes started, directly or not, by ``pid``."""
+    found = []
+    for q in process_tree(pid)[1:]:
         try:
             found.append(Path(f"/proc/{q}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace"))
         except OSError:

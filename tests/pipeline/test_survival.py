@@ -277,10 +277,10 @@ def _free_port() -> int:
 def _start_server(folder: Path, port: int) -> subprocess.Popen:
     import urllib.request
 
-    from toolkit.tracking.servers import JOBS_ENV, mlflow_command
+    from toolkit.tracking.servers import mlflow_command, server_env
     cmd = mlflow_command("server", f"sqlite:///{folder / 'server.db'}", host="127.0.0.1", port=port,
                          artifacts=str(folder / "art"), basic_auth=False, serve_artifacts=True, workers=1)
-    proc = subprocess.Popen(cmd, env={**os.environ, JOBS_ENV: "false"}, stdout=subprocess.DEVNULL,
+    proc = subprocess.Popen(cmd, env=server_env(), stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL, start_new_session=True)  # as ctk server starts it
     deadline = time.monotonic() + 60
     while True:

@@ -196,9 +196,9 @@ def run_points(specs: list[PointSpec], lookup: Callable[[str], Any], *, jobs: in
     that runs one spec where the points run (this process, or a Ray worker with its resources),
     alone, and returns its outcome: the sweep fixes ``budget.minutes``' steps through it.
     With nothing to run (every point finished before), no Ray is started or joined."""
-    address = address or os.environ.get("RAY_ADDRESS") or None
     if not specs:
         return [], False
+    address = address or os.environ.get("RAY_ADDRESS") or None
     if jobs <= 1 and not address:
         if before is not None:
             before(lambda spec: run_point(spec, lookup))

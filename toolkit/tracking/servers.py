@@ -34,12 +34,18 @@ from typing import Any, Callable
 
 from toolkit.errors import CtkError
 
-__all__ = ["LOOPBACK", "UI_WORKERS", "server_workers", "is_loopback", "exposure_warning", "mlflow_command",
+__all__ = ["LOOPBACK", "UI_WORKERS", "server_env", "server_workers", "is_loopback", "exposure_warning", "mlflow_command",
            "ui", "serve", "supervise"]
 
 LOOPBACK = "127.0.0.1"
 UI_WORKERS = 1
 JOBS_ENV = "MLFLOW_SERVER_ENABLE_JOB_EXECUTION"
+
+
+def server_env() -> dict[str, str]:
+    """The environment ctk starts mlflow's servers in: this one, with mlflow's job runner off
+    unless ``MLFLOW_SERVER_ENABLE_JOB_EXECUTION`` is set."""
+    return {JOBS_ENV: "false", **os.environ}
 
 
 def server_workers() -> int:
@@ -143,7 +149,7 @@ def supervise(cmd: list[str], host: str, port: int, on_ready: Callable[[], None]
     to its ``/health`` on ``host:port`` succeeds (a progress line every ``note_every`` seconds
     until then), and on Ctrl-C / SIGTERM stop it and its workers. mlflow's job runner stays off
     unless ``MLFLOW_SERVER_ENABLE_JOB_EXECUTION`` is set. Returns the exit code."""
-    proc = subprocess.Popen(cmd, start_new_session=True, env={JOBS_ENV: "false", **os.environ})
+    proc = subprocess.Popen(cmd, start_new_session=True, env=server_env())
     stop = {"asked": False}
 
     def ask_stop(signum: int, frame: object) -> None:
