@@ -77,7 +77,7 @@ def test_two_arms_two_toy_domains_two_seeds_end_to_end_then_nothing(ctk):  # noq
     client.download_artifacts(parents[0].info.run_id, "study/forest.png", str(ctk.folder))
     assert "kmeans_accuracy" in (ctk.folder / "table.md").read_text()
 
-    again = ctk("study", study, "--format", "json", "--quiet", "--plot", "forest.png", timeout=300)
+    again = ctk.here("study", study, "--format", "json", "--quiet", "--plot", "forest.png")  # in this process
     assert again.returncode == 0, again.stderr[-3000:]
     assert "8 skipped (finished), 0 resumed, 0 launched" in again.stderr
     assert len(runs_of(ctk.store(), "study-toy-dp")) == 9

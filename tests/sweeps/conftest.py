@@ -44,6 +44,23 @@ class Ctk:
                                  f"Its stderr:\n{(err or '')[-3000:]}") from None
         return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
 
+    def here(self, *args: str) -> subprocess.CompletedProcess:
+        """The same command in this process (click's test runner, in the same folder, under the
+        same environment): for the calls of a test whose separate process is not what it checks,
+        such as a rerun that finds nothing to do. A process costs about 10 CPU-seconds of imports
+        (torch, mlflow, scikit-learn, ...) before it does anything."""
+        import contextlib
+
+        from click.testing import CliRunner
+
+        import cli
+        env = {**{k: None for k in os.environ if k not in self.env}, **self.env}
+        with contextlib.chdir(self.folder):
+            res = CliRunner(env=env).invoke(cli.main, list(args))
+        if res.exception is not None and not isinstance(res.exception, SystemExit):
+            raise res.exception
+        return subprocess.CompletedProcess(["ctk", *args], res.exit_code, res.stdout, res.stderr)
+
     def store(self):
         from mlflow.tracking import MlflowClient
         return MlflowClient(self.env.get("MLFLOW_TRACKING_URI") or f"sqlite:///{self.folder / 'mlflow.db'}")

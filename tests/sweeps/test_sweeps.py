@@ -42,7 +42,7 @@ def test_four_points_on_local_ray_then_nothing(ctk):
         assert fh.read().count("finished") == 4
     assert client.get_run(parents[0].info.run_id).info.status == "FINISHED"
 
-    again = ctk(*args)
+    again = ctk.here(*args)  # in this process: the rerun only has to find the four points finished
     assert again.returncode == 0, again.stderr[-3000:]
     assert "4 skipped (finished), 0 resumed, 0 launched" in again.stderr
     assert "ray:" in first.stderr and "ray:" not in again.stderr  # nothing to run: no Ray started
@@ -76,9 +76,9 @@ def test_failing_point_is_isolated_and_retried_only_when_asked(ctk):
         text = fh.read()
     assert text.startswith("Traceback") and "overflow" in text
 
-    kept = ctk(*args)
+    kept = ctk.here(*args)  # the reruns in this process (the first run was the real command line)
     assert kept.returncode == 1 and "0 launched, 1 failed earlier" in kept.stderr
-    retried = ctk(*args, "--retry-failed")
+    retried = ctk.here(*args, "--retry-failed")
     assert retried.returncode == 1 and "1 skipped (finished), 0 resumed, 1 launched" in retried.stderr
     _, children = _split(runs_of(ctk.store(), "bad"))
     assert len(children) == 2  # the retried point replaced its failed run
@@ -104,7 +104,7 @@ def test_sigint_then_rerun_gives_one_finished_run_per_point(ctk):
     killed = [r for r in runs_of(client, "stop") if r.info.status == "KILLED" and "ctk.point" in r.data.tags]
     assert killed, "the interrupted points end KILLED"
 
-    res = ctk(*args, timeout=300)  # the whole test took 250 s with both cores kept busy by another process
+    res = ctk.here(*args)  # the rerun in this process, Ray started from here as the sweep starts it
     assert res.returncode == 0, res.stderr[-3000:]
     assert re.search(r"[1-9] resumed", res.stderr)
     _, children = _split(runs_of(ctk.store(), "stop"))
@@ -163,7 +163,7 @@ def test_a_killed_point_resumes_when_the_sweep_runs_again_from_another_directory
 
     elsewhere = ctk.folder / "elsewhere"
     elsewhere.mkdir()
-    res = Ctk(elsewhere, ctk.env)(*args, timeout=300)
+    res = Ctk(elsewhere, ctk.env).here(*args)  # in this process: the point's run finds its checkpoint
     assert res.returncode == 0, res.stderr[-3000:]
     assert "0 skipped (finished), 1 resumed, 0 launched" in res.stderr
     assert re.search(rf"{victim.info.run_name}\s+finished\s+{victim.info.run_id}.*resumed", res.stderr)
