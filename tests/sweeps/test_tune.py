@@ -44,6 +44,8 @@ def test_a_small_search_gives_child_runs_and_the_best_recipe(tmp_path, monkeypat
     assert len(parent) == 1 and len(children) == 4
     assert {r.data.tags["mlflow.parentRunId"] for r in children} == {parent[0].info.run_id}
     assert all(r.info.status in ("FINISHED", "KILLED") for r in children)
+    # later trials start in the processes of ended ones (reuse_actors), not in fresh ones
+    assert len({r.data.tags["ctk.pid"] for r in children}) < 4, [r.data.tags["ctk.pid"] for r in children]
     finished = [r for r in children if r.info.status == "FINISHED"]
     best_value = max(r.data.metrics["kmeans_accuracy"] for r in finished)
     assert parent[0].data.metrics["best/kmeans_accuracy"] == pytest.approx(best_value)
