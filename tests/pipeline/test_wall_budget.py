@@ -15,7 +15,7 @@ from toolkit.training import budget, pretrainer
 from toolkit.tracking.store import client_for
 
 QUICKSTART = Path(cli.__file__).resolve().parent / "recipes" / "vision" / "quickstart.yaml"
-TINY = ["data.train_subset=256", "budget.batch_size=64", "budget.log_every=1", "budget.epochs=null",
+TINY = ["data.train_subset=256", "encoder.width=8", "encoder.head.hidden=[32]", "encoder.head.out_dim=16", "budget.batch_size=64", "budget.log_every=1", "budget.epochs=null",
         "budget.monitor_every=null", "evaluation.probe_train_subset=256", "evaluation.test_subset=128",
         "evaluation.baselines=[]", "evaluation.diagnostics.samples=64", "evaluation.linear.epochs=5",
         "evaluation.knn.k=10", "tracking.log_model=false", "precision=fp32", "schedule.warmup_steps=2"]

@@ -23,7 +23,7 @@ def _serve(ctk, store: str, artifacts: str):
 
 def _sweep_through(ctk, port: int, experiment: str, seeds: str):
     ctk.env["MLFLOW_TRACKING_URI"] = f"http://127.0.0.1:{port}"
-    res = ctk("sweep", TOY, "--grid", f"seed={seeds}", *FAST, "--experiment", experiment)
+    res = ctk.here("sweep", TOY, "--grid", f"seed={seeds}", *FAST, "--experiment", experiment)  # in this process
     assert res.returncode == 0, res.stderr[-3000:]
     return ctk.store()
 
