@@ -116,7 +116,7 @@ def test_sigint_then_rerun_gives_one_finished_run_per_point(ctk):
 def test_killed_ray_worker_is_retried_from_its_checkpoint(ctk):
     import os
     import signal
-    args = ["sweep", TOY, "--grid", "seed=0,1", "--set", "budget.steps=1000", "--set", "budget.checkpoint_every=50",
+    args = ["sweep", TOY, "--grid", "seed=0,1", "--set", "budget.steps=500", "--set", "budget.checkpoint_every=50",
             "--quiet", "--jobs", "2", "--experiment", "k9"]
     proc = ctk.popen(*args)
     client = ctk.store()
