@@ -8,6 +8,7 @@ Chromium is the Debian package (``apt-get install chromium``); without it the te
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -22,7 +23,9 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+from click.testing import CliRunner
 
+import cli
 from toolkit.locking import file_lock
 from toolkit.tracking.store import client_for
 
@@ -61,12 +64,15 @@ def _sweep_store(tmp_path_factory, worker_id: str) -> Path:
     with file_lock(shared / "ui-sweep.lock"):
         if not (work / "made").exists():
             work.mkdir(exist_ok=True)
-            env = {**os.environ, "MLFLOW_TRACKING_URI": f"sqlite:///{work / 'mlflow.db'}", "OMP_NUM_THREADS": "1"}
-            subprocess.run([sys.executable, str(ROOT / "cli.py"), "sweep", str(ROOT / "recipes/toy/lmcl_three_bars_cl.yaml"),
-                            "--grid", "objective.loss.temperature=0.1,1.0", "--grid", "seed=0,1",
-                            "--set", "budget.steps=60", "--set", "tracking.log_model=true",
-                            "--experiment", "ui-demo", "--quiet"],
-                           cwd=work, env=env, check=True, capture_output=True, timeout=600)
+            # in this process (the store is what the tests look at, not the sweep's process)
+            with contextlib.chdir(work):
+                made = CliRunner(env={"MLFLOW_TRACKING_URI": f"sqlite:///{work / 'mlflow.db'}",
+                                      "CTK_CHECKPOINTS": None}).invoke(
+                    cli.main, ["sweep", str(ROOT / "recipes/toy/lmcl_three_bars_cl.yaml"),
+                               "--grid", "objective.loss.temperature=0.1,1.0", "--grid", "seed=0,1",
+                               "--set", "budget.steps=60", "--set", "tracking.log_model=true",
+                               "--experiment", "ui-demo", "--quiet"])
+            assert made.exit_code == 0, made.output[-3000:]
             (work / "made").touch()
     return work
 
@@ -77,11 +83,10 @@ def ui(tmp_path_factory, worker_id):
     work = _sweep_store(tmp_path_factory, worker_id)
     env = {**os.environ, "MLFLOW_TRACKING_URI": f"sqlite:///{work / 'mlflow.db'}",
            "OMP_NUM_THREADS": "1"}
-    cli = str(ROOT / "cli.py")
     port = _free_port()
     logged = tmp_path_factory.mktemp("ui") / "ui.log"
     log = open(logged, "w")
-    proc = subprocess.Popen([sys.executable, cli, "ui", "--port", str(port)], cwd=work, env=env,
+    proc = subprocess.Popen([sys.executable, str(ROOT / "cli.py"), "ui", "--port", str(port)], cwd=work, env=env,
                             stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     base = f"http://127.0.0.1:{port}"
     try:
