@@ -6,8 +6,10 @@ of a non-interactive shell inherits SIGINT ignored, and so would every process i
 (``exec`` keeps an ignored signal ignored; Python then installs no KeyboardInterrupt handler).
 In-process tests take the ``default_signals`` fixture; subprocesses that a test signals are
 started with ``preexec_fn=default_signals_in_child``."""
+import contextlib
 import os
 import signal
+import subprocess
 from pathlib import Path
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
@@ -75,3 +77,20 @@ def process_tree(pid: int) -> list[int]:
         out.append(todo.pop())
         todo += parents.get(out[-1], [])
     return out
+
+
+def run_here(folder: Path, env: dict[str, str | None], *args: str) -> subprocess.CompletedProcess:
+    """``ctk ARGS`` in this process (click's test runner) in ``folder``, with ``env`` over this
+    process's environment (None removes a variable); its exit status, stdout and stderr as a
+    subprocess would give them. For the calls of a test whose separate process is not what it
+    checks: a process spends about 10 CPU-seconds importing torch, mlflow and scikit-learn
+    before it does anything. An exception the command did not turn into an exit status is
+    raised here."""
+    from click.testing import CliRunner
+
+    import cli
+    with contextlib.chdir(folder):
+        res = CliRunner(env=env).invoke(cli.main, list(args))
+    if res.exception is not None and not isinstance(res.exception, SystemExit):
+        raise res.exception
+    return subprocess.CompletedProcess(["ctk", *args], res.exit_code, res.stdout, res.stderr)

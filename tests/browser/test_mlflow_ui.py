@@ -8,7 +8,6 @@ Chromium is the Debian package (``apt-get install chromium``); without it the te
 """
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import re
@@ -23,9 +22,8 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner
 
-import cli
+from tests.conftest import run_here
 from toolkit.locking import file_lock
 from toolkit.tracking.store import client_for
 
@@ -64,15 +62,12 @@ def _sweep_store(tmp_path_factory, worker_id: str) -> Path:
     with file_lock(shared / "ui-sweep.lock"):
         if not (work / "made").exists():
             work.mkdir(exist_ok=True)
-            # in this process (the store is what the tests look at, not the sweep's process)
-            with contextlib.chdir(work):
-                made = CliRunner(env={"MLFLOW_TRACKING_URI": f"sqlite:///{work / 'mlflow.db'}",
-                                      "CTK_CHECKPOINTS": None}).invoke(
-                    cli.main, ["sweep", str(ROOT / "recipes/toy/lmcl_three_bars_cl.yaml"),
-                               "--grid", "objective.loss.temperature=0.1,1.0", "--grid", "seed=0,1",
-                               "--set", "budget.steps=60", "--set", "tracking.log_model=true",
-                               "--experiment", "ui-demo", "--quiet"])
-            assert made.exit_code == 0, made.output[-3000:]
+            made = run_here(work, {"MLFLOW_TRACKING_URI": f"sqlite:///{work / 'mlflow.db'}", "CTK_CHECKPOINTS": None},
+                            "sweep", str(ROOT / "recipes/toy/lmcl_three_bars_cl.yaml"),
+                            "--grid", "objective.loss.temperature=0.1,1.0", "--grid", "seed=0,1",
+                            "--set", "budget.steps=60", "--set", "tracking.log_model=true",
+                            "--experiment", "ui-demo", "--quiet")  # in this process: the store is under test
+            assert made.returncode == 0, made.stderr[-3000:]
             (work / "made").touch()
     return work
 

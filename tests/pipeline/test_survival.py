@@ -14,7 +14,7 @@ import torch
 from click.testing import CliRunner
 
 import cli
-from tests.conftest import default_signals_in_child
+from tests.conftest import default_signals_in_child, run_here
 from toolkit import checkpoint as ckpt
 from toolkit.runs import execute, load_recipe
 from toolkit.tracking.store import client_for
@@ -49,23 +49,21 @@ def _toy(cwd: Path, *extra: str, recipe: Path = TOY, sets: list[str] = TOY_SETS,
     return _cli(cwd, "run", str(recipe), "--quiet", *args, *extra, store=store)
 
 
-def _here(cwd: Path, monkeypatch, recipe: Path, sets: list[str], store: Path, *extra: str) -> str:
+def _here(cwd: Path, recipe: Path, sets: list[str], store: Path, *extra: str) -> str:
     """``ctk run RECIPE --set SETS EXTRA`` in this process (one thread, as the CLI processes),
     in ``cwd`` (its checkpoints go there), logging to ``store``: its output."""
-    monkeypatch.chdir(cwd)
-    monkeypatch.delenv("CTK_CHECKPOINTS", raising=False)
-    res = CliRunner(env={"MLFLOW_TRACKING_URI": f"sqlite:///{store}", "CTK_DATA": str(DATA)}).invoke(
-        cli.main, ["run", str(recipe), "--quiet", *[a for s in sets for a in ("--set", s)], *extra])
-    assert res.exit_code == 0, res.output
-    return res.output
+    res = run_here(cwd, {"MLFLOW_TRACKING_URI": f"sqlite:///{store}", "CTK_DATA": str(DATA), "CTK_CHECKPOINTS": None},
+                   "run", str(recipe), "--quiet", *[a for s in sets for a in ("--set", s)], *extra)
+    assert res.returncode == 0, res.stdout + res.stderr
+    return res.stdout + res.stderr
 
 
-def _reference(tmp_path: Path, monkeypatch, recipe: Path, sets: list[str], store: Path) -> tuple[Path, str]:
+def _reference(tmp_path: Path, recipe: Path, sets: list[str], store: Path) -> tuple[Path, str]:
     """The run never interrupted, made in this process by the same command in ``tmp_path/ref``:
     its folder and run id."""
     ref_dir = tmp_path / "ref"
     ref_dir.mkdir()
-    return ref_dir, _here(ref_dir, monkeypatch, recipe, sets, store).split("run ", 1)[1].split()[0]
+    return ref_dir, _here(ref_dir, recipe, sets, store).split("run ", 1)[1].split()[0]
 
 
 def _wait_for_checkpoint(cwd: Path, step: int, proc: subprocess.Popen, timeout: float = 120) -> None:
@@ -91,14 +89,14 @@ def _final(cwd: Path, run_id: str, store: Path | None = None) -> tuple[dict, dic
     (VISION, VISION_SETS, "survive-vision", (8, 24, 48)),
 ], ids=["toy", "vision"])
 @pytest.mark.slow
-def test_kill_9_at_three_points_then_resume_matches_the_uninterrupted_run(tmp_path, monkeypatch, recipe, sets,
-                                                                          experiment, points):
+def test_kill_9_at_three_points_then_resume_matches_the_uninterrupted_run(tmp_path, recipe, sets, experiment,
+                                                                          points):
     """One run killed with SIGKILL at each point in turn (the first kill, then a resumed run
     killed again, twice) and resumed to the end (in this process) equals the run never interrupted
     (run in this process too: the same command, one thread), metric for metric and weight for
     weight."""
     store = tmp_path / "mlflow.db"  # one store for both runs (each in a folder of its own)
-    ref_dir, ref_id = _reference(tmp_path, monkeypatch, recipe, sets, store)
+    ref_dir, ref_id = _reference(tmp_path, recipe, sets, store)
     ref_metrics, ref_weights = _final(ref_dir, ref_id, store)
     cwd = tmp_path / "killed"
     cwd.mkdir()
@@ -114,7 +112,7 @@ def test_kill_9_at_three_points_then_resume_matches_the_uninterrupted_run(tmp_pa
         assert "KILLED (process" in listing.output and f"--resume {run_id}" in listing.output, kill_at
         if kill_at != points[-1]:  # a resumed process, to be killed at the next point
             proc = _toy(cwd, "--resume", run_id, recipe=recipe, sets=sets, store=store)
-    out = _here(cwd, monkeypatch, recipe, sets, store, "--resume", run_id)  # to the end, in this process
+    out = _here(cwd, recipe, sets, store, "--resume", run_id)  # to the end, in this process
     assert f"run {run_id}" in out, out
     assert [p.name for p in (cwd / "checkpoints").iterdir()] == [run_id]  # every resume continued the one run
     metrics, weights = _final(cwd, run_id, store)
@@ -124,7 +122,7 @@ def test_kill_9_at_three_points_then_resume_matches_the_uninterrupted_run(tmp_pa
 
 
 @pytest.mark.slow
-def test_sigterm_checkpoints_the_step_and_the_run_resumes(tmp_path, monkeypatch):
+def test_sigterm_checkpoints_the_step_and_the_run_resumes(tmp_path):
     proc = _toy(tmp_path)
     _wait_for_checkpoint(tmp_path, 100, proc)
     proc.send_signal(signal.SIGTERM)
@@ -134,7 +132,7 @@ def test_sigterm_checkpoints_the_step_and_the_run_resumes(tmp_path, monkeypatch)
     assert _client(tmp_path).get_run(run_id).info.status == "KILLED"
     step = ckpt.load(ckpt.latest(tmp_path / "checkpoints" / run_id))["trainer"]["loop"]["step"]
     assert f"stopped after step {step} of 600" in out
-    out = _here(tmp_path, monkeypatch, TOY, TOY_SETS, tmp_path / "mlflow.db", "--resume", run_id)  # in this process
+    out = _here(tmp_path, TOY, TOY_SETS, tmp_path / "mlflow.db", "--resume", run_id)  # in this process
     assert _client(tmp_path).get_run(run_id).info.status == "FINISHED", out
 
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import default_signals_in_child
+from tests.conftest import default_signals_in_child, run_here
 
 ROOT = Path(__file__).resolve().parents[2]
 TOY = str(ROOT / "recipes" / "toy" / "lmcl_three_bars_cl.yaml")
@@ -45,21 +45,9 @@ class Ctk:
         return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
 
     def here(self, *args: str) -> subprocess.CompletedProcess:
-        """The same command in this process (click's test runner, in the same folder, under the
-        same environment): for the calls of a test whose separate process is not what it checks,
-        such as a rerun that finds nothing to do. A process costs about 10 CPU-seconds of imports
-        (torch, mlflow, scikit-learn, ...) before it does anything."""
-        import contextlib
-
-        from click.testing import CliRunner
-
-        import cli
-        env = {**{k: None for k in os.environ if k not in self.env}, **self.env}
-        with contextlib.chdir(self.folder):
-            res = CliRunner(env=env).invoke(cli.main, list(args))
-        if res.exception is not None and not isinstance(res.exception, SystemExit):
-            raise res.exception
-        return subprocess.CompletedProcess(["ctk", *args], res.exit_code, res.stdout, res.stderr)
+        """The same command in this process (:func:`tests.conftest.run_here`), in the same
+        folder and under the same environment: for a rerun that finds nothing to do, say."""
+        return run_here(self.folder, {**{k: None for k in os.environ if k not in self.env}, **self.env}, *args)
 
     def store(self):
         from mlflow.tracking import MlflowClient
