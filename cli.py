@@ -13,6 +13,7 @@ lives in commands.py and toolkit/; nothing here imports torch before a command n
 Every failure a command reports is a toolkit.errors.CtkError: one message, one exit status
 (recipe problems exit with code 2 and name the YAML path; a run that fails exits with 1).
 """
+
 from __future__ import annotations
 
 import os
@@ -59,28 +60,56 @@ def main() -> None:
       ctk run recipes/vision/quickstart.yaml
     """
     from toolkit.tracking import mlflow_environment  # before any command imports mlflow or starts its server
+
     mlflow_environment()
 
 
 @main.command()
 @click.argument("recipe", type=click.Path(dir_okay=False), required=False)
-@click.option("--set", "sets", multiple=True, metavar="KEY=VALUE", help="Override a recipe value (validated like the file).")
+@click.option(
+    "--set", "sets", multiple=True, metavar="KEY=VALUE", help="Override a recipe value (validated like the file)."
+)
 @click.option("--experiment", help="mlflow experiment name (tracking.experiment).")
 @click.option("--seed", type=int, help="Random seed (seed).")
 @click.option("--device", type=click.Choice(["cpu", "cuda", "auto"]), help="Device (default: the recipe's).")
-@click.option("--resume", "resume", metavar="RUN", help="Continue a killed run (its mlflow run id or a checkpoint file; RECIPE optional).")
+@click.option(
+    "--resume",
+    "resume",
+    metavar="RUN",
+    help="Continue a killed run (its mlflow run id or a checkpoint file; RECIPE optional).",
+)
 @click.option("--extend", is_flag=True, help="With --resume: allow a changed budget (continue a run for longer).")
-@click.option("--precision", type=click.Choice(["fp32", "bf16", "fp16"]), help="Autocast precision (default: the recipe's).")
-@click.option("--nproc", type=int, default=1, show_default=True, help="Processes on this node (one per device) under torchrun.")
-@click.option("--nnodes", type=int, default=1, show_default=True, help="Nodes of a multi-node run (each runs this command).")
+@click.option(
+    "--precision", type=click.Choice(["fp32", "bf16", "fp16"]), help="Autocast precision (default: the recipe's)."
+)
+@click.option(
+    "--nproc", type=int, default=1, show_default=True, help="Processes on this node (one per device) under torchrun."
+)
+@click.option(
+    "--nnodes", type=int, default=1, show_default=True, help="Nodes of a multi-node run (each runs this command)."
+)
 @click.option("--node-rank", type=int, default=0, show_default=True, help="This node's rank in [0, --nnodes).")
 @click.option("--master-addr", default="127.0.0.1", show_default=True, help="Address of node 0 (multi-node).")
 @click.option("--master-port", type=int, default=29500, show_default=True, help="Free port on node 0 (multi-node).")
 @click.option("--quiet", is_flag=True, help="No progress bar.")
 @click.option("--verbose", is_flag=True, help="End with every final metric (not only the metrics of record).")
-def run(recipe: str | None, sets: tuple[str, ...], experiment: str | None, seed: int | None,
-        device: str | None, resume: str | None, extend: bool, precision: str | None, nproc: int, nnodes: int,
-        node_rank: int, master_addr: str, master_port: int, quiet: bool, verbose: bool) -> None:
+def run(
+    recipe: str | None,
+    sets: tuple[str, ...],
+    experiment: str | None,
+    seed: int | None,
+    device: str | None,
+    resume: str | None,
+    extend: bool,
+    precision: str | None,
+    nproc: int,
+    nnodes: int,
+    node_rank: int,
+    master_addr: str,
+    master_port: int,
+    quiet: bool,
+    verbose: bool,
+) -> None:
     """Run RECIPE and log it to mlflow (or continue a run with --resume RUN_ID).
 
     \b
@@ -90,11 +119,26 @@ def run(recipe: str | None, sets: tuple[str, ...], experiment: str | None, seed:
       ctk run recipes/vision/quickstart.yaml --precision bf16 --nproc 2
     """
     import commands
+
     extra = commands.overrides(seed, experiment, precision)
     if nproc > 1 or nnodes > 1:
-        sys.exit(commands.relaunch(recipe, sets, extra, str(Path(__file__).resolve()), nproc=nproc, nnodes=nnodes,
-                                   node_rank=node_rank, master_addr=master_addr, master_port=master_port,
-                                   device=device, resume=resume, extend=extend, quiet=quiet))
+        sys.exit(
+            commands.relaunch(
+                recipe,
+                sets,
+                extra,
+                str(Path(__file__).resolve()),
+                nproc=nproc,
+                nnodes=nnodes,
+                node_rank=node_rank,
+                master_addr=master_addr,
+                master_port=master_port,
+                device=device,
+                resume=resume,
+                extend=extend,
+                quiet=quiet,
+            )
+        )
     text = commands.run(recipe, sets, extra, device=device, resume=resume, extend=extend, quiet=quiet, verbose=verbose)
     if text is not None:
         click.echo(text)
@@ -111,6 +155,7 @@ def show(recipe: str, sets: tuple[str, ...]) -> None:
       ctk show recipes/vision/quickstart.yaml --set objective.loss.temperature=0.2
     """
     import commands
+
     click.echo(commands.show(recipe, sets))
 
 
@@ -128,45 +173,73 @@ def list_(what: str) -> None:
     if what in COMPONENTS:  # read from the source: no component (nor torch) is imported
         from toolkit.recipe.sections import LR_SCHEDULES
         from toolkit.registry import LISTED, declared
+
         entries = LR_SCHEDULES if what == "lr-schedules" else declared(LISTED[what])
         width = max(map(len, entries))
         lines = [f"{name.ljust(width)}  {entries[name]}" for name in sorted(entries)]
     elif what == "domains":  # loads every domain (torch): one that does not load says why
         from domains.installed import describe
+
         lines = [f"{name.ljust(8)}  [{spec.origin}: {spec.target}]  {desc}" for name, spec, desc in describe()]
     elif what == "recipes":
         from commands import recipes
+
         lines = recipes(RECIPES)
     else:
         from commands import tables
+
         lines = [f"{name}  {t.title}  ({len(t.rows)} rows)" for name, t in sorted(tables(RECIPES).items())]
     click.echo("\n".join(lines))
 
 
 def launch_options(command):
     """--jobs / --address / --cpus / --gpus / --retry-failed, shared by sweep and reproduce."""
-    for option in reversed([
-        click.option("--jobs", type=click.IntRange(min=1), default=1, show_default=True,
-                     help="Points at once; >1 starts a local Ray instance (1: in this process, serially)."),
-        click.option("--address", envvar="RAY_ADDRESS", metavar="ADDR",
-                     help="Join this Ray cluster (default $RAY_ADDRESS), e.g. auto or HEAD:6379."),
-        click.option("--cpus", type=click.FloatRange(min=0, min_open=True), help="Cores (and threads) per point (recipe resources.cpus)."),
-        click.option("--gpus", type=click.FloatRange(min=0), help="GPUs per point (recipe resources.gpus)."),
-        click.option("--retry-failed", is_flag=True, help="Run FAILED points again (finished ones are always skipped)."),
-    ]):
+    for option in reversed(
+        [
+            click.option(
+                "--jobs",
+                type=click.IntRange(min=1),
+                default=1,
+                show_default=True,
+                help="Points at once; >1 starts a local Ray instance (1: in this process, serially).",
+            ),
+            click.option(
+                "--address",
+                envvar="RAY_ADDRESS",
+                metavar="ADDR",
+                help="Join this Ray cluster (default $RAY_ADDRESS), e.g. auto or HEAD:6379.",
+            ),
+            click.option(
+                "--cpus",
+                type=click.FloatRange(min=0, min_open=True),
+                help="Cores (and threads) per point (recipe resources.cpus).",
+            ),
+            click.option("--gpus", type=click.FloatRange(min=0), help="GPUs per point (recipe resources.gpus)."),
+            click.option(
+                "--retry-failed", is_flag=True, help="Run FAILED points again (finished ones are always skipped)."
+            ),
+        ]
+    ):
         command = option(command)
     return command
 
 
 @main.command()
 @click.argument("recipe", type=click.Path(dir_okay=False))
-@click.option("--grid", multiple=True, required=True, metavar="KEY=V1,V2", help="A swept key and its values (repeatable: cartesian product).")
+@click.option(
+    "--grid",
+    multiple=True,
+    required=True,
+    metavar="KEY=V1,V2",
+    help="A swept key and its values (repeatable: cartesian product).",
+)
 @click.option("--set", "sets", multiple=True, metavar="KEY=VALUE", help="Override applied to every point.")
 @click.option("--experiment", help="Experiment grouping the runs (default: sweep-<recipe file>).")
 @launch_options
 @click.option("--quiet", is_flag=True, help="No progress bars.")
-def sweep(recipe: str, grid: tuple[str, ...], sets: tuple[str, ...], experiment: str | None, quiet: bool,
-          **launch) -> None:
+def sweep(
+    recipe: str, grid: tuple[str, ...], sets: tuple[str, ...], experiment: str | None, quiet: bool, **launch
+) -> None:
     """Run RECIPE once per grid point, all in one experiment under one parent run; then print
     the comparison. Run it again: finished points are skipped, killed ones resumed.
 
@@ -177,8 +250,21 @@ def sweep(recipe: str, grid: tuple[str, ...], sets: tuple[str, ...], experiment:
     """
     import commands
     from toolkit.studies.launch import sweep_grid
-    sys.exit(sweep_grid(recipe, list(grid), list(sets), experiment, commands.load, commands.lookup, click.echo, _err,
-                        progress=not quiet, **launch))
+
+    sys.exit(
+        sweep_grid(
+            recipe,
+            list(grid),
+            list(sets),
+            experiment,
+            commands.load,
+            commands.lookup,
+            click.echo,
+            _err,
+            progress=not quiet,
+            **launch,
+        )
+    )
 
 
 @main.command()
@@ -189,8 +275,7 @@ def sweep(recipe: str, grid: tuple[str, ...], sets: tuple[str, ...], experiment:
 @click.option("--dry-run", is_flag=True, help="Validate every (domain, arm) recipe and list the points; run nothing.")
 @launch_options
 @click.option("--quiet", is_flag=True, help="No progress bars.")
-def study(study_file: str, seeds: str | None, fmt: str, plot: str | None, dry_run: bool, quiet: bool,
-          **launch) -> None:
+def study(study_file: str, seeds: str | None, fmt: str, plot: str | None, dry_run: bool, quiet: bool, **launch) -> None:
     """Run one objective change against its baseline in every domain of STUDY.yaml (seeds
     paired), then print one table: per domain, does it help, hurt, or make no detectable
     difference. Run it again: finished points are skipped.
@@ -202,14 +287,35 @@ def study(study_file: str, seeds: str | None, fmt: str, plot: str | None, dry_ru
     """
     import commands
     from toolkit.studies.study import study_command
-    sys.exit(study_command(study_file, seeds, fmt, plot, dry_run, commands.load, commands.lookup, click.echo, _err,
-                           progress=not quiet, width=shutil.get_terminal_size().columns, **launch))
+
+    sys.exit(
+        study_command(
+            study_file,
+            seeds,
+            fmt,
+            plot,
+            dry_run,
+            commands.load,
+            commands.lookup,
+            click.echo,
+            _err,
+            progress=not quiet,
+            width=shutil.get_terminal_size().columns,
+            **launch,
+        )
+    )
 
 
 @main.command()
 @click.argument("recipe", type=click.Path(dir_okay=False))
-@click.option("--space", "space", multiple=True, required=True, metavar="KEY=DIST",
-              help="A searched key: uniform(a,b), loguniform(a,b), randint(a,b) or choice(x,y,...).")
+@click.option(
+    "--space",
+    "space",
+    multiple=True,
+    required=True,
+    metavar="KEY=DIST",
+    help="A searched key: uniform(a,b), loguniform(a,b), randint(a,b) or choice(x,y,...).",
+)
 @click.option("--samples", type=click.IntRange(min=1), default=8, show_default=True, help="Trials.")
 @click.option("--metric", required=True, help="The periodic metric to optimise (e.g. online_knn_top1).")
 @click.option("--mode", type=click.Choice(["max", "min"]), default="max", show_default=True)
@@ -218,8 +324,18 @@ def study(study_file: str, seeds: str | None, fmt: str, plot: str | None, dry_ru
 @click.option("--address", envvar="RAY_ADDRESS", metavar="ADDR", help="Join this Ray cluster.")
 @click.option("--experiment", help="Experiment of the trials (default: tune-<recipe file>).")
 @click.option("--out", type=click.Path(dir_okay=False), help="Best recipe (default: <recipe>-best.yaml).")
-def tune(recipe: str, space: tuple[str, ...], samples: int, metric: str, mode: str, sets: tuple[str, ...],
-         jobs: int, address: str | None, experiment: str | None, out: str | None) -> None:
+def tune(
+    recipe: str,
+    space: tuple[str, ...],
+    samples: int,
+    metric: str,
+    mode: str,
+    sets: tuple[str, ...],
+    jobs: int,
+    address: str | None,
+    experiment: str | None,
+    out: str | None,
+) -> None:
     """Search RECIPE's hyper-parameters on Ray Tune (Optuna's sampler, ASHA early stopping on
     --metric); every trial is an mlflow child run; the best recipe is written as YAML.
 
@@ -230,29 +346,65 @@ def tune(recipe: str, space: tuple[str, ...], samples: int, metric: str, mode: s
     """
     import commands
     from toolkit.studies.tune import tune as run_tune
+
     commands.load(recipe, sets)  # every recipe problem before Ray starts
-    config, path = run_tune(recipe, list(sets), list(space), samples=samples, metric=metric, mode=mode,
-                            lookup=commands.lookup, jobs=jobs, address=address, experiment=experiment, out=out)
+    config, path = run_tune(
+        recipe,
+        list(sets),
+        list(space),
+        samples=samples,
+        metric=metric,
+        mode=mode,
+        lookup=commands.lookup,
+        jobs=jobs,
+        address=address,
+        experiment=experiment,
+        out=out,
+    )
     click.echo(f"best: {' '.join(f'{k}={v}' for k, v in config.items())}; recipe written to {path}")
 
 
 @main.command()
 @click.argument("experiment")
-@click.option("--by", multiple=True, metavar="KEY",
-              help="Group by this key (repeatable; default: the settings whose values differ, seed aside).")
+@click.option(
+    "--by",
+    multiple=True,
+    metavar="KEY",
+    help="Group by this key (repeatable; default: the settings whose values differ, seed aside).",
+)
 @click.option("--metric", "metrics", multiple=True, help="Metric (repeatable; default: every evaluation metric).")
-@click.option("--baseline", metavar="GROUP", help="Test every group against this one (its label, e.g. 'temperature=0.5').")
+@click.option(
+    "--baseline", metavar="GROUP", help="Test every group against this one (its label, e.g. 'temperature=0.5')."
+)
 @click.option("--format", "fmt", type=click.Choice(FORMATS), default="table", show_default=True)
-@click.option("--plot", type=click.Path(dir_okay=False), metavar="FILE.png",
-              help="Draw the first metric against a numeric swept key: a line per method, 95% bands.")
+@click.option(
+    "--plot",
+    type=click.Path(dir_okay=False),
+    metavar="FILE.png",
+    help="Draw the first metric against a numeric swept key: a line per method, 95% bands.",
+)
 @click.option("--x", "x_key", metavar="KEY", help="The plot's x key (default: the numeric swept key with most values).")
-@click.option("--curves", metavar="METRIC", help="Plot METRIC's learning curves instead: mean and 95% band over seeds per group.")
+@click.option(
+    "--curves", metavar="METRIC", help="Plot METRIC's learning curves instead: mean and 95% band over seeds per group."
+)
 @click.option("--uri", help=URI_HELP)
 @click.option("--per-run", is_flag=True, help="One row per run instead of grouping seeds.")
-@click.option("--strict", is_flag=True, help="Refuse (exit 1) when the runs differ in steps trained, precision or commit.")
-def compare(experiment: str, by: tuple[str, ...], metrics: tuple[str, ...], baseline: str | None,
-            fmt: str, plot: str | None, x_key: str | None, curves: str | None, uri: str | None,
-            per_run: bool, strict: bool) -> None:
+@click.option(
+    "--strict", is_flag=True, help="Refuse (exit 1) when the runs differ in steps trained, precision or commit."
+)
+def compare(
+    experiment: str,
+    by: tuple[str, ...],
+    metrics: tuple[str, ...],
+    baseline: str | None,
+    fmt: str,
+    plot: str | None,
+    x_key: str | None,
+    curves: str | None,
+    uri: str | None,
+    per_run: bool,
+    strict: bool,
+) -> None:
     """Compare the runs of EXPERIMENT: per group and metric the mean, std, n and the 95%
     Student-t interval; with --baseline the difference, its interval, the p-value (paired by
     seed, else Welch) and significance after Holm's correction. Groups are the settings that
@@ -266,8 +418,18 @@ def compare(experiment: str, by: tuple[str, ...], metrics: tuple[str, ...], base
     import shutil
 
     from toolkit.studies.comparison import comparison_text, figure_line, write_figure
-    text, comp = comparison_text(experiment, uri, fmt, shutil.get_terminal_size().columns, by=list(by) or None,
-                                 metrics=list(metrics) or None, per_run=per_run, baseline=baseline, strict=strict)
+
+    text, comp = comparison_text(
+        experiment,
+        uri,
+        fmt,
+        shutil.get_terminal_size().columns,
+        by=list(by) or None,
+        metrics=list(metrics) or None,
+        per_run=per_run,
+        baseline=baseline,
+        strict=strict,
+    )
     click.echo(text)
     if plot or curves:
         _err(figure_line(*write_figure(comp, plot, x_key, curves)))
@@ -286,6 +448,7 @@ def export(run: str, out: str | None, uri: str | None) -> None:
       ctk export 3f2a...c1 --out simclr.pt
     """
     import commands
+
     click.echo(commands.export(run, out, uri))
 
 
@@ -302,6 +465,7 @@ def runs_(experiment: str | None, uri: str | None, limit: int) -> None:
       ctk runs quickstart
     """
     from toolkit.studies.listing import runs_table
+
     click.echo(runs_table(experiment, uri, limit))
 
 
@@ -309,15 +473,31 @@ def runs_(experiment: str | None, uri: str | None, limit: int) -> None:
 @click.argument("name", required=False)
 @click.option("--list", "list_only", is_flag=True, help="List the paper tables that exist.")
 @click.option("--seeds", help="Comma-separated seeds (default: the table's).")
-@click.option("--set", "sets", multiple=True, metavar="KEY=VALUE", help="Override applied to every row (e.g. a shorter budget).")
-@click.option("--row", "rows", multiple=True, metavar="LABEL",
-              help="Run only this row (repeatable; default: every row of the table).")
+@click.option(
+    "--set", "sets", multiple=True, metavar="KEY=VALUE", help="Override applied to every row (e.g. a shorter budget)."
+)
+@click.option(
+    "--row",
+    "rows",
+    multiple=True,
+    metavar="LABEL",
+    help="Run only this row (repeatable; default: every row of the table).",
+)
 @click.option("--experiment", help="Experiment for the runs (default: reproduce-NAME).")
 @click.option("--format", "fmt", type=click.Choice(FORMATS), default="table", show_default=True)
 @launch_options
 @click.option("--quiet", is_flag=True, help="No progress bars.")
-def reproduce(name: str | None, list_only: bool, seeds: str | None, sets: tuple[str, ...],
-              rows: tuple[str, ...], experiment: str | None, fmt: str, quiet: bool, **launch) -> None:
+def reproduce(
+    name: str | None,
+    list_only: bool,
+    seeds: str | None,
+    sets: tuple[str, ...],
+    rows: tuple[str, ...],
+    experiment: str | None,
+    fmt: str,
+    quiet: bool,
+    **launch,
+) -> None:
     """Run the recipes behind a paper table; print measured (mean, std, 95% interval over
     seeds) beside the paper's number, with a verdict per row.
 
@@ -329,22 +509,43 @@ def reproduce(name: str | None, list_only: bool, seeds: str | None, sets: tuple[
     """
     import commands
     from toolkit.studies.reproduce import run_table
+
     tables = commands.tables(RECIPES)
     if list_only or not name:
         from domains.catalogues import load_catalogues
         from toolkit.studies.needs import table_needs
+
         load_catalogues()
         for n, t in sorted(tables.items()):
             click.echo(f"{n}  {t.title}  ({len(t.rows)} rows x {len(t.seeds)} seeds)\n    {table_needs(t).line()}")
         return
-    sys.exit(run_table(tables, name, seeds, list(rows), list(sets), experiment, fmt, commands.load, commands.lookup,
-                       click.echo, _err, progress=not quiet, **launch))
+    sys.exit(
+        run_table(
+            tables,
+            name,
+            seeds,
+            list(rows),
+            list(sets),
+            experiment,
+            fmt,
+            commands.load,
+            commands.lookup,
+            click.echo,
+            _err,
+            progress=not quiet,
+            **launch,
+        )
+    )
 
 
 @main.command()
 @click.option("--uri", help=URI_HELP)
-@click.option("--host", default="127.0.0.1", show_default=True,
-              help="Address to listen on; anything but loopback exposes every run (a warning says how to protect it).")
+@click.option(
+    "--host",
+    default="127.0.0.1",
+    show_default=True,
+    help="Address to listen on; anything but loopback exposes every run (a warning says how to protect it).",
+)
 @click.option("--port", default=5000, show_default=True, type=int)
 @click.option("--basic-auth", is_flag=True, help="Require a login: mlflow's basic-auth app (needs mlflow[auth]).")
 @click.option("--workers", type=click.IntRange(min=1), default=1, show_default=True, help="Web worker processes.")
@@ -357,14 +558,31 @@ def ui(uri: str | None, host: str, port: int, basic_auth: bool, workers: int) ->
     """
     from toolkit.studies.ui_view import prepare
     from toolkit.tracking.servers import ui as run_ui
+
     sys.exit(run_ui(uri, host, port, basic_auth, click.echo, _err, views=prepare, workers=workers))
 
 
 @main.command()
-@click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on (0.0.0.0: every machine; a warning says how to protect it).")
+@click.option(
+    "--host",
+    default="127.0.0.1",
+    show_default=True,
+    help="Address to listen on (0.0.0.0: every machine; a warning says how to protect it).",
+)
 @click.option("--port", default=5000, show_default=True, type=int)
-@click.option("--backend-store-uri", "store", metavar="URI", help="Run store: sqlite:///PATH or postgresql://... (default: ./mlflow.db).")
-@click.option("--artifacts", type=click.Path(file_okay=False), default="mlartifacts", show_default=True, help="Folder where the server keeps the artifacts it serves.")
+@click.option(
+    "--backend-store-uri",
+    "store",
+    metavar="URI",
+    help="Run store: sqlite:///PATH or postgresql://... (default: ./mlflow.db).",
+)
+@click.option(
+    "--artifacts",
+    type=click.Path(file_okay=False),
+    default="mlartifacts",
+    show_default=True,
+    help="Folder where the server keeps the artifacts it serves.",
+)
 @click.option("--basic-auth", is_flag=True, help="Require a login: mlflow's basic-auth app (needs mlflow[auth]).")
 @click.option("--workers", type=click.IntRange(min=1), help="Web worker processes  [default: one a core, at most 4]")
 def server(host: str, port: int, store: str | None, artifacts: str, basic_auth: bool, workers: int | None) -> None:
@@ -377,6 +595,7 @@ def server(host: str, port: int, store: str | None, artifacts: str, basic_auth: 
     """
     from toolkit.tracking.servers import serve
     from toolkit.tracking.store import tracking_uri
+
     sys.exit(serve(tracking_uri(store), artifacts, host, port, basic_auth, echo=click.echo, workers=workers))
 
 
@@ -392,6 +611,7 @@ def data(args: tuple[str, ...]) -> None:
     """
     from domains.catalogues import load_catalogues
     from toolkit.data.command import main as data_main
+
     load_catalogues()
     sys.exit(data_main(list(args), prog="ctk data"))
 

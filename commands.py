@@ -6,6 +6,7 @@ The run path's own failures (a checkpoint, the trainer, Ctrl-C) become a
 :class:`~toolkit.errors.CtkError` here, with the exit status the command ends with; the
 toolkit's errors already are one. Nothing here imports torch before a recipe is loaded.
 """
+
 from __future__ import annotations
 
 import os
@@ -18,47 +19,97 @@ import yaml
 from domains import installed
 from toolkit.errors import CtkError
 
-__all__ = ["lookup", "load", "overrides", "relaunch", "run", "execute", "summary", "show", "export", "recipes", "tables"]
+__all__ = [
+    "lookup",
+    "load",
+    "overrides",
+    "relaunch",
+    "run",
+    "execute",
+    "summary",
+    "show",
+    "export",
+    "recipes",
+    "tables",
+]
 
-lookup = installed.get  # a domain's name -> its class: what the toolkit's commands (sweep, study, tune, tables) are handed
+lookup = (
+    installed.get
+)  # a domain's name -> its class: what the toolkit's commands (sweep, study, tune, tables) are handed
 
 
 def load(recipe: str, sets: tuple[str, ...] | list[str] = (), extra: list[str] | None = None) -> Any:
     """The validated recipe (a RecipeError, exit status 2, lists every problem)."""
     from toolkit.runs import load_recipe
+
     return load_recipe(recipe, [*sets, *(extra or [])], lookup)
 
 
 def overrides(seed: int | None, experiment: str | None, precision: str | None = None) -> list[str]:
     """The ``--set`` values that ``--seed``, ``--experiment`` and ``--precision`` stand for."""
-    return ([f"seed={seed}"] if seed is not None else []) + \
-        ([f"tracking.experiment={experiment}"] if experiment else []) + \
-        ([f"precision={precision}"] if precision else [])
+    return (
+        ([f"seed={seed}"] if seed is not None else [])
+        + ([f"tracking.experiment={experiment}"] if experiment else [])
+        + ([f"precision={precision}"] if precision else [])
+    )
 
 
-def relaunch(recipe: str | None, sets: tuple[str, ...], extra: list[str], cli: str, *, nproc: int, nnodes: int,
-             node_rank: int, master_addr: str, master_port: int, device: str | None, resume: str | None,
-             extend: bool, quiet: bool) -> int:
+def relaunch(
+    recipe: str | None,
+    sets: tuple[str, ...],
+    extra: list[str],
+    cli: str,
+    *,
+    nproc: int,
+    nnodes: int,
+    node_rank: int,
+    master_addr: str,
+    master_port: int,
+    device: str | None,
+    resume: str | None,
+    extend: bool,
+    quiet: bool,
+) -> int:
     """``ctk run --nproc/--nnodes``: check the recipe, then run ``cli run ...`` once per process
     under torchrun; returns torchrun's exit status."""
     p = load_for_run(recipe, sets, extra, resume, device=device, extend=extend)
     why = p.domain.single_process_only
     if why:
-        raise CtkError(f"--nproc {nproc} --nnodes {nnodes}: domain {p.recipe.domain!r} runs in one process only: "
-                       f"{why}", 2)
+        raise CtkError(
+            f"--nproc {nproc} --nnodes {nnodes}: domain {p.recipe.domain!r} runs in one process only: {why}", 2
+        )
     from toolkit.training.distributed import launch
+
     args = [*([recipe] if recipe else []), *(word for s in (*sets, *extra) for word in ("--set", s))]
-    args += (["--device", device] if device else []) + (["--resume", resume] if resume else []) \
-        + (["--extend"] if extend else []) + (["--quiet"] if quiet else [])
+    args += (
+        (["--device", device] if device else [])
+        + (["--resume", resume] if resume else [])
+        + (["--extend"] if extend else [])
+        + (["--quiet"] if quiet else [])
+    )
     try:
-        return launch(nproc, cli, ["run", *args], nnodes=nnodes, node_rank=node_rank,
-                      master_addr=master_addr, master_port=master_port)
+        return launch(
+            nproc,
+            cli,
+            ["run", *args],
+            nnodes=nnodes,
+            node_rank=node_rank,
+            master_addr=master_addr,
+            master_port=master_port,
+        )
     except ValueError as exc:
         raise CtkError(str(exc), 2) from exc
 
 
-def load_for_run(recipe: str | None, sets: tuple[str, ...] | list[str], extra: list[str],
-                 resume: str | None, *, device: str | None = None, extend: bool = False) -> Any:
+def load_for_run(
+    recipe: str | None,
+    sets: tuple[str, ...] | list[str],
+    extra: list[str],
+    resume: str | None,
+    *,
+    device: str | None = None,
+    extend: bool = False,
+) -> Any:
     """The :class:`~toolkit.runs.Plan` a run executes, decided in one pass by
     :func:`toolkit.runs.plan` (read, overridden, named, validated; device, precision and the
     resume point decided). With ``--resume`` the run's own resolved recipe (from its checkpoint:
@@ -69,6 +120,7 @@ def load_for_run(recipe: str | None, sets: tuple[str, ...] | list[str], extra: l
         raise CtkError("give a RECIPE to run (or --resume RUN_ID to continue a run)", 2)
     from toolkit.checkpoint import CheckpointError
     from toolkit.runs import RunFinished, plan
+
     try:
         return plan(recipe, [*sets, *extra], lookup, device=device, resume=resume, extend=extend)
     except CtkError:
@@ -81,14 +133,24 @@ def load_for_run(recipe: str | None, sets: tuple[str, ...] | list[str], extra: l
         raise CtkError(str(exc), 1) from exc
 
 
-def run(recipe: str | None, sets: tuple[str, ...], extra: list[str], *, device: str | None, resume: str | None,
-        extend: bool, quiet: bool, verbose: bool = False) -> str | None:
+def run(
+    recipe: str | None,
+    sets: tuple[str, ...],
+    extra: list[str],
+    *,
+    device: str | None,
+    resume: str | None,
+    extend: bool,
+    quiet: bool,
+    verbose: bool = False,
+) -> str | None:
     """``ctk run`` in this process (one rank of a torchrun launch when ``WORLD_SIZE`` > 1): what
     it prints at the end (None on the ranks other than 0)."""
     p = load_for_run(recipe, sets, extra, resume, device=device, extend=extend)
     dist = None
     if int(os.environ.get("WORLD_SIZE", "1")) > 1:
         from toolkit.training.distributed import Context
+
         dist = Context.from_env(device or p.recipe.device)
     start = time.perf_counter()
     clean = False
@@ -112,6 +174,7 @@ def execute(run: Any, **kwargs: Any) -> tuple[str | None, dict[str, float]]:
     from toolkit.runs import execute as execute_recipe
     from toolkit.training.batches import DataStop
     from toolkit.training.trainer import NonFiniteLoss
+
     try:
         return execute_recipe(run, **kwargs)
     except CtkError:
@@ -123,24 +186,28 @@ def execute(run: Any, **kwargs: Any) -> tuple[str | None, dict[str, float]]:
     except (FileNotFoundError, ValueError) as exc:
         raise CtkError(str(exc), 1) from exc
     except KeyboardInterrupt as exc:
-        raise CtkError(f"the run is marked KILLED; {exc or 'continue it with: ctk run --resume RUN_ID'}", 130,
-                       label="interrupted") from exc
+        raise CtkError(
+            f"the run is marked KILLED; {exc or 'continue it with: ctk run --resume RUN_ID'}", 130, label="interrupted"
+        ) from exc
 
 
-def summary(run_id: str | None, recipe: Any, seconds: float, metrics: dict[str, float],
-            verbose: bool = False) -> str:
+def summary(run_id: str | None, recipe: Any, seconds: float, metrics: dict[str, float], verbose: bool = False) -> str:
     """The lines ``ctk run`` ends with: the run and its wall time, its metrics of record beside
     their baselines from the same run (with the difference), where its figures are and the
     commands to look further; every final metric with ``verbose``."""
     from toolkit.runs import record_metrics
     from toolkit.tracking.store import run_location
+
     lines = [f"run {run_id} ({recipe.run_name}) finished in {_duration(seconds)}"]
     record = record_metrics(recipe)
     width = max([len(m) for m in record] + [len(b) for bs in record.values() for b in bs] + [6])
     for metric, baselines in record.items():
         value = metrics.get(metric)
-        lines.append(f"  {metric.ljust(width)}  " + (f"{value:.4f}" if value is not None else "not logged")
-                     + "  (metric of record)")
+        lines.append(
+            f"  {metric.ljust(width)}  "
+            + (f"{value:.4f}" if value is not None else "not logged")
+            + "  (metric of record)"
+        )
         for base in baselines:
             if base in metrics:
                 diff = f"{value - metrics[base]:+.4f}" if value is not None else ""
@@ -169,9 +236,11 @@ def show(recipe: str, sets: tuple[str, ...]) -> str:
     if r.precision == "auto":  # what a run here would pick (the recipe itself keeps 'auto')
         from toolkit.runs import precision_choice
         from toolkit.training.trainer import select_device
+
         choice = precision_choice("auto", select_device(r.device), lookup(r.domain))
         lines.append(f"# on this machine: {choice.line()}")
     from toolkit.objective import recipe_with_defaults  # every default the objective's components apply
+
     shown = recipe_with_defaults(r.resolved)
     return "\n".join([*lines, yaml.safe_dump(shown, sort_keys=False).rstrip()])
 
@@ -180,6 +249,7 @@ def export(run_or_file: str, out: str | None, uri: str | None) -> str:
     """``ctk export``: write the encoder; the line saying where and how to load it."""
     from domains.export import export_encoder
     from toolkit.checkpoint import CheckpointError
+
     try:
         path = export_encoder(run_or_file, out or f"encoder-{Path(run_or_file).stem}.pt", uri)
     except CheckpointError as exc:
@@ -209,4 +279,5 @@ def recipes(builtin: Path) -> list[str]:
 def tables(builtin: Path) -> dict[str, Any]:
     """The paper tables of ``ctk reproduce``, of the built-in recipes and of plugin domains."""
     from toolkit.studies.reproduce import discover_tables
+
     return discover_tables(installed.recipe_roots(builtin))

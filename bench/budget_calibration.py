@@ -13,6 +13,7 @@ children): measure on an idle machine, and distrust a run where others used a co
 
     python bench/budget_calibration.py [--runs 10] [--recipe recipes/vision/quickstart.yaml] [--set key=value ...]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -39,6 +40,7 @@ def _params_keeper():
     try:
         from toolkit.tracking.runlog import RunLog
     except ImportError:  # a checkout from before the run log (what "before" was measured on)
+
         class RunLog:  # type: ignore[no-redef]
             def __getattr__(self, name):
                 return lambda *args, **kwargs: None
@@ -76,6 +78,7 @@ def one(recipe_path: str, sets: list[str]) -> dict[str, object]:
         recipe, device = plan.recipe, plan.device
     else:  # a checkout from before toolkit.runs.decide (what "before" was measured on)
         from toolkit.training.trainer import select_device
+
         device = select_device(recipe.device)
         runs.resolve_precision(recipe, device, recipe.domain_class, announce=False)
     tracker = _params_keeper()
@@ -84,8 +87,10 @@ def one(recipe_path: str, sets: list[str]) -> dict[str, object]:
 
     def hook(step: int) -> None:
         raise _Stop
-    trainer = recipe.domain_class(recipe).trainer(recipe, tracker, RunOptions(device=device, progress=False,
-                                                                              hooks=[hook]))
+
+    trainer = recipe.domain_class(recipe).trainer(
+        recipe, tracker, RunOptions(device=device, progress=False, hooks=[hook])
+    )
     built = time.perf_counter()
     try:
         trainer.fit()
@@ -94,27 +99,37 @@ def one(recipe_path: str, sets: list[str]) -> dict[str, object]:
     p = tracker.params
     steps = p.get("measured.budget_steps_fixed", p.get("budget_steps_fixed"))
     ms = p.get("measured.budget_ms_per_step", p.get("budget_ms_per_step"))
-    return {"steps": int(steps), "ms_per_step": float(ms), "build_s": built - start,
-            "calibration_s": time.perf_counter() - built, "precision": recipe.precision,
-            "minutes": recipe.budget.minutes, "monitor_every": recipe.budget.monitor_every, **seen}
+    return {
+        "steps": int(steps),
+        "ms_per_step": float(ms),
+        "build_s": built - start,
+        "calibration_s": time.perf_counter() - built,
+        "precision": recipe.precision,
+        "minutes": recipe.budget.minutes,
+        "monitor_every": recipe.budget.monitor_every,
+        **seen,
+    }
 
 
 def _record_calibration(seen: dict[str, object]) -> None:
     """Keep what the calibration measured in ``seen``: every timed block's seconds per step
     (``blocks``) and the first monitor's seconds (``monitor_s``), where this checkout exposes them."""
     from toolkit.training import budget, pretrainer
+
     if hasattr(budget, "block_times"):
         timed = budget.block_times
 
         def block_times(trainer):
             seen["blocks"] = timed(trainer)
             return seen["blocks"]
+
         budget.block_times = block_times
     fix = pretrainer.fix_steps_from_speed
 
     def fix_steps(trainer, monitor_seconds):
         seen["monitor_s"] = monitor_seconds
         return fix(trainer, monitor_seconds)
+
     pretrainer.fix_steps_from_speed = fix_steps
 
 
@@ -122,11 +137,16 @@ def estimators(results: list[dict[str, object]]) -> None:
     """The step count each way of reading the same timed blocks would have fixed, and its spread
     over the calibrations: is another estimator steadier than the one in use?"""
     from toolkit.training.budget import steps_that_fit
-    ways = {"median block": statistics.median, "fastest block": min,
-            "mean of the fastest half": lambda b: statistics.fmean(sorted(b)[: max(1, len(b) // 2)])}
+
+    ways = {
+        "median block": statistics.median,
+        "fastest block": min,
+        "mean of the fastest half": lambda b: statistics.fmean(sorted(b)[: max(1, len(b) // 2)]),
+    }
     for name, way in ways.items():
-        steps = [steps_that_fit(r["minutes"] * 60.0, way(r["blocks"]), r["monitor_every"], r["monitor_s"])
-                 for r in results]
+        steps = [
+            steps_that_fit(r["minutes"] * 60.0, way(r["blocks"]), r["monitor_every"], r["monitor_s"]) for r in results
+        ]
         print(f"  {name:<26} steps min {min(steps):,}, max {max(steps):,}, max/min {max(steps) / min(steps):.3f}")
     monitor = [r["monitor_s"] for r in results]
     print(f"  the first monitor: {min(monitor):.2f}-{max(monitor):.2f} s (max/min {max(monitor) / min(monitor):.3f})")
@@ -142,12 +162,14 @@ def _busy_seconds() -> float:
 
 def _self_seconds() -> float:
     import resource
+
     usage = resource.getrusage(resource.RUSAGE_SELF)
     return usage.ru_utime + usage.ru_stime
 
 
 def _children_seconds() -> float:
     import resource
+
     usage = resource.getrusage(resource.RUSAGE_CHILDREN)
     return usage.ru_utime + usage.ru_stime
 
@@ -167,8 +189,10 @@ def same_process(recipe_path: str, sets: list[str], runs: int) -> None:
         ms.append(budget.speed(trainer) * 1e3)
         others = max(0.0, (_busy_seconds() - busy) - (_self_seconds() - mine)) / (time.perf_counter() - wall)
         print(f"  {i + 1:>2}: {ms[-1]:7.2f} ms/step, others used {others:.2f} cores", flush=True)
-    print(f"ms/step in one process: min {min(ms):.2f}, max {max(ms):.2f}, median {statistics.median(ms):.2f}, "
-          f"max/min {max(ms) / min(ms):.3f}")
+    print(
+        f"ms/step in one process: min {min(ms):.2f}, max {max(ms):.2f}, median {statistics.median(ms):.2f}, "
+        f"max/min {max(ms) / min(ms):.3f}"
+    )
 
 
 def main() -> None:
@@ -177,8 +201,9 @@ def main() -> None:
     ap.add_argument("--recipe", default=str(QUICKSTART))
     ap.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE")
     ap.add_argument("--one", action="store_true", help=argparse.SUPPRESS)
-    ap.add_argument("--same-process", action="store_true",
-                    help="calibrate one trainer --runs times in this process (ms/step only)")
+    ap.add_argument(
+        "--same-process", action="store_true", help="calibrate one trainer --runs times in this process (ms/step only)"
+    )
     args = ap.parse_args()
     if args.same_process:
         same_process(args.recipe, args.sets, args.runs)
@@ -187,17 +212,28 @@ def main() -> None:
         print(json.dumps(one(args.recipe, args.sets)), flush=True)
         return
 
-    from toolkit.training.precision import cpu_bf16, cpu_model
     import torch
+
+    from toolkit.training.precision import cpu_bf16, cpu_model
+
     bf16 = cpu_bf16()
-    print(f"CPU: {cpu_model()}, {os.cpu_count()} cores; torch {torch.__version__}, "
-          f"get_cpu_capability() {torch.backends.cpu.get_cpu_capability()}, bf16 "
-          f"{'native' if bf16.native else 'not native'} ({bf16.feature})")
+    print(
+        f"CPU: {cpu_model()}, {os.cpu_count()} cores; torch {torch.__version__}, "
+        f"get_cpu_capability() {torch.backends.cpu.get_cpu_capability()}, bf16 "
+        f"{'native' if bf16.native else 'not native'} ({bf16.feature})"
+    )
     print(f"recipe: {args.recipe} {' '.join(args.sets)}; {args.runs} calibrations, each in a fresh process")
     load_before = os.getloadavg()
     results = []
     for i in range(args.runs):
-        cmd = [sys.executable, __file__, "--one", "--recipe", args.recipe, *(a for s in args.sets for a in ("--set", s))]
+        cmd = [
+            sys.executable,
+            __file__,
+            "--one",
+            "--recipe",
+            args.recipe,
+            *(a for s in args.sets for a in ("--set", s)),
+        ]
         busy, mine, wall = _busy_seconds(), _children_seconds(), time.perf_counter()
         out = subprocess.run(cmd, capture_output=True, text=True, cwd=os.getcwd())
         others = max(0.0, (_busy_seconds() - busy) - (_children_seconds() - mine)) / (time.perf_counter() - wall)
@@ -205,26 +241,37 @@ def main() -> None:
             raise SystemExit(f"calibration {i} failed:\n{out.stderr[-3000:]}")
         r = json.loads(out.stdout.strip().splitlines()[-1])
         results.append(r)
-        print(f"  {i + 1:>2}: {r['steps']:>6} steps, {r['ms_per_step']:7.2f} ms/step ({r['precision']}), "
-              f"calibration {r['calibration_s']:.1f} s, others used {others:.2f} cores, load "
-              f"{os.getloadavg()[0]:.2f}", flush=True)
+        print(
+            f"  {i + 1:>2}: {r['steps']:>6} steps, {r['ms_per_step']:7.2f} ms/step ({r['precision']}), "
+            f"calibration {r['calibration_s']:.1f} s, others used {others:.2f} cores, load "
+            f"{os.getloadavg()[0]:.2f}",
+            flush=True,
+        )
         r["others"] = others
     steps = [r["steps"] for r in results]
     ms = [r["ms_per_step"] for r in results]
-    print(f"steps: min {min(steps):,}, max {max(steps):,}, median {statistics.median(steps):,.0f}, "
-          f"max/min {max(steps) / min(steps):.3f}")
+    print(
+        f"steps: min {min(steps):,}, max {max(steps):,}, median {statistics.median(steps):,.0f}, "
+        f"max/min {max(steps) / min(steps):.3f}"
+    )
     print(f"ms/step: min {min(ms):.2f}, max {max(ms):.2f}, median {statistics.median(ms):.2f}")
-    print(f"other processes: at most {max(r['others'] for r in results):.2f} cores during a calibration "
-          f"(median {statistics.median(r['others'] for r in results):.2f})")
+    print(
+        f"other processes: at most {max(r['others'] for r in results):.2f} cores during a calibration "
+        f"(median {statistics.median(r['others'] for r in results):.2f})"
+    )
     if all("blocks" in r and "monitor_s" in r for r in results):
         print("the same timed blocks, read other ways:")
         estimators(results)
     quiet = [r["steps"] for r in results if r["others"] < QUIET_CORES]
     if 1 < len(quiet) < len(results):
-        print(f"the {len(quiet)} calibrations while others used < {QUIET_CORES} cores: min {min(quiet):,}, "
-              f"max {max(quiet):,}, median {statistics.median(quiet):,.0f}, max/min {max(quiet) / min(quiet):.3f}")
-    print(f"load average (1/5/15 min): before {'/'.join(f'{x:.2f}' for x in load_before)}, "
-          f"after {'/'.join(f'{x:.2f}' for x in os.getloadavg())}")
+        print(
+            f"the {len(quiet)} calibrations while others used < {QUIET_CORES} cores: min {min(quiet):,}, "
+            f"max {max(quiet):,}, median {statistics.median(quiet):,.0f}, max/min {max(quiet) / min(quiet):.3f}"
+        )
+    print(
+        f"load average (1/5/15 min): before {'/'.join(f'{x:.2f}' for x in load_before)}, "
+        f"after {'/'.join(f'{x:.2f}' for x in os.getloadavg())}"
+    )
 
 
 if __name__ == "__main__":

@@ -9,6 +9,7 @@ torch). Timings on a machine shared with other work vary; say so when quoting th
 
 Run: ``python bench/cli_startup.py [--repeat 5]``.
 """
+
 from __future__ import annotations
 
 import argparse

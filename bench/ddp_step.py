@@ -12,6 +12,7 @@ not a speed-up::
 
     python bench/ddp_step.py [--nproc 1 2] [--steps 20] [--threads-per-proc 1] [--set key=value]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -28,9 +29,9 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
-from toolkit.training.precision import machine_line  # noqa: E402
-
 from vision_step import _NullTracker, _Stop, load_recipe  # noqa: E402
+
+from toolkit.training.precision import machine_line  # noqa: E402
 
 
 def _peak_rss_mib() -> float:
@@ -38,6 +39,7 @@ def _peak_rss_mib() -> float:
         if line.startswith("VmHWM:"):
             return int(line.split()[1]) / 1024
     import resource
+
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
@@ -49,9 +51,16 @@ def worker(args: argparse.Namespace) -> None:
 
     torch.set_num_threads(args.threads_per_proc)
     ctx = Context.from_env("cpu" if not torch.cuda.is_available() else "auto")
-    recipe = load_recipe(["tracking.log_model=false", "budget.monitor_every=null",
-                          "budget.eval_every=null", "budget.checkpoint_every=null",
-                          f"budget.steps={args.warmup + args.steps + 5}", *args.set])
+    recipe = load_recipe(
+        [
+            "tracking.log_model=false",
+            "budget.monitor_every=null",
+            "budget.eval_every=null",
+            "budget.checkpoint_every=null",
+            f"budget.steps={args.warmup + args.steps + 5}",
+            *args.set,
+        ]
+    )
     stamps: dict[int, float] = {}
 
     def hook(step: int) -> None:
@@ -66,8 +75,7 @@ def worker(args: argparse.Namespace) -> None:
     except _Stop:
         pass
     per_step = (stamps[args.warmup + args.steps] - stamps[args.warmup]) / args.steps
-    result = {"rank": ctx.rank, "step_s": per_step, "peak_mib": _peak_rss_mib(),
-              "batch": recipe.budget.batch_size}
+    result = {"rank": ctx.rank, "step_s": per_step, "peak_mib": _peak_rss_mib(), "batch": recipe.budget.batch_size}
     Path(args.out, f"rank{ctx.rank}.json").write_text(json.dumps(result))
     ctx.barrier()
     ctx.close()
@@ -91,22 +99,37 @@ def main(argv: list[str] | None = None) -> int:
     base = None
     for n in args.nproc:
         with tempfile.TemporaryDirectory() as out:
-            cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={n}",
-                   __file__, "--worker", out, "--steps", str(args.steps), "--warmup", str(args.warmup),
-                   "--threads-per-proc", str(args.threads_per_proc), *sum((["--set", s] for s in args.set), [])]
+            cmd = [
+                sys.executable,
+                "-m",
+                "torch.distributed.run",
+                "--standalone",
+                f"--nproc_per_node={n}",
+                __file__,
+                "--worker",
+                out,
+                "--steps",
+                str(args.steps),
+                "--warmup",
+                str(args.warmup),
+                "--threads-per-proc",
+                str(args.threads_per_proc),
+                *sum((["--set", s] for s in args.set), []),
+            ]
             env = {**os.environ, "OMP_NUM_THREADS": str(args.threads_per_proc)}
             proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
             if proc.returncode:
                 print(proc.stdout[-2000:], proc.stderr[-4000:], file=sys.stderr)
                 return proc.returncode
-            ranks = sorted((json.loads(p.read_text()) for p in Path(out).glob("rank*.json")),
-                           key=lambda r: r["rank"])
+            ranks = sorted((json.loads(p.read_text()) for p in Path(out).glob("rank*.json")), key=lambda r: r["rank"])
         step = sorted(r["step_s"] for r in ranks)[len(ranks) // 2]
         base = base or step
         peaks = ", ".join(f"{r['peak_mib']:.0f}" for r in ranks)
-        print(f"{n} process(es): {1000 * step:7.1f} ms/step, {ranks[0]['batch'] / step:7.1f} img/s "
-              f"(global batch {ranks[0]['batch']}), x{step / base:.2f} the first row's step; "
-              f"peak RSS per rank {peaks} MiB")
+        print(
+            f"{n} process(es): {1000 * step:7.1f} ms/step, {ranks[0]['batch'] / step:7.1f} img/s "
+            f"(global batch {ranks[0]['batch']}), x{step / base:.2f} the first row's step; "
+            f"peak RSS per rank {peaks} MiB"
+        )
     return 0
 
 

@@ -9,6 +9,7 @@ them), the state_dict keys each adds, and the seconds per 100 updates with their
 
 Run: ``python bench/ema.py [--updates 100] [--momentum 0.99]``.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -29,7 +30,7 @@ def _perturb(net: torch.nn.Module, step: int) -> None:
     with torch.no_grad():
         for p in net.parameters():
             p.add_(1e-2 * torch.randn(p.shape, generator=g))
-        for name, b in net.named_buffers():
+        for b in net.buffers():
             if b.is_floating_point():
                 b.add_(1e-2 * torch.randn(b.shape, generator=g))
             else:
@@ -79,13 +80,23 @@ def main() -> None:
         return all(torch.equal(a, b) for a, b in zip(mod.buffers(), query.buffers()))
 
     print(f"after 5 updates, m = {m}: max |theta_k - loop reference|")
-    print(f"  MomentumEncoder                         {gap(hand.module):.2e}  buffers = query's: {buffers_copied(hand.module)}")
-    print(f"  AveragedModel(ema, use_buffers=False)   {gap(ema.module):.2e}  buffers = query's: {buffers_copied(ema.module)}")
-    print(f"  AveragedModel(ema, use_buffers=True)    {gap(ema_buf.module):.2e}  buffers = query's: {buffers_copied(ema_buf.module)}")
-    print(f"  the same, use_buffers=False, n_averaged primed to 1  {gap(primed.module):.2e}  "
-          f"buffers = query's: {buffers_copied(primed.module)}")
+    print(
+        f"  MomentumEncoder                         {gap(hand.module):.2e}  buffers = query's: {buffers_copied(hand.module)}"
+    )
+    print(
+        f"  AveragedModel(ema, use_buffers=False)   {gap(ema.module):.2e}  buffers = query's: {buffers_copied(ema.module)}"
+    )
+    print(
+        f"  AveragedModel(ema, use_buffers=True)    {gap(ema_buf.module):.2e}  buffers = query's: {buffers_copied(ema_buf.module)}"
+    )
+    print(
+        f"  the same, use_buffers=False, n_averaged primed to 1  {gap(primed.module):.2e}  "
+        f"buffers = query's: {buffers_copied(primed.module)}"
+    )
     extra = sorted(set(ema.state_dict()) - {"module." + k for k in query.state_dict()})
-    print(f"  state_dict keys besides module.*: MomentumEncoder {sorted(set(hand.state_dict()) - {'module.' + k for k in query.state_dict()})}, AveragedModel {extra}")
+    print(
+        f"  state_dict keys besides module.*: MomentumEncoder {sorted(set(hand.state_dict()) - {'module.' + k for k in query.state_dict()})}, AveragedModel {extra}"
+    )
 
     # time: n updates each, interleaved twice to even out a shared CPU
     t_hand = t_ema = 0.0
@@ -93,8 +104,10 @@ def main() -> None:
         t_hand += _time(hand.update, query, n)
         t_ema += _time(primed.update_parameters, query, n)
     t_hand, t_ema = t_hand / 2, t_ema / 2
-    print(f"{n} updates, ResNet-18 CIFAR stem ({sum(p.numel() for p in query.parameters()) / 1e6:.1f} M parameters), "
-          f"{torch.get_num_threads()} thread(s):")
+    print(
+        f"{n} updates, ResNet-18 CIFAR stem ({sum(p.numel() for p in query.parameters()) / 1e6:.1f} M parameters), "
+        f"{torch.get_num_threads()} thread(s):"
+    )
     print(f"  MomentumEncoder.update        {t_hand:.3f} s")
     print(f"  AveragedModel.update_parameters (use_buffers=False)  {t_ema:.3f} s")
     print(f"  ratio AveragedModel / MomentumEncoder = {t_ema / t_hand:.2f}")

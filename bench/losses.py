@@ -23,6 +23,7 @@ MiB and in units of the similarity matrix. Losses not (yet) in the package print
     python bench/losses.py --only nt_xent dcl --repeats 30 --no-memory
     python bench/losses.py --keep-heap        # malloc keeps freed memory (less run-to-run noise)
 """
+
 from __future__ import annotations
 
 import argparse
@@ -32,13 +33,14 @@ import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 import torch
-from toolkit.training.precision import machine_line  # noqa: E402
 from torch.nn import functional as TF
+
+from toolkit.training.precision import machine_line  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
@@ -52,13 +54,13 @@ IN_BATCH, QUEUE = "in-batch", "queue"
 @dataclass
 class Case:
     name: str
-    kind: str                     # IN_BATCH or QUEUE: which matmul bound applies
+    kind: str  # IN_BATCH or QUEUE: which matmul bound applies
     call: Callable[[dict], torch.Tensor]
-    grads: tuple[str, ...]        # inputs the backward reaches
-    target: float | None = None   # max ratio to the baseline
-    against: str = "bound"        # "bound" or "ref" (the plain cross-entropy reference)
-    views: int = 1                # query views against the queue (the reference is scaled)
-    needs: str = ""               # the function the case needs (default: its name)
+    grads: tuple[str, ...]  # inputs the backward reaches
+    target: float | None = None  # max ratio to the baseline
+    against: str = "bound"  # "bound" or "ref" (the plain cross-entropy reference)
+    views: int = 1  # query views against the queue (the reference is scaled)
+    needs: str = ""  # the function the case needs (default: its name)
 
     @property
     def function(self) -> str:
@@ -96,38 +98,43 @@ CASES = [
     Case("hcl", IN_BATCH, lambda t: LF.hcl(t["z1"], t["z2"], 0.5, 0.1, 1.0), ("z1", "z2"), 1.3),
     Case("spectral", IN_BATCH, lambda t: LF.spectral(t["z1"], t["z2"], 1.0), ("z1", "z2"), 1.3),
     Case("cpcl_a", IN_BATCH, lambda t: LF.cpcl_a(t["z1"], t["z2"], 2.0), ("z1", "z2"), 1.3),
-    Case("cpcl_full", IN_BATCH, lambda t: LF.cpcl_full(t["zb"], t["z1"], t["z2"], 2.0, 1.0),
-         ("zb", "z1", "z2"), 1.3),
-    Case("align_uniform", IN_BATCH, lambda t: LF.align_uniform(t["z1"], t["z2"]), ("z1", "z2"),
-         1.3),
-    Case("cacr_minibatch", IN_BATCH, lambda t: LF.cacr_minibatch(t["z1"], t["z2"]),
-         ("z1", "z2"), 1.3),
+    Case("cpcl_full", IN_BATCH, lambda t: LF.cpcl_full(t["zb"], t["z1"], t["z2"], 2.0, 1.0), ("zb", "z1", "z2"), 1.3),
+    Case("align_uniform", IN_BATCH, lambda t: LF.align_uniform(t["z1"], t["z2"]), ("z1", "z2"), 1.3),
+    Case("cacr_minibatch", IN_BATCH, lambda t: LF.cacr_minibatch(t["z1"], t["z2"]), ("z1", "z2"), 1.3),
     Case("align", IN_BATCH, lambda t: LF.align(t["z1"], t["z2"]), ("z1", "z2")),
     Case("uniform", IN_BATCH, lambda t: LF.uniform(t["z1"]), ("z1",)),
     Case("cmc", IN_BATCH, lambda t: LF.cmc([t["z1"], t["z2"]], 0.07), ("z1", "z2")),
     Case("cacr_multiview", IN_BATCH, lambda t: LF.cacr_multiview([t["z1"], t["z2"]]), ("z1", "z2")),
     Case("aca", IN_BATCH, lambda t: LF.aca(t["zb"], t["z1"], t["z2"]), ("zb", "z1", "z2")),
-    Case("distance_polarization", IN_BATCH,
-         lambda t: LF.distance_polarization(torch.cat([t["z1"], t["z2"]])), ("z1", "z2")),
-    Case("info_nce_scores", IN_BATCH,
-         lambda t: LF.info_nce_scores(_scores(t), *t["masks"], temperature=0.5), ("z1", "z2")),
+    Case(
+        "distance_polarization",
+        IN_BATCH,
+        lambda t: LF.distance_polarization(torch.cat([t["z1"], t["z2"]])),
+        ("z1", "z2"),
+    ),
+    Case(
+        "info_nce_scores",
+        IN_BATCH,
+        lambda t: LF.info_nce_scores(_scores(t), *t["masks"], temperature=0.5),
+        ("z1", "z2"),
+    ),
     Case("dcl_scores", IN_BATCH, lambda t: LF.dcl_scores(_scores(t), *t["masks"]), ("z1", "z2")),
     Case("hcl_scores", IN_BATCH, lambda t: LF.hcl_scores(_scores(t), *t["masks"]), ("z1", "z2")),
-    Case("moco_infonce", QUEUE, lambda t: LF.moco_infonce(t["q"], t["k"], t["queue"], 0.07),
-         ("q",), 1.0, "ref"),
-    Case("ring_nce", QUEUE, lambda t: LF.ring_nce(t["q"], t["k"], t["queue"], 0.07, 90.0, 99.0),
-         ("q",), 1.3, "ref"),
-    Case("cacr_moco", QUEUE, lambda t: LF.cacr_moco(t["qv"], t["kv"], t["queue"]), ("qv",),
-         1.5, "ref", views=2),
-    Case("moco_infonce+ring_mask", QUEUE,
-         lambda t: LF.moco_infonce(t["q"], t["k"], t["queue"], 0.07, neg_mask=t["ring"]), ("q",),
-         needs="moco_infonce"),
+    Case("moco_infonce", QUEUE, lambda t: LF.moco_infonce(t["q"], t["k"], t["queue"], 0.07), ("q",), 1.0, "ref"),
+    Case("ring_nce", QUEUE, lambda t: LF.ring_nce(t["q"], t["k"], t["queue"], 0.07, 90.0, 99.0), ("q",), 1.3, "ref"),
+    Case("cacr_moco", QUEUE, lambda t: LF.cacr_moco(t["qv"], t["kv"], t["queue"]), ("qv",), 1.5, "ref", views=2),
+    Case(
+        "moco_infonce+ring_mask",
+        QUEUE,
+        lambda t: LF.moco_infonce(t["q"], t["k"], t["queue"], 0.07, neg_mask=t["ring"]),
+        ("q",),
+        needs="moco_infonce",
+    ),
     Case("cacr", QUEUE, lambda t: LF.cacr(t["q"], t["k"], t["queue"]), ("q",)),
     Case("wl_contrastive", QUEUE, lambda t: LF.wl_contrastive(*_bank_sims(t), 0.2), ("q",)),
     Case("wl_simple", QUEUE, lambda t: LF.wl_simple(*_bank_sims(t)), ("q",)),
     Case("wl_hard", QUEUE, lambda t: LF.wl_hard(*_bank_sims(t), 0.2, num_hard=4095), ("q",)),
-    Case("wl_hard_simple", QUEUE, lambda t: LF.wl_hard_simple(*_bank_sims(t), num_hard=4095),
-         ("q",)),
+    Case("wl_hard_simple", QUEUE, lambda t: LF.wl_hard_simple(*_bank_sims(t), num_hard=4095), ("q",)),
 ]
 
 
@@ -139,10 +146,16 @@ def make_inputs(n: int, d: int, m: int, seed: int = 0) -> dict:
         return x.requires_grad_(grad)
 
     return {
-        "z1": unit(n, d), "z2": unit(n, d), "zb": unit(n, d),
-        "q": unit(n, d), "k": unit(n, d, grad=False), "queue": unit(m, d, grad=False),
-        "qv": unit(n, 2, d), "kv": unit(n, 2, d, grad=False),
-        "idx": torch.randint(0, m, (n,), generator=g), "masks": _simclr_masks(n),
+        "z1": unit(n, d),
+        "z2": unit(n, d),
+        "zb": unit(n, d),
+        "q": unit(n, d),
+        "k": unit(n, d, grad=False),
+        "queue": unit(m, d, grad=False),
+        "qv": unit(n, 2, d),
+        "kv": unit(n, 2, d, grad=False),
+        "idx": torch.randint(0, m, (n,), generator=g),
+        "masks": _simclr_masks(n),
         "seed_in": torch.randn(2 * n, 2 * n, generator=g),
         "seed_q": torch.randn(n, m, generator=g),
         # a fixed ring keep-mask holding ~9% of the queue per query (as Ring's 90-99 pct)
@@ -166,6 +179,7 @@ def reference_fn(t: dict) -> Callable[[], None]:
     def run() -> None:
         logits = torch.cat([(q * k).sum(1, keepdim=True), q @ queue.t()], dim=1) / 0.07
         torch.autograd.grad(TF.cross_entropy(logits, target), q)
+
     return run
 
 
@@ -193,8 +207,10 @@ def paired_times(a: Callable[[], None], b: Callable[[], None], repeats: int, war
 def rss_growth(name: str, n: int, d: int, m: int) -> float | None:
     """Peak-RSS growth (MiB) of one forward + backward, in a fresh process whose allocator
     returns every block of 64 KiB or more to the system when freed (so RSS follows live memory)."""
-    code = (f"import sys; sys.path.insert(0, {str(ROOT)!r}); import bench.losses as b; "
-            f"b._rss_child({name!r}, {n}, {d}, {m})")
+    code = (
+        f"import sys; sys.path.insert(0, {str(ROOT)!r}); import bench.losses as b; "
+        f"b._rss_child({name!r}, {n}, {d}, {m})"
+    )
     env = dict(os.environ, MALLOC_MMAP_THRESHOLD_="65536")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
     try:
@@ -251,8 +267,9 @@ def main() -> None:
     ap.add_argument("--only", nargs="*", help="loss names to run")
     ap.add_argument("--no-memory", action="store_true", help="skip the per-loss RSS processes")
     ap.add_argument("--threads", type=int, default=2, help="torch threads (the targets: 2)")
-    ap.add_argument("--keep-heap", action="store_true",
-                    help="rerun under glibc malloc that keeps freed memory (no mmap, no trim)")
+    ap.add_argument(
+        "--keep-heap", action="store_true", help="rerun under glibc malloc that keeps freed memory (no mmap, no trim)"
+    )
     args = ap.parse_args()
     print(machine_line(), flush=True)  # CPU model, capability, native bf16 or not
     if args.keep_heap and _KEEP_HEAP[0] not in os.environ:
@@ -265,24 +282,34 @@ def main() -> None:
     cases = [c for c in CASES if not args.only or c.name in args.only]
     mib_in = (2 * args.n) ** 2 * 4 / 2**20
     mib_q = args.n * args.queue * 4 / 2**20
-    print(f"N={args.n} pairs, d={args.d}, queue={args.queue}, threads={args.threads}, "
-          f"repeats={args.repeats}, malloc {heap}; "
-          f"similarity matrix {mib_in:.0f} MiB (in-batch) / {mib_q:.0f} MiB (queue)")
+    print(
+        f"N={args.n} pairs, d={args.d}, queue={args.queue}, threads={args.threads}, "
+        f"repeats={args.repeats}, malloc {heap}; "
+        f"similarity matrix {mib_in:.0f} MiB (in-batch) / {mib_q:.0f} MiB (queue)"
+    )
     ref_ms = None
     if any(c.against == "ref" for c in cases):
         tb, tr = paired_times(bound_fn(QUEUE, t), reference_fn(t), args.repeats)
         ref_ms = statistics.median(tr) * 1e3
-        print(f"queue bound {statistics.median(tb) * 1e3:.1f} ms; plain cross-entropy reference "
-              f"{ref_ms:.1f} ms ({statistics.median(r / b for r, b in zip(tr, tb)):.2f}x bound)")
+        print(
+            f"queue bound {statistics.median(tb) * 1e3:.1f} ms; plain cross-entropy reference "
+            f"{ref_ms:.1f} ms ({statistics.median(r / b for r, b in zip(tr, tb)):.2f}x bound)"
+        )
     mem_base = {}
     if not args.no_memory:
-        mem_base = {IN_BATCH: rss_growth("bound-in-batch", args.n, args.d, args.queue),
-                    QUEUE: rss_growth("bound-queue", args.n, args.d, args.queue),
-                    "ref": rss_growth("reference", args.n, args.d, args.queue)}
-        print("peak-RSS growth of the baselines (MiB): "
-              + ", ".join(f"{k} {v:.1f}" for k, v in mem_base.items() if v is not None))
-    head = (f"{'loss':24s}{'kind':>9s}{'ms':>9s}{'base ms':>10s}{'x bound':>9s}{'x ref':>7s}"
-            f"{'target':>10s}{'':>6s}{'min/min':>9s}{'peak MiB':>10s}{'x sim':>7s}")
+        mem_base = {
+            IN_BATCH: rss_growth("bound-in-batch", args.n, args.d, args.queue),
+            QUEUE: rss_growth("bound-queue", args.n, args.d, args.queue),
+            "ref": rss_growth("reference", args.n, args.d, args.queue),
+        }
+        print(
+            "peak-RSS growth of the baselines (MiB): "
+            + ", ".join(f"{k} {v:.1f}" for k, v in mem_base.items() if v is not None)
+        )
+    head = (
+        f"{'loss':24s}{'kind':>9s}{'ms':>9s}{'base ms':>10s}{'x bound':>9s}{'x ref':>7s}"
+        f"{'target':>10s}{'':>6s}{'min/min':>9s}{'peak MiB':>10s}{'x sim':>7s}"
+    )
     print(head)
     print("-" * len(head))
     failed = []
@@ -292,7 +319,10 @@ def main() -> None:
             continue
         if case.against == "ref":
             ref_run = reference_fn(t)
-            base = (lambda f=ref_run, v=case.views: [f() for _ in range(v)])
+
+            def base(f=ref_run, v=case.views):
+                return [f() for _ in range(v)]
+
         else:
             base = bound_fn(case.kind, t)
         tl, tb = paired_times(loss_fn(case, t), base, args.repeats)
@@ -316,12 +346,16 @@ def main() -> None:
                 peak = f"{grow:.1f}"
                 x_sim = f"{grow / (mib_in if case.kind == IN_BATCH else mib_q):.1f}"
         bms = statistics.median(tb) * 1e3
-        print(f"{case.name:24s}{case.kind:>9s}{ms:9.1f}{bms:10.1f}"
-              f"{'' if x_bound != x_bound else f'{x_bound:.2f}':>9s}"
-              f"{'' if x_ref != x_ref else f'{x_ref:.2f}':>7s}{target:>10s}{verdict:>6s}"
-              f"{best:9.2f}{peak:>10s}{x_sim:>7s}")
-    print("x bound / x ref: median of per-repeat ratios (the verdict); min/min: fastest loss "
-          "repeat over fastest baseline repeat (robust to a busy machine).")
+        print(
+            f"{case.name:24s}{case.kind:>9s}{ms:9.1f}{bms:10.1f}"
+            f"{'' if x_bound != x_bound else f'{x_bound:.2f}':>9s}"
+            f"{'' if x_ref != x_ref else f'{x_ref:.2f}':>7s}{target:>10s}{verdict:>6s}"
+            f"{best:9.2f}{peak:>10s}{x_sim:>7s}"
+        )
+    print(
+        "x bound / x ref: median of per-repeat ratios (the verdict); min/min: fastest loss "
+        "repeat over fastest baseline repeat (robust to a busy machine)."
+    )
     print("cacr_moco runs V=2 query views; its reference is the cross-entropy once per view.")
     print("all targets met" if not failed else f"missed targets: {', '.join(failed)}")
 

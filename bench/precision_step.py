@@ -17,6 +17,7 @@ Usage::
 
     python bench/precision_step.py [--steps 24] [--rounds 3] [--device cpu] [--set key=value ...]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -32,18 +33,19 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 sys.path.insert(0, str(ROOT / "bench"))
+from vision_step import _NullTracker, _Stop, load_recipe  # noqa: E402
+
 from domains.vision import VisionDomain  # noqa: E402
 from toolkit import recipe as rc  # noqa: E402
+from toolkit.training.precision import machine_line  # noqa: E402
 from toolkit.training.pretrainer import Pretrainer  # noqa: E402
 from toolkit.training.syncs import SyncCounter  # noqa: E402
 from toolkit.training.trainer import RunOptions  # noqa: E402
-from toolkit.training.precision import machine_line  # noqa: E402
-
-from vision_step import _NullTracker, _Stop, load_recipe  # noqa: E402
 
 
-def run(recipe: rc.Recipe, device: str, warmup: int, steps: int,
-        sync_free: bool | None = None) -> tuple[float, dict[int, Counter]]:
+def run(
+    recipe: rc.Recipe, device: str, warmup: int, steps: int, sync_free: bool | None = None
+) -> tuple[float, dict[int, Counter]]:
     """(seconds per timed step, {step: host reads during it}) of ``Pretrainer.fit``."""
     stamps: dict[int, float] = {}
     counter, reads = SyncCounter(), {}
@@ -76,27 +78,40 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
-    parser.add_argument("--sync-free", action="store_true",
-                        help="the augmentation's GPU path (no host reads) on any device")
+    parser.add_argument(
+        "--sync-free", action="store_true", help="the augmentation's GPU path (no host reads) on any device"
+    )
     parser.add_argument("--set", action="append", default=[], help="recipe override key=value")
     args = parser.parse_args(argv)
     print(machine_line(), flush=True)  # CPU model, capability, native bf16 or not
     torch.set_num_threads(args.threads)
-    base = ["data.train_subset=4096", "budget.monitor_every=null", "budget.checkpoint_every=0",
-            f"device={args.device}", *args.set]
+    base = [
+        "data.train_subset=4096",
+        "budget.monitor_every=null",
+        "budget.checkpoint_every=0",
+        f"device={args.device}",
+        *args.set,
+    ]
     times: dict[str, list[float]] = {"fp32": [], "bf16": []}
     reads: dict[int, Counter] = {}
     for _ in range(args.rounds):
         for precision, seconds_list in times.items():
-            seconds, per_step = run(load_recipe([*base, f"precision={precision}"]), args.device,
-                                    args.warmup, args.steps, True if args.sync_free else None)
+            seconds, per_step = run(
+                load_recipe([*base, f"precision={precision}"]),
+                args.device,
+                args.warmup,
+                args.steps,
+                True if args.sync_free else None,
+            )
             seconds_list.append(seconds)
             reads = per_step
     recipe = load_recipe(base)
     fp32, bf16 = (statistics.median(times[p]) for p in ("fp32", "bf16"))
     path = "sync-free augmentation" if args.sync_free else "augmentation's default path"
-    print(f"quickstart step, batch {recipe.budget.batch_size}, {args.device} ({path}), {args.threads} threads, "
-          f"median of {args.rounds} rounds x {args.steps} steps")
+    print(
+        f"quickstart step, batch {recipe.budget.batch_size}, {args.device} ({path}), {args.threads} threads, "
+        f"median of {args.rounds} rounds x {args.steps} steps"
+    )
     print(f"  fp32: {fp32 * 1e3:8.1f} ms/step")
     print(f"  bf16: {bf16 * 1e3:8.1f} ms/step   ratio bf16/fp32 = {bf16 / fp32:.2f}")
     log_every = recipe.budget.log_every

@@ -10,6 +10,7 @@ Multinomial logistic regression, standardised features, the same objective for b
 Run: ``python bench/probes.py`` (add ``--sizes 10000x256`` to pick sizes). Prints seconds and
 test accuracy per engine and the ratio sklearn / torch.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -17,8 +18,9 @@ import time
 import warnings
 
 import torch
-from toolkit.training.precision import machine_line  # noqa: E402
 import torch.nn.functional as F
+
+from toolkit.training.precision import machine_line  # noqa: E402
 
 
 def problem(n: int, d: int, seed: int = 0):
@@ -26,6 +28,7 @@ def problem(n: int, d: int, seed: int = 0):
     features: correlated, non-negative, not separable): ``n`` training rows (of the 60k),
     the first 10k test images."""
     from domains.vision.datasets import load_split
+
     g = torch.Generator().manual_seed(seed)
     tr, te = load_split("fashion-mnist", "train"), load_split("fashion-mnist", "test")
     proj = torch.randn(28 * 28, d, generator=g) / 28.0
@@ -40,6 +43,7 @@ def problem(n: int, d: int, seed: int = 0):
 def run_sklearn(xtr, ytr, xte, yte, c, max_iter=1000):
     from sklearn.linear_model import LogisticRegression
     from sklearn.preprocessing import StandardScaler
+
     t = time.perf_counter()
     sc = StandardScaler().fit(xtr.numpy())
     with warnings.catch_warnings():
@@ -57,9 +61,15 @@ def run_torch(xtr, ytr, xte, yte, c, max_iter, tol=None):
     w = torch.zeros(a.shape[1], k, requires_grad=True)
     bias = torch.zeros(k, requires_grad=True)
     wd = 1.0 / (c * a.shape[0])
-    opt = torch.optim.LBFGS([w, bias], lr=1, max_iter=max_iter, history_size=20,
-                            line_search_fn="strong_wolfe", tolerance_grad=tol or 1e-6,
-                            tolerance_change=1e-9 if tol is None else 0.0)
+    opt = torch.optim.LBFGS(
+        [w, bias],
+        lr=1,
+        max_iter=max_iter,
+        history_size=20,
+        line_search_fn="strong_wolfe",
+        tolerance_grad=tol or 1e-6,
+        tolerance_change=1e-9 if tol is None else 0.0,
+    )
     calls = [0]
 
     def closure():

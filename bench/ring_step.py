@@ -22,6 +22,7 @@ the machine and on what else runs on it; ``machine_line`` names the machine.
     python bench/ring_step.py                 # N=512, d=128, M=65536, 2 threads
     python bench/ring_step.py --repeats 5 --queue 16384
 """
+
 from __future__ import annotations
 
 import argparse
@@ -78,15 +79,16 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     t = make_inputs(args.n, args.d, args.queue)
     reference = reference_fn(t)
-    print(f"N={args.n}, d={args.d}, queue={args.queue}, threads={args.threads}, repeats={args.repeats}; "
-          "ratio = median over repeats of case / plain cross-entropy MoCo step, timed back to back")
+    print(
+        f"N={args.n}, d={args.d}, queue={args.queue}, threads={args.threads}, repeats={args.repeats}; "
+        "ratio = median over repeats of case / plain cross-entropy MoCo step, timed back to back"
+    )
     print(f"{'case':42s}{'ms':>9s}{'ref ms':>9s}{'x ref':>8s}")
     missed = []
     for name, run in cases(t).items():
         tc, tr = paired_times(run, reference, args.repeats, warmup=2)
         ratio = statistics.median(a / b for a, b in zip(tc, tr))
-        print(f"{name:42s}{statistics.median(tc) * 1e3:9.1f}{statistics.median(tr) * 1e3:9.1f}{ratio:8.2f}",
-              flush=True)
+        print(f"{name:42s}{statistics.median(tc) * 1e3:9.1f}{statistics.median(tr) * 1e3:9.1f}{ratio:8.2f}", flush=True)
         if name.startswith(("ring_nce", "moco_infonce + ring")) and ratio > args.target:
             missed.append(name)
     print(f"target {args.target:.1f}x ref: " + ("met" if not missed else "missed by " + ", ".join(missed)))

@@ -34,6 +34,7 @@ the update's many parallel regions waits for a thread the other processes hold u
 overhead that does not shrink with the arithmetic and pulls every ratio towards 1 (bf16 read
 1.14-1.5x at 2 threads under load, 1.87x in CPU time at 1 thread).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -63,7 +64,7 @@ JEMALLOC = "/usr/lib/x86_64-linux-gnu/libjemalloc.so.2"
 
 
 def load() -> str:
-    return "load %.1f" % os.getloadavg()[0]
+    return f"load {os.getloadavg()[0]:.1f}"
 
 
 def tune_glibc_malloc() -> None:
@@ -88,16 +89,30 @@ def filled_buffer(image_size: int = 100, action_dim: int = 1, frames: int = 3000
     return buf
 
 
-def make_agent(objective: bool, fused: bool, channels_last: bool, crop: int = 84,
-               conv_dtype: torch.dtype = torch.float32, layers: int = 4, filters: int = 32) -> CurlSacAgent:
+def make_agent(
+    objective: bool,
+    fused: bool,
+    channels_last: bool,
+    crop: int = 84,
+    conv_dtype: torch.dtype = torch.float32,
+    layers: int = 4,
+    filters: int = 32,
+) -> CurlSacAgent:
     from toolkit.objective import build
     from toolkit.recipe import ObjectiveSection as Objective
 
     obj = build(Objective.model_validate({"loss": {"name": "info_nce"}})) if objective else None
     torch.manual_seed(0)
-    return CurlSacAgent((9, crop, crop), 1, encoder=EncoderConfig(num_layers=layers, num_filters=filters),
-                        agent=AgentConfig(), objective=obj,
-                        fused=fused, channels_last=channels_last, compute_dtype=conv_dtype)
+    return CurlSacAgent(
+        (9, crop, crop),
+        1,
+        encoder=EncoderConfig(num_layers=layers, num_filters=filters),
+        agent=AgentConfig(),
+        objective=obj,
+        fused=fused,
+        channels_last=channels_last,
+        compute_dtype=conv_dtype,
+    )
 
 
 def bench_updates(batch: int, repeats: int, image_size: int = 100, crop: int = 84) -> dict:
@@ -120,17 +135,18 @@ def bench_updates(batch: int, repeats: int, image_size: int = 100, crop: int = 8
     return {name: statistics.median(v) for name, v in times.items()} | {"ctk_sections": shares}
 
 
-def bench_precision(batch: int, repeats: int, image_size: int, crop: int,
-                    small: tuple[int, int] | None = None) -> dict:
+def bench_precision(batch: int, repeats: int, image_size: int, crop: int, small: tuple[int, int] | None = None) -> dict:
     """Seconds per update and per action, interleaved: fp32; bf16 convolutions only; the
     agent's bf16 (convolutions and the MLPs' hidden layers); the whole update under CPU
     autocast (unfused convolutions; Q values, logits and policy outputs in bf16 too); with
     ``small = (image_size, crop)`` also the agent's bf16 on those smaller images."""
     buf, rng = filled_buffer(image_size), np.random.default_rng(1)
-    agents = {"fp32": make_agent(True, True, True, crop),
-              "bf16_convs": make_agent(True, True, True, crop, torch.bfloat16),
-              "bf16": make_agent(True, True, True, crop, torch.bfloat16),
-              "autocast_all": make_agent(True, True, True, crop)}
+    agents = {
+        "fp32": make_agent(True, True, True, crop),
+        "bf16_convs": make_agent(True, True, True, crop, torch.bfloat16),
+        "bf16": make_agent(True, True, True, crop, torch.bfloat16),
+        "autocast_all": make_agent(True, True, True, crop),
+    }
     buffers, crops = dict.fromkeys(agents, buf), dict.fromkeys(agents, crop)
     if small is not None:
         agents["bf16_small"] = make_agent(True, True, True, small[1], torch.bfloat16)
@@ -169,7 +185,9 @@ def bench_precision(batch: int, repeats: int, image_size: int, crop: int,
     return out
 
 
-def bench_encoders(batch: int, repeats: int, conv_dtype: torch.dtype, variants: list[tuple[int, int, int, int]]) -> dict:
+def bench_encoders(
+    batch: int, repeats: int, conv_dtype: torch.dtype, variants: list[tuple[int, int, int, int]]
+) -> dict:
     """Seconds per update (sampling included) for encoder variants ``(layers, filters,
     image_size, crop)``, interleaved in rounds of 4 updates; the first variant is the reference."""
     bufs = {size: filled_buffer(size) for size in {v[2] for v in variants}}
@@ -192,8 +210,9 @@ def timed_env(image_size: int = 100, action_repeat: int = 8, shadow_size: int | 
     """cartpole-swingup as CURL runs it, with the time spent rendering accumulated."""
     from domains.rl.envs import make_env
 
-    env = make_env("cartpole-swingup", action_repeat=action_repeat, image_size=image_size, seed=0,
-                   shadow_size=shadow_size)
+    env = make_env(
+        "cartpole-swingup", action_repeat=action_repeat, image_size=image_size, seed=0, shadow_size=shadow_size
+    )
     inner, render_time = env.unwrapped, [0.0]
     original = inner.render
 
@@ -207,8 +226,9 @@ def timed_env(image_size: int = 100, action_repeat: int = 8, shadow_size: int | 
     return env, render_time
 
 
-def bench_env(agent_steps: int, image_size: int = 100, action_repeat: int = 8,
-              shadow_sizes: tuple[int | None, ...] = (None,)) -> dict:
+def bench_env(
+    agent_steps: int, image_size: int = 100, action_repeat: int = 8, shadow_sizes: tuple[int | None, ...] = (None,)
+) -> dict:
     """Environment steps per second with rendering, and the rendering share, for each shadow
     map size (None: the task's), interleaved in blocks of 25 agent steps."""
     envs = {size: timed_env(image_size, action_repeat, size) for size in shadow_sizes}
@@ -229,13 +249,24 @@ def bench_env(agent_steps: int, image_size: int = 100, action_repeat: int = 8,
     out = {}
     for size, (_, render_time) in envs.items():
         wall, steps = stats[size]["wall"], max(1, agent_steps // 25) * 25
-        out[size] = {"env_steps_per_s": stats[size]["env_steps"] / wall, "agent_steps_per_s": steps / wall,
-                     "render_ms": 1000 * render_time[0] / steps, "render_share": render_time[0] / wall}
+        out[size] = {
+            "env_steps_per_s": stats[size]["env_steps"] / wall,
+            "agent_steps_per_s": steps / wall,
+            "render_ms": 1000 * render_time[0] / steps,
+            "render_share": render_time[0] / wall,
+        }
     return out
 
 
-def bench_loop(agent_steps: int, batch: int, image_size: int = 100, crop: int = 84, action_repeat: int = 8,
-               conv_dtype: torch.dtype = torch.float32, shadow_size: int | None = None) -> dict:
+def bench_loop(
+    agent_steps: int,
+    batch: int,
+    image_size: int = 100,
+    crop: int = 84,
+    action_repeat: int = 8,
+    conv_dtype: torch.dtype = torch.float32,
+    shadow_size: int | None = None,
+) -> dict:
     """Shares of a training agent step: acting, the update (and its contrastive term), rendering
     and the rest of the environment step (physics, frame stacking)."""
     env, render_time = timed_env(image_size, action_repeat, shadow_size)
@@ -261,11 +292,16 @@ def bench_loop(agent_steps: int, batch: int, image_size: int = 100, crop: int = 
         spent["update"] += t2 - t1
         spent["env"] += t3 - t2
     wall = time.perf_counter() - t0
-    return {"batch": batch, "ms_per_agent_step": 1000 * wall / agent_steps,
-            "act_share": spent["act"] / wall, "update_share": spent["update"] / wall,
-            "render_share": render_time[0] / wall, "physics_share": (spent["env"] - render_time[0]) / wall,
-            "contrastive_share": agent.timings["contrastive"] / wall,
-            "contrastive_share_of_update": agent.timings["contrastive"] / sum(agent.timings.values())}
+    return {
+        "batch": batch,
+        "ms_per_agent_step": 1000 * wall / agent_steps,
+        "act_share": spent["act"] / wall,
+        "update_share": spent["update"] / wall,
+        "render_share": render_time[0] / wall,
+        "physics_share": (spent["env"] - render_time[0]) / wall,
+        "contrastive_share": agent.timings["contrastive"] / wall,
+        "contrastive_share_of_update": agent.timings["contrastive"] / sum(agent.timings.values()),
+    }
 
 
 def buffer_memory() -> dict:
@@ -277,9 +313,21 @@ def buffer_memory() -> dict:
 def child(args: argparse.Namespace, allocator: str) -> dict:
     """Run the update benchmark in a fresh process under ``allocator``."""
     env = dict(os.environ)
-    cmd = [sys.executable, __file__, "--child-updates", "--repeats", str(args.repeats),
-           "--threads", str(args.threads), "--image-size", str(args.image_size), "--crop", str(args.crop),
-           "--batch", *map(str, args.batch)]
+    cmd = [
+        sys.executable,
+        __file__,
+        "--child-updates",
+        "--repeats",
+        str(args.repeats),
+        "--threads",
+        str(args.threads),
+        "--image-size",
+        str(args.image_size),
+        "--crop",
+        str(args.crop),
+        "--batch",
+        *map(str, args.batch),
+    ]
     if allocator == "jemalloc":
         env["LD_PRELOAD"] = JEMALLOC
     if allocator == "glibc-tuned":
@@ -290,19 +338,38 @@ def child(args: argparse.Namespace, allocator: str) -> dict:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--only", nargs="+", choices=["env", "updates", "precision", "loop", "memory", "recipe", "encoders"],
-                   default=None)
+    p.add_argument(
+        "--only",
+        nargs="+",
+        choices=["env", "updates", "precision", "loop", "memory", "recipe", "encoders"],
+        default=None,
+    )
     p.add_argument("--batch", type=int, nargs="+", default=[512, 128])
     p.add_argument("--image-size", type=int, default=100, help="rendered size (CPU recipe: 64)")
     p.add_argument("--crop", type=int, default=84, help="crop size the encoder sees (CPU recipe: 56)")
     p.add_argument("--action-repeat", type=int, default=8)
-    p.add_argument("--small", type=int, nargs=2, metavar=("IMAGE_SIZE", "CROP"), default=None,
-                   help="precision: also time bf16 on these smaller renders (e.g. 48 42)")
-    p.add_argument("--shadow-size", type=int, default=None,
-                   help="env: also time renders with this shadow map size (data.shadow_size)")
+    p.add_argument(
+        "--small",
+        type=int,
+        nargs=2,
+        metavar=("IMAGE_SIZE", "CROP"),
+        default=None,
+        help="precision: also time bf16 on these smaller renders (e.g. 48 42)",
+    )
+    p.add_argument(
+        "--shadow-size",
+        type=int,
+        default=None,
+        help="env: also time renders with this shadow map size (data.shadow_size)",
+    )
     p.add_argument("--repeats", type=int, default=3)
-    p.add_argument("--encoders", nargs="+", default=["4x32", "4x16", "3x16", "2x32", "4x16@48/42"],
-                   metavar="LxF[@SIZE/CROP]", help="encoders: conv layers x filters, optionally on other renders")
+    p.add_argument(
+        "--encoders",
+        nargs="+",
+        default=["4x32", "4x16", "3x16", "2x32", "4x16@48/42"],
+        metavar="LxF[@SIZE/CROP]",
+        help="encoders: conv layers x filters, optionally on other renders",
+    )
     p.add_argument("--precision", choices=["fp32", "bf16"], default="fp32", help="encoders: the networks' dtype")
     p.add_argument("--loop-steps", type=int, default=12)
     p.add_argument("--threads", type=int, default=2)
@@ -314,25 +381,37 @@ def main() -> None:
     if args.child_updates:
         if args.tune_malloc:
             tune_glibc_malloc()
-        print(json.dumps({str(b): bench_updates(b, args.repeats, args.image_size, args.crop) | {"load": load()}
-                          for b in args.batch}))
+        print(
+            json.dumps(
+                {
+                    str(b): bench_updates(b, args.repeats, args.image_size, args.crop) | {"load": load()}
+                    for b in args.batch
+                }
+            )
+        )
         return
     print(machine_line(), flush=True)  # CPU model, capability, native bf16 or not
     only = set(args.only or ["env", "updates", "precision", "loop", "memory", "recipe"])
     size, crop = args.image_size, args.crop
-    print(f"# rl_step: torch {torch.__version__}, {args.threads} threads, {os.cpu_count()} cpus, "
-          f"{size}x{size} renders cropped to {crop}, action repeat {args.action_repeat}, {load()}")
+    print(
+        f"# rl_step: torch {torch.__version__}, {args.threads} threads, {os.cpu_count()} cpus, "
+        f"{size}x{size} renders cropped to {crop}, action repeat {args.action_repeat}, {load()}"
+    )
     if "memory" in only:
         m = buffer_memory()
-        print(f"replay buffer at 100k: ctk {m['ctk_bytes'] / 1e9:.2f} GB, reference obs+next_obs stacks "
-              f"{m['reference_bytes'] / 1e9:.1f} GB, ratio {m['ratio']:.2f}x")
+        print(
+            f"replay buffer at 100k: ctk {m['ctk_bytes'] / 1e9:.2f} GB, reference obs+next_obs stacks "
+            f"{m['reference_bytes'] / 1e9:.1f} GB, ratio {m['ratio']:.2f}x"
+        )
     if "env" in only:
         sizes = (None,) if args.shadow_size is None else (None, args.shadow_size)
         for shadow, e in bench_env(250, size, args.action_repeat, sizes).items():
-            print(f"env (cartpole, repeat {args.action_repeat}, {size}x{size} render, shadow map "
-                  f"{shadow or 'default'}): {e['env_steps_per_s']:.0f} env steps/s, {e['agent_steps_per_s']:.1f} "
-                  f"agent steps/s, render {e['render_ms']:.1f} ms/frame ({100 * e['render_share']:.0f}% of env "
-                  f"time)  [{load()}]")
+            print(
+                f"env (cartpole, repeat {args.action_repeat}, {size}x{size} render, shadow map "
+                f"{shadow or 'default'}): {e['env_steps_per_s']:.0f} env steps/s, {e['agent_steps_per_s']:.1f} "
+                f"agent steps/s, render {e['render_ms']:.1f} ms/frame ({100 * e['render_share']:.0f}% of env "
+                f"time)  [{load()}]"
+            )
     if "updates" in only:
         for alloc in args.allocators:
             if alloc == "jemalloc" and not Path(JEMALLOC).exists():
@@ -342,44 +421,57 @@ def main() -> None:
             for b, r in res.items():
                 speedup = r["reference_style"] / r["ctk"]
                 sections = ", ".join(f"{k} {100 * v:.0f}%" for k, v in r["ctk_sections"].items())
-                print(f"updates batch {b} [{alloc}]: ctk {r['ctk']:.3f} s ({1 / r['ctk']:.2f}/s), "
-                      f"reference-style {r['reference_style']:.3f} s, speed-up {speedup:.2f}x; "
-                      f"ctk sections: {sections}  [{r['load']}]")
+                print(
+                    f"updates batch {b} [{alloc}]: ctk {r['ctk']:.3f} s ({1 / r['ctk']:.2f}/s), "
+                    f"reference-style {r['reference_style']:.3f} s, speed-up {speedup:.2f}x; "
+                    f"ctk sections: {sections}  [{r['load']}]"
+                )
     if "precision" in only:
         for b in args.batch:
             r = bench_precision(b, args.repeats, size, crop, args.small)
             names = [k for k in ("bf16_convs", "bf16", "autocast_all", "bf16_small") if k in r]
-            ratios = ", ".join(f"{k} {r[k]:.3f} s ({r['fp32'] / r[k]:.2f}x; cpu {r['cpu_fp32'] / r['cpu_' + k]:.2f}x)"
-                               for k in names)
-            print(f"precision batch {b}: update fp32 {r['fp32']:.3f} s (cpu {r['cpu_fp32']:.3f} s), {ratios}; act fp32 "
-                  f"{1000 * r['act_fp32']:.1f} ms, bf16 {1000 * r['act_bf16']:.1f} ms "
-                  f"({r['act_fp32'] / r['act_bf16']:.2f}x)  [{load()}]")
+            ratios = ", ".join(
+                f"{k} {r[k]:.3f} s ({r['fp32'] / r[k]:.2f}x; cpu {r['cpu_fp32'] / r['cpu_' + k]:.2f}x)" for k in names
+            )
+            print(
+                f"precision batch {b}: update fp32 {r['fp32']:.3f} s (cpu {r['cpu_fp32']:.3f} s), {ratios}; act fp32 "
+                f"{1000 * r['act_fp32']:.1f} ms, bf16 {1000 * r['act_bf16']:.1f} ms "
+                f"({r['act_fp32'] / r['act_bf16']:.2f}x)  [{load()}]"
+            )
     if "loop" in only:
         for name, dtype in (("fp32", torch.float32), ("bf16", torch.bfloat16)):
             lp = bench_loop(args.loop_steps, args.batch[-1], size, crop, args.action_repeat, dtype, args.shadow_size)
-            print(f"training loop at batch {lp['batch']}, {name}, shadow map {args.shadow_size or 'default'}: {lp['ms_per_agent_step']:.0f} ms/agent step; "
-                  f"acting {100 * lp['act_share']:.1f}%, updates {100 * lp['update_share']:.1f}% (contrastive "
-                  f"term {100 * lp['contrastive_share']:.1f}%), rendering {100 * lp['render_share']:.1f}%, "
-                  f"physics and stacking {100 * lp['physics_share']:.1f}%  [{load()}]")
+            print(
+                f"training loop at batch {lp['batch']}, {name}, shadow map {args.shadow_size or 'default'}: {lp['ms_per_agent_step']:.0f} ms/agent step; "
+                f"acting {100 * lp['act_share']:.1f}%, updates {100 * lp['update_share']:.1f}% (contrastive "
+                f"term {100 * lp['contrastive_share']:.1f}%), rendering {100 * lp['render_share']:.1f}%, "
+                f"physics and stacking {100 * lp['physics_share']:.1f}%  [{load()}]"
+            )
     if "encoders" in only:
+
         def parse(spec: str) -> tuple[int, int, int, int]:
             shape, _, sizes = spec.partition("@")
             layers, filters = map(int, shape.split("x"))
             image, crop_ = map(int, sizes.split("/")) if sizes else (size, crop)
             return layers, filters, image, crop_
+
         variants = [parse(v) for v in args.encoders]
         dtype = torch.bfloat16 if args.precision == "bf16" else torch.float32
         res = bench_encoders(args.batch[-1], args.repeats, dtype, variants)
         ref = res[variants[0]]
         for v, t in res.items():
-            print(f"encoder {v[0]} layers x {v[1]} filters on {v[2]}->{v[3]} crops, {args.precision}, batch "
-                  f"{args.batch[-1]}: {1000 * t:.0f} ms/update, {ref / t:.2f}x the speed of "
-                  f"{variants[0][0]}x{variants[0][1]} on {variants[0][2]}->{variants[0][3]}  [{load()}]")
+            print(
+                f"encoder {v[0]} layers x {v[1]} filters on {v[2]}->{v[3]} crops, {args.precision}, batch "
+                f"{args.batch[-1]}: {1000 * t:.0f} ms/update, {ref / t:.2f}x the speed of "
+                f"{variants[0][0]}x{variants[0][1]} on {variants[0][2]}->{variants[0][3]}  [{load()}]"
+            )
     if "recipe" in only:
         # the CPU recipe's agent step before the time-to-accuracy work (fp32, DMControl's 2048
         # shadow map) and after (bf16 networks, 512 shadow map), in alternating rounds
-        settings = {"before (fp32, shadow 2048)": (torch.float32, None),
-                    "after (bf16, shadow 512)": (torch.bfloat16, 512)}
+        settings = {
+            "before (fp32, shadow 2048)": (torch.float32, None),
+            "after (bf16, shadow 512)": (torch.bfloat16, 512),
+        }
         ms: dict[str, list[float]] = {k: [] for k in settings}
         for _ in range(args.repeats):
             for name, (dtype, shadow) in settings.items():
@@ -387,9 +479,11 @@ def main() -> None:
                 ms[name].append(lp["ms_per_agent_step"])
         med = {k: statistics.median(v) for k, v in ms.items()}
         (b_name, b), (a_name, a) = med.items()
-        print(f"recipe agent step at batch {args.batch[-1]}: {b_name} {b:.0f} ms, {a_name} {a:.0f} ms; "
-              f"agent steps/s after over before {b / a:.2f}x (medians of {args.repeats} rounds of "
-              f"{args.loop_steps} steps)  [{load()}]")
+        print(
+            f"recipe agent step at batch {args.batch[-1]}: {b_name} {b:.0f} ms, {a_name} {a:.0f} ms; "
+            f"agent steps/s after over before {b / a:.2f}x (medians of {args.repeats} rounds of "
+            f"{args.loop_steps} steps)  [{load()}]"
+        )
 
 
 if __name__ == "__main__":

@@ -9,6 +9,7 @@ per-worker imports are the overhead that keeps it below::
 
     python bench/sweep.py [--steps 300] [--points 8] [--jobs 2]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -31,9 +32,19 @@ def sweep_seconds(points: int, steps: int, jobs: int) -> float:
         env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
         env.pop("MLFLOW_TRACKING_URI", None)
         env.pop("CTK_CHECKPOINTS", None)
-        cmd = [sys.executable, str(ROOT / "cli.py"), "sweep", RECIPE, "--grid",
-               "seed=" + ",".join(str(s) for s in range(points)), "--set", f"budget.steps={steps}",
-               "--quiet", "--jobs", str(jobs)]
+        cmd = [
+            sys.executable,
+            str(ROOT / "cli.py"),
+            "sweep",
+            RECIPE,
+            "--grid",
+            "seed=" + ",".join(str(s) for s in range(points)),
+            "--set",
+            f"budget.steps={steps}",
+            "--quiet",
+            "--jobs",
+            str(jobs),
+        ]
         start = time.perf_counter()
         subprocess.run(cmd, cwd=folder, env=env, check=True, capture_output=True)
         return time.perf_counter() - start
@@ -41,6 +52,7 @@ def sweep_seconds(points: int, steps: int, jobs: int) -> float:
 
 def ray_startup_seconds() -> tuple[float, float]:
     import ray
+
     start = time.perf_counter()
     ray.init(num_cpus=os.cpu_count(), include_dashboard=False, log_to_driver=False, logging_level="ERROR")
     up = time.perf_counter() - start
@@ -59,10 +71,21 @@ def main() -> None:
     up, down = ray_startup_seconds()
     serial = sweep_seconds(args.points, args.steps, 1)
     parallel = sweep_seconds(args.points, args.steps, args.jobs)
-    print(json.dumps({"points": args.points, "steps": args.steps, "cores": os.cpu_count(),
-                      "serial_s": round(serial, 1), f"jobs{args.jobs}_s": round(parallel, 1),
-                      "speed_up": round(serial / parallel, 2), "ray_init_s": round(up, 2),
-                      "ray_shutdown_s": round(down, 2)}, indent=1))
+    print(
+        json.dumps(
+            {
+                "points": args.points,
+                "steps": args.steps,
+                "cores": os.cpu_count(),
+                "serial_s": round(serial, 1),
+                f"jobs{args.jobs}_s": round(parallel, 1),
+                "speed_up": round(serial / parallel, 2),
+                "ray_init_s": round(up, 2),
+                "ray_shutdown_s": round(down, 2),
+            },
+            indent=1,
+        )
+    )
 
 
 if __name__ == "__main__":

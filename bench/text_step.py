@@ -21,6 +21,7 @@ printed (the machine may be shared: compare medians of runs made under the same 
     taskset -c 0 python bench/text_step.py --threads 1      # one pinned core
     python bench/text_step.py --hidden 2400 --embedding 620 --batch 400 --repeats 5
 """
+
 from __future__ import annotations
 
 import argparse
@@ -53,6 +54,7 @@ GRU_RECIPE = ROOT / "recipes/text/cpu/qt_austen.yaml"
 @dataclass
 class Spec:
     """What a training step depends on: the encoder, the tokenizer, the batch and the rate."""
+
     label: str
     encoder: EncoderConfig
     tokenizer: TokenizerConfig
@@ -65,10 +67,15 @@ class Spec:
 def spec_from_recipe(path: str | Path) -> Spec:
     raw = load_yaml(path)
     data = raw.get("data") or {}
-    return Spec(Path(path).name, EncoderConfig(**(raw.get("encoder") or {})),
-                TokenizerConfig(**(data.get("tokenizer") or {})), int(raw["budget"]["batch_size"]),
-                float((raw.get("optimizer") or {}).get("lr", 1e-3)), int(data.get("max_length", 30)),
-                data.get("corpus", "austen"))
+    return Spec(
+        Path(path).name,
+        EncoderConfig(**(raw.get("encoder") or {})),
+        TokenizerConfig(**(data.get("tokenizer") or {})),
+        int(raw["budget"]["batch_size"]),
+        float((raw.get("optimizer") or {}).get("lr", 1e-3)),
+        int(data.get("max_length", 30)),
+        data.get("corpus", "austen"),
+    )
 
 
 class Step:
@@ -78,9 +85,14 @@ class Step:
     def __init__(self, spec: Spec, device: torch.device, dp: bool) -> None:
         books = load_corpus(spec.corpus)[:-1]
         t = spec.tokenizer
-        tok = train_tokenizer((s for b in books for s in b.sentences), kind=t.kind, vocab_size=t.vocab_size,
-                              lowercase=t.lowercase, min_frequency=t.min_frequency,
-                              max_length=spec.max_length)
+        tok = train_tokenizer(
+            (s for b in books for s in b.sentences),
+            kind=t.kind,
+            vocab_size=t.vocab_size,
+            lowercase=t.lowercase,
+            min_frequency=t.min_frequency,
+            max_length=spec.max_length,
+        )
         self.spec, self.tok, self.device, self.dp = spec, tok, device, dp
         self.enc = build_quick_thought_encoder(spec.encoder, tok, spec.max_length).to(device)
         self.opt = torch.optim.Adam(self.enc.parameters(), lr=spec.lr)
@@ -90,12 +102,17 @@ class Step:
 
     def describe(self) -> str:
         e = self.spec.encoder
-        shape = (f"bag of words {e.embedding_dim}" if e.kind == "bow" else
-                 f"{e.kind} hidden {e.hidden_size} (bidirectional {e.bidirectional}), embedding {e.embedding_dim}")
+        shape = (
+            f"bag of words {e.embedding_dim}"
+            if e.kind == "bow"
+            else f"{e.kind} hidden {e.hidden_size} (bidirectional {e.bidirectional}), embedding {e.embedding_dim}"
+        )
         params = sum(p.numel() for p in self.enc.parameters())
         corpus = self.spec.corpus if isinstance(self.spec.corpus, str) else "+".join(self.spec.corpus)
-        return (f"{self.spec.label}: {corpus}, {shape}, {self.spec.tokenizer.kind} vocab {self.tok.vocab_size}, "
-                f"{params / 1e6:.2f} M parameters; batch {self.spec.batch}, max length {self.spec.max_length}")
+        return (
+            f"{self.spec.label}: {corpus}, {shape}, {self.spec.tokenizer.kind} vocab {self.tok.vocab_size}, "
+            f"{params / 1e6:.2f} M parameters; batch {self.spec.batch}, max length {self.spec.max_length}"
+        )
 
     def __call__(self, timed: bool) -> None:
         batch = {key: v.to(self.device) for key, v in next(self.batches).items()}
@@ -119,8 +136,10 @@ class Step:
 
     def report(self) -> str:
         med, best = statistics.median(self.times), min(self.times)
-        return (f"training step: median {med * 1e3:.0f} ms ({self.spec.batch / med:.0f} sentences/s), "
-                f"best {best * 1e3:.0f} ms ({self.spec.batch / best:.0f} sentences/s), loss {self.loss:.3f}")
+        return (
+            f"training step: median {med * 1e3:.0f} ms ({self.spec.batch / med:.0f} sentences/s), "
+            f"best {best * 1e3:.0f} ms ({self.spec.batch / best:.0f} sentences/s), loss {self.loss:.3f}"
+        )
 
     def embed_rate(self, sentences: list[str]) -> float:
         self.enc.embed(sentences[:256])  # warm-up
@@ -135,8 +154,13 @@ class Step:
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--recipe", help="a text recipe: its encoder, tokenizer, batch and lr replace the flags")
-    p.add_argument("--before", nargs="?", const=str(GRU_RECIPE), default=None,
-                   help="also time this recipe's step and print the ratio (default: the GRU recipe)")
+    p.add_argument(
+        "--before",
+        nargs="?",
+        const=str(GRU_RECIPE),
+        default=None,
+        help="also time this recipe's step and print the ratio (default: the GRU recipe)",
+    )
     p.add_argument("--kind", choices=["gru", "bow"], default="gru")
     p.add_argument("--batch", type=int, default=128)
     p.add_argument("--hidden", type=int, default=256)
@@ -147,7 +171,9 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--warmup", type=int, default=2)
     p.add_argument("--repeats", type=int, default=10)
-    p.add_argument("--dp", action="store_true", help="add LMCL's DP regularizer as the CPU recipes do (mean over pairs, weight 1)")
+    p.add_argument(
+        "--dp", action="store_true", help="add LMCL's DP regularizer as the CPU recipes do (mean over pairs, weight 1)"
+    )
     p.add_argument("--embed-sentences", type=int, default=4000)
     p.add_argument("--device", default="cpu")
     args = p.parse_args(argv)
@@ -159,9 +185,16 @@ def main(argv: list[str] | None = None) -> None:
     if args.recipe:
         spec = spec_from_recipe(args.recipe)
     else:
-        spec = Spec("flags", EncoderConfig(kind=args.kind, embedding_dim=args.embedding, hidden_size=args.hidden,
-                                           bidirectional=args.bidirectional),
-                    TokenizerConfig(vocab_size=args.vocab), args.batch, 5e-4, args.max_length)
+        spec = Spec(
+            "flags",
+            EncoderConfig(
+                kind=args.kind, embedding_dim=args.embedding, hidden_size=args.hidden, bidirectional=args.bidirectional
+            ),
+            TokenizerConfig(vocab_size=args.vocab),
+            args.batch,
+            5e-4,
+            args.max_length,
+        )
     steps = [Step(spec, device, args.dp)]
     if args.before:
         steps.append(Step(spec_from_recipe(args.before), device, args.dp))
@@ -176,14 +209,18 @@ def main(argv: list[str] | None = None) -> None:
     sentences = load_task("mr").sentences[: args.embed_sentences]
     for step in steps:
         print(f"{step.spec.label}: {step.report()}")
-        print(f"  embedding (evaluation): median {step.embed_rate(sentences):.0f} sentences/s over "
-              f"{len(sentences)} MR sentences, features {2 * step.enc.out_dim}-d")
+        print(
+            f"  embedding (evaluation): median {step.embed_rate(sentences):.0f} sentences/s over "
+            f"{len(sentences)} MR sentences, features {2 * step.enc.out_dim}-d"
+        )
     if args.before:
         after, before = steps
         steps_after, steps_before = (1 / statistics.median(s.times) for s in (after, before))
-        print(f"{after.spec.label} over {before.spec.label}: training sentences/s {after.rate():.0f} / "
-              f"{before.rate():.0f} = {after.rate() / before.rate():.2f}x; steps/s {steps_after:.1f} / "
-              f"{steps_before:.1f} = {steps_after / steps_before:.2f}x")
+        print(
+            f"{after.spec.label} over {before.spec.label}: training sentences/s {after.rate():.0f} / "
+            f"{before.rate():.0f} = {after.rate() / before.rate():.2f}x; steps/s {steps_after:.1f} / "
+            f"{steps_before:.1f} = {steps_after / steps_before:.2f}x"
+        )
 
 
 if __name__ == "__main__":

@@ -20,14 +20,16 @@ are started once before both, so neither pays for that. Usage::
 ``ENCODER``: a run id of the store ``$MLFLOW_TRACKING_URI`` (every run logs its encoder) or a
 file written by ``ctk export``.
 """
+
 from __future__ import annotations
 
 import argparse
 import sys
 import time
 from collections import defaultdict
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import torch
 
@@ -45,8 +47,15 @@ from toolkit.training.precision import machine_line  # noqa: E402
 
 BEFORE_BATCH = 512  # the extraction batch of every vision recipe before issue 27
 
-SHOWN = ("linear_top1", "linear_top1_random_init", "linear_top1_raw_pixels", "knn_top1",
-         "knn5_top1", "knn_top1_raw_pixels", "knn5_top1_raw_pixels")
+SHOWN = (
+    "linear_top1",
+    "linear_top1_random_init",
+    "linear_top1_raw_pixels",
+    "knn_top1",
+    "knn5_top1",
+    "knn_top1_raw_pixels",
+    "knn5_top1_raw_pixels",
+)
 
 
 class Clock:
@@ -62,6 +71,7 @@ class Clock:
                 return fn(*args, **kwargs)
             finally:
                 self.seconds[phase] += time.perf_counter() - start
+
         return timed
 
 
@@ -74,35 +84,60 @@ def before(domain: Any, encoder: torch.nn.Module, data: Any, recipe: Any, clock:
 
     def probes(tr: torch.Tensor, te: torch.Tensor, suffix: str, with_knn: bool) -> None:
         c = 1.0 / (lin.weight_decay * len(ytr)) if lin.weight_decay > 0 else 1.0
-        res = probe(tr, ytr, te, yte, c=c, standardize=lin.standardize, select=lin.select_c,
-                    c_grid=lin.c_grid, holdout=lin.holdout, max_iter=lin.epochs, seed=data.seed)
+        res = probe(
+            tr,
+            ytr,
+            te,
+            yte,
+            c=c,
+            standardize=lin.standardize,
+            select=lin.select_c,
+            c_grid=lin.c_grid,
+            holdout=lin.holdout,
+            max_iter=lin.epochs,
+            seed=data.seed,
+        )
         out[f"linear_top1{suffix}"], out[f"linear_c{suffix}"] = res["top1"], res["c"]
         if with_knn:
-            scores = knn(tr, ytr, te, data.num_classes, [(cfg.knn.k, True), (5, False)],
-                         temperature=cfg.knn.temperature)
+            scores = knn(
+                tr, ytr, te, data.num_classes, [(cfg.knn.k, True), (5, False)], temperature=cfg.knn.temperature
+            )
             out[f"knn_top1{suffix}"] = topk_accuracy(scores[0], yte, 1)
             out[f"knn5_top1{suffix}"] = topk_accuracy(scores[1], yte, 1)
 
     with torch.no_grad():
-        probes(ext(encoder.features, data.probe_train.images, nat, bs),
-               ext(encoder.features, data.test.images, nat, bs), "", True)
+        probes(
+            ext(encoder.features, data.probe_train.images, nat, bs),
+            ext(encoder.features, data.test.images, nat, bs),
+            "",
+            True,
+        )
         torch.manual_seed(data.seed + 7919)
         fresh = domain.build_encoder(recipe).eval()
-        probes(ext(fresh.features, data.probe_train.images, nat, bs),
-               ext(fresh.features, data.test.images, nat, bs), "_random_init", False)
+        probes(
+            ext(fresh.features, data.probe_train.images, nat, bs),
+            ext(fresh.features, data.test.images, nat, bs),
+            "_random_init",
+            False,
+        )
 
         def pixels(x: torch.Tensor) -> torch.Tensor:
             return x.flatten(1)
-        probes(ext(pixels, data.probe_train.images, nat, bs), ext(pixels, data.test.images, nat, bs),
-               "_raw_pixels", True)
+
+        probes(
+            ext(pixels, data.probe_train.images, nat, bs), ext(pixels, data.test.images, nat, bs), "_raw_pixels", True
+        )
     clock.wrap("geometry", diagnostics.geometry)(encoder, data, recipe)
     return out
 
 
 def after(domain: Any, encoder: torch.nn.Module, data: Any, recipe: Any, clock: Clock) -> dict[str, float]:
     """``domains.vision.evaluation.evaluate`` as it is, its phases timed."""
-    saved = {name: getattr(evaluation, name) for name in ("extract", "extract_features", "linear_probes",
-                                                          "knn_score_sets") if hasattr(evaluation, name)}
+    saved = {
+        name: getattr(evaluation, name)
+        for name in ("extract", "extract_features", "linear_probes", "knn_score_sets")
+        if hasattr(evaluation, name)
+    }
     geometry = diagnostics.geometry
     try:
         for name, fn in saved.items():
@@ -129,8 +164,11 @@ def main() -> None:
     if args.threads:
         torch.set_num_threads(args.threads)
     print(machine_line(), flush=True)
-    print(f"torch threads {torch.get_num_threads()}; encoder {args.encoder}; recipe {args.recipe} "
-          f"{' '.join(args.overrides)}", flush=True)
+    print(
+        f"torch threads {torch.get_num_threads()}; encoder {args.encoder}; recipe {args.recipe} "
+        f"{' '.join(args.overrides)}",
+        flush=True,
+    )
     recipe = load_recipe(args.recipe, args.overrides, installed.get)
     domain = recipe.domain_class(recipe)
     data = domain.load_eval(recipe)
@@ -148,8 +186,9 @@ def main() -> None:
         phases = ", ".join(f"{k} {v:.1f} s" for k, v in clock.seconds.items())
         print(f"{mode}: {walls[mode]:.1f} s ({phases})", flush=True)
         print("  " + ", ".join(f"{k} {metrics[k]:.2f}" for k in SHOWN if k in metrics), flush=True)
-        print("  C chosen: " + ", ".join(f"{k} {v:g}" for k, v in metrics.items() if k.startswith("linear_c")),
-              flush=True)
+        print(
+            "  C chosen: " + ", ".join(f"{k} {v:g}" for k, v in metrics.items() if k.startswith("linear_c")), flush=True
+        )
     if len(walls) == 2:
         print(f"before / after: {walls['before'] / walls['after']:.2f}x")
 

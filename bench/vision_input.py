@@ -18,6 +18,7 @@ Printed, each measured in this run:
 
 Run it alone: another busy process on the cores makes every figure meaningless.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -78,8 +79,14 @@ def stage_times(paths: list[str], spec: CropSpec, repeats: int = 3) -> dict[str,
         w, h = sizes[i]
         side = min(boxes[i][2] - boxes[i][0], boxes[i][3] - boxes[i][1])
         need = next((s for s in (0.125, 0.25, 0.5) if s >= spec.size / side), 1.0)
-        simplejpeg.decode_jpeg(blobs[i], "RGB", fastdct=True, fastupsample=True,
-                               min_height=int(np.ceil(h * need)), min_width=int(np.ceil(w * need)))
+        simplejpeg.decode_jpeg(
+            blobs[i],
+            "RGB",
+            fastdct=True,
+            fastupsample=True,
+            min_height=int(np.ceil(h * need)),
+            min_width=int(np.ceil(w * need)),
+        )
 
     images = [Image.fromarray(a) for a in full]
     return {
@@ -87,11 +94,14 @@ def stage_times(paths: list[str], spec: CropSpec, repeats: int = 3) -> dict[str,
         "libjpeg-turbo decode, full resolution (simplejpeg)": timed(lambda i: simplejpeg.decode_jpeg(blobs[i], "RGB")),
         "libjpeg-turbo decode at the crop's 1/2^k DCT scale, fast IDCT": timed(scaled),
         f"crop + antialiased resize to {spec.size} (PIL)": timed(
-            lambda i: images[i].resize((spec.size, spec.size), Image.BILINEAR, box=boxes[i])),
+            lambda i: images[i].resize((spec.size, spec.size), Image.BILINEAR, box=boxes[i])
+        ),
         f"crop + antialiased resize to {spec.size} (torch, uint8, what the workers use)": timed(
-            lambda i: _torch_resize(full[i], boxes[i], spec.size)),
+            lambda i: _torch_resize(full[i], boxes[i], spec.size)
+        ),
         "whole worker item (decode_views, file read included)": timed(
-            lambda i: decode_views(paths[i], spec, np.random.default_rng(i))),
+            lambda i: decode_views(paths[i], spec, np.random.default_rng(i))
+        ),
     }
 
 
@@ -100,12 +110,15 @@ def _torch_resize(arr, box, size: int):
 
     img = torch.from_numpy(arr).permute(2, 0, 1)[None]
     left, top, right, bottom = pixel_box(box, 1.0, 1.0)
-    return torch.nn.functional.interpolate(img[:, :, top:bottom, left:right], size=(size, size),
-                                           mode="bilinear", antialias=True, align_corners=False)
+    return torch.nn.functional.interpolate(
+        img[:, :, top:bottom, left:right], size=(size, size), mode="bilinear", antialias=True, align_corners=False
+    )
 
 
 def pipeline_rate(split, spec: CropSpec, workers: int, seconds: float, batch: int = 64) -> float:
-    loader = StreamBatches(split, spec, min(batch, len(split)), seed=0, workers=workers, prefetch=4, rank=0, world_size=1)
+    loader = StreamBatches(
+        split, spec, min(batch, len(split)), seed=0, workers=workers, prefetch=4, rank=0, world_size=1
+    )
     it = loader.iter_from(0)
     next(it)  # workers started and warm
     n, epoch, start = 0, 0, time.perf_counter()
@@ -143,8 +156,10 @@ def main(argv: list[str] | None = None) -> int:
                 p.unlink()  # the benchmark is about JPEGs
         split = load_folder_split("imagefolder", "train", tmp)
         sizes = [tuple(__import__("PIL.Image", fromlist=["Image"]).open(split.path(i)).size) for i in range(len(split))]
-        print(f"{len(split)} JPEGs, sizes {', '.join(sorted({f'{w}x{h}' for w, h in sizes}))}; "
-              f"crops to {args.size} px, {args.views} view(s) per image; {cores} cores usable")
+        print(
+            f"{len(split)} JPEGs, sizes {', '.join(sorted({f'{w}x{h}' for w, h in sizes}))}; "
+            f"crops to {args.size} px, {args.views} view(s) per image; {cores} cores usable"
+        )
         paths = [split.path(i) for i in range(len(split))]
         spec = CropSpec(args.size, views=args.views, scale=(0.2, 1.0))
         print("per image, in one process (best of 3):")
@@ -162,7 +177,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  ratio to the full decode    {o / f:8.2f}x  (target >= 1.5x)")
         if many:
             m = statistics.median(many)
-            print(f"pipeline, {cores} workers           {m:8.1f} images/s  (runs: {', '.join(f'{x:.0f}' for x in many)})")
+            print(
+                f"pipeline, {cores} workers           {m:8.1f} images/s  (runs: {', '.join(f'{x:.0f}' for x in many)})"
+            )
             print(f"  ratio to 1 worker           {m / o:8.2f}x  (target >= 1.8x with 2 cores)")
     return 0
 

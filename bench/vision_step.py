@@ -22,6 +22,7 @@ over rounds is reported. Usage::
 was before the time-to-accuracy work: three conv blocks in float32) in the same rounds, and
 prints the ratio of images per second.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -42,7 +43,6 @@ from toolkit import recipe as rc  # noqa: E402
 from toolkit.runs import precision_choice  # noqa: E402
 from toolkit.tracking.runlog import RunLog  # noqa: E402
 from toolkit.training.precision import machine_line  # noqa: E402
-
 
 # the quickstart's step before the time-to-accuracy work (three conv blocks, float32)
 BEFORE = ["encoder.blocks=3", "precision=fp32"]
@@ -94,8 +94,7 @@ def bare_steps(recipe: rc.Recipe, warmup: int, steps: int) -> tuple[float, float
     data = domain.build_data(recipe)
     model = domain.build_encoder(recipe)
     augment = domain.augment
-    opt = torch.optim.Adam(model.parameters(), lr=recipe.optimizer.lr,
-                           weight_decay=recipe.optimizer.weight_decay)
+    opt = torch.optim.Adam(model.parameters(), lr=recipe.optimizer.lr, weight_decay=recipe.optimizer.weight_decay)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 1.0)
     gen = torch.Generator().manual_seed(recipe.seed + 1)
     tau = recipe.objective.loss.args.get("temperature", 0.5)
@@ -108,7 +107,7 @@ def bare_steps(recipe: rc.Recipe, warmup: int, steps: int) -> tuple[float, float
     for step in range(warmup + steps):
         if step == warmup:
             t0, aug_time = time.perf_counter(), 0.0
-        idx = order[(step * b) % (n_img - b):][:b]
+        idx = order[(step * b) % (n_img - b) :][:b]
         x = images[idx]
         ta = time.perf_counter()
         v1, v2 = augment(x, gen), augment(x, gen)
@@ -134,24 +133,36 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--set", action="append", default=[], help="recipe override key=value")
-    parser.add_argument("--before", action="append", default=None, metavar="KEY=VALUE",
-                        help="also time the toolkit step of the recipe with these overrides (an "
-                             "earlier setting), interleaved, and print the images/s ratio; "
-                             "--before none: skip (default: the quickstart before the "
-                             "time-to-accuracy work: " + " ".join(BEFORE) + ")")
+    parser.add_argument(
+        "--before",
+        action="append",
+        default=None,
+        metavar="KEY=VALUE",
+        help="also time the toolkit step of the recipe with these overrides (an "
+        "earlier setting), interleaved, and print the images/s ratio; "
+        "--before none: skip (default: the quickstart before the "
+        "time-to-accuracy work: " + " ".join(BEFORE) + ")",
+    )
     args = parser.parse_args(argv)
     print(machine_line(), flush=True)  # CPU model, capability, native bf16 or not
     torch.set_num_threads(args.threads)
-    common = ["tracking.log_model=false", "budget.monitor_every=null", "budget.eval_every=null",
-              "budget.checkpoint_every=null", f"budget.steps={args.warmup + args.steps + 5}"]
+    common = [
+        "tracking.log_model=false",
+        "budget.monitor_every=null",
+        "budget.eval_every=null",
+        "budget.checkpoint_every=null",
+        f"budget.steps={args.warmup + args.steps + 5}",
+    ]
     recipe = load_recipe([*common, *args.set])
     before_sets = BEFORE if args.before is None else [s for s in args.before if s != "none"]
     before = load_recipe([*common, *args.set, *before_sets]) if before_sets else None
     b = recipe.budget.batch_size
-    print(f"quickstart step: batch {b} x {recipe.objective.views} views, "
-          f"{recipe.encoder.arch} width {recipe.encoder.width} blocks {recipe.encoder.blocks}, "
-          f"{recipe.precision}, {args.threads} threads, "
-          f"{args.steps} timed steps x {args.rounds} rounds")
+    print(
+        f"quickstart step: batch {b} x {recipe.objective.views} views, "
+        f"{recipe.encoder.arch} width {recipe.encoder.width} blocks {recipe.encoder.blocks}, "
+        f"{recipe.precision}, {args.threads} threads, "
+        f"{args.steps} timed steps x {args.rounds} rounds"
+    )
     tk, bare, aug, old = [], [], [], []
     for r in range(args.rounds):
         t_tk = toolkit_steps(recipe, args.warmup, args.steps)
@@ -159,8 +170,10 @@ def main(argv: list[str] | None = None) -> int:
         tk.append(t_tk)
         bare.append(t_bare)
         aug.append(t_aug)
-        line = (f"  round {r + 1}: toolkit {b / t_tk:8.1f} img/s   bare {b / t_bare:8.1f} img/s   "
-                f"augmentation {1000 * t_aug:6.1f} ms/step ({100 * t_aug / t_bare:4.1f}% of the bare step)")
+        line = (
+            f"  round {r + 1}: toolkit {b / t_tk:8.1f} img/s   bare {b / t_bare:8.1f} img/s   "
+            f"augmentation {1000 * t_aug:6.1f} ms/step ({100 * t_aug / t_bare:4.1f}% of the bare step)"
+        )
         if before is not None:
             old.append(toolkit_steps(before, args.warmup, args.steps))
             line += f"   before {before.budget.batch_size / old[-1]:8.1f} img/s"
@@ -169,13 +182,16 @@ def main(argv: list[str] | None = None) -> int:
     if before is not None:
         t_old = statistics.median(old)
         ratio = (b / t_tk) / (before.budget.batch_size / t_old)
-        print(f"before ({' '.join(before_sets)}): {before.budget.batch_size / t_old:.1f} img/s; "
-              f"the recipe now: {b / t_tk:.1f} img/s, ratio {ratio:.2f}x")
+        print(
+            f"before ({' '.join(before_sets)}): {before.budget.batch_size / t_old:.1f} img/s; "
+            f"the recipe now: {b / t_tk:.1f} img/s, ratio {ratio:.2f}x"
+        )
     overhead = 100.0 * (t_tk / t_bare - 1.0)
-    print(f"median: toolkit {b / t_tk:.1f} img/s, bare PyTorch {b / t_bare:.1f} img/s, "
-          f"toolkit overhead {overhead:+.1f}% (target < 5%)")
-    print(f"augmentation: {1000 * t_aug:.1f} ms of a {1000 * t_bare:.1f} ms step "
-          f"({100 * t_aug / t_bare:.1f}%)")
+    print(
+        f"median: toolkit {b / t_tk:.1f} img/s, bare PyTorch {b / t_bare:.1f} img/s, "
+        f"toolkit overhead {overhead:+.1f}% (target < 5%)"
+    )
+    print(f"augmentation: {1000 * t_aug:.1f} ms of a {1000 * t_bare:.1f} ms step ({100 * t_aug / t_bare:.1f}%)")
     return 0
 
 

@@ -18,16 +18,18 @@ pydantic models it names below, and the rules that span sections in :meth:`Domai
 ``load_recipe`` runs together with the schema checks: ``ctk show`` rejects exactly what
 ``ctk run`` would, and every problem is reported in one go with its YAML path.
 """
+
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar, Iterable, Mapping
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import torch
 from torch import Tensor, nn
 
-from toolkit.losses.base import ContrastiveBatch
 from toolkit import recipe as rc
+from toolkit.losses.base import ContrastiveBatch
 from toolkit.recipe import Section
 
 if TYPE_CHECKING:
@@ -107,8 +109,12 @@ class Domain:
     @classmethod
     def sections(cls) -> dict[str, type[Section]]:
         """The recipe sections this domain validates, by key."""
-        return {"data": cls.DataConfig, "encoder": cls.EncoderConfig,
-                "evaluation": cls.EvaluationConfig, **cls.ExtraSections}
+        return {
+            "data": cls.DataConfig,
+            "encoder": cls.EncoderConfig,
+            "evaluation": cls.EvaluationConfig,
+            **cls.ExtraSections,
+        }
 
     def __init__(self, recipe: rc.Recipe) -> None:
         self.recipe = recipe
@@ -144,10 +150,11 @@ class Domain:
         data provider can fetch are fetched here. The default finds nothing to check."""
         return []
 
-    def trainer(self, recipe: rc.Recipe, tracker: Any, options: "RunOptions | None" = None) -> "Trainer":
+    def trainer(self, recipe: rc.Recipe, tracker: Any, options: RunOptions | None = None) -> Trainer:
         """The trainer of a run; by default the toolkit's pretrainer with this domain's data,
         encoder, views and evaluation."""
         from toolkit.training.pretrainer import Pretrainer
+
         return Pretrainer(recipe, self, tracker, options)
 
     # -- the trained encoder as data (toolkit.tracking.encoder_file) ------------------------------
@@ -167,8 +174,7 @@ class Domain:
     def build_encoder(self, recipe: Any) -> Encoder:  # pragma: no cover - abstract
         raise NotImplementedError(f"domain {self.name!r} does not build an encoder")
 
-    def make_views(self, batch: Mapping[str, Any], num_views: int,
-                   generator: torch.Generator | None = None) -> Tensor:
+    def make_views(self, batch: Mapping[str, Any], num_views: int, generator: torch.Generator | None = None) -> Tensor:
         """``[N, V, *input]`` augmented views of ``batch["x"]`` (on its device)."""
         raise NotImplementedError(f"domain {self.name!r} does not make views")  # pragma: no cover
 
@@ -176,9 +182,16 @@ class Domain:
         """The un-augmented input (CPCL's projection term); by default ``batch["x"]``."""
         return batch["x"]
 
-    def contrastive_batch(self, batch: Mapping[str, Any], encoder: nn.Module,
-                          key_encoder: nn.Module | None, needs: set[str], num_views: int,
-                          step: int, generator: torch.Generator | None = None) -> ContrastiveBatch:
+    def contrastive_batch(
+        self,
+        batch: Mapping[str, Any],
+        encoder: nn.Module,
+        key_encoder: nn.Module | None,
+        needs: set[str],
+        num_views: int,
+        step: int,
+        generator: torch.Generator | None = None,
+    ) -> ContrastiveBatch:
         """Encode a batch for the objective. The default fits view-based domains; a domain
         that scores candidates itself (quick-thought) overrides it and fills ``scores`` and
         ``positive_mask``."""
@@ -191,8 +204,7 @@ class Domain:
             with torch.no_grad():
                 keys = key_encoder(flat).view(n, v, -1)
         natural = encoder(self.natural_view(batch)) if "natural" in needs else None
-        return ContrastiveBatch(views=z, keys=keys, natural=natural,
-                                indices=batch.get("index"), step=step)
+        return ContrastiveBatch(views=z, keys=keys, natural=natural, indices=batch.get("index"), step=step)
 
     def evaluate(self, encoder: Encoder, data: DataBundle, recipe: Any) -> Evaluation:
         return Evaluation()  # pragma: no cover - overridden by every real domain

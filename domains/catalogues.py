@@ -3,6 +3,7 @@ domain's catalogue with :mod:`toolkit.data` (``domains/vision/packaged.py``, ``d
 and re-exports the provider's functions, for the data command line (``ctk data``) and for code
 that wants every dataset known.
 """
+
 from __future__ import annotations
 
 import importlib

@@ -7,6 +7,7 @@
 The file holds data only (:mod:`toolkit.tracking.encoder_file`): the encoder is rebuilt from the stored recipe
 by its domain and the weights are loaded with ``weights_only=True``.
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -16,14 +17,15 @@ import torch
 from torch import nn
 
 from domains import installed
-from toolkit.tracking.encoder_file import read_encoder, save_encoder
 from toolkit.runs import load_recipe
+from toolkit.tracking.encoder_file import read_encoder, save_encoder
 
 __all__ = ["load_encoder", "export_encoder"]
 
 
-def load_encoder(source: str | Path, device: str | torch.device = "cpu", *, uri: str | None = None,
-                 eval_mode: bool = True) -> nn.Module:
+def load_encoder(
+    source: str | Path, device: str | torch.device = "cpu", *, uri: str | None = None, eval_mode: bool = True
+) -> nn.Module:
     """The encoder of a run id (of the store ``uri``, default ``$MLFLOW_TRACKING_URI`` or
     ``./mlflow.db``) or of a file written by ``ctk export``, on ``device``."""
     encoder = _rebuild(read_encoder(source, uri), source).to(device)

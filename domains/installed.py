@@ -5,6 +5,7 @@
 Finding a domain imports nothing heavy: a domain's module (and torch with it) is imported when the
 domain is loaded (:meth:`DomainSpec.load`, :func:`get`), so commands that need no domain start at once.
 """
+
 from __future__ import annotations
 
 import importlib
@@ -39,17 +40,21 @@ class DomainSpec:
 
     def load(self) -> type[Domain]:
         from domains.base import Domain
+
         module_name, _, attr = self.target.partition(":")
         try:
             obj: Any = importlib.import_module(module_name)
             for part in attr.split("."):
                 obj = getattr(obj, part)
         except Exception as exc:  # noqa: BLE001 - any import failure is reported the same way
-            raise DomainError(f"domain {self.name!r} ({self.target}, {self.origin}) failed to import: "
-                              f"{type(exc).__name__}: {exc}") from exc
+            raise DomainError(
+                f"domain {self.name!r} ({self.target}, {self.origin}) failed to import: {type(exc).__name__}: {exc}"
+            ) from exc
         if not (isinstance(obj, type) and issubclass(obj, Domain)):
-            raise DomainError(f"domain {self.name!r} ({self.target}, {self.origin}) is not a "
-                              f"domains.base.Domain subclass (got {obj!r})")
+            raise DomainError(
+                f"domain {self.name!r} ({self.target}, {self.origin}) is not a "
+                f"domains.base.Domain subclass (got {obj!r})"
+            )
         return obj
 
 
@@ -62,8 +67,10 @@ def specs() -> dict[str, DomainSpec]:
         spec = DomainSpec(ep.name, ep.value, origin)
         if ep.name in found and found[ep.name].target != ep.value:
             other = found[ep.name]
-            raise DomainError(f"domain name {ep.name!r} is claimed twice: by {other.origin} "
-                              f"({other.target}) and by {origin} ({ep.value})")
+            raise DomainError(
+                f"domain name {ep.name!r} is claimed twice: by {other.origin} "
+                f"({other.target}) and by {origin} ({ep.value})"
+            )
         found[ep.name] = spec
     return found
 

@@ -11,6 +11,7 @@ regenerated, never typed. tests/test_docs.py regenerates it and fails when the p
     python scripts/methods_index.py            # rewrite the index in docs/methods.md
     python scripts/methods_index.py --check    # exit 1 when the page is out of date
 """
+
 from __future__ import annotations
 
 import argparse
@@ -18,8 +19,9 @@ import ast
 import inspect
 import sys
 import textwrap
+from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -30,8 +32,12 @@ END = "<!-- end of the methods index -->"
 # where the functions a registered class computes with live (public names of public modules)
 FUNCTION_HOMES = ("toolkit.losses.functional", "toolkit.samplers.masks")
 # the method each family computes in (checks and argument handling aside)
-COMPUTES = {"objective.loss.name": "forward", "objective.regularizers[].name": "forward",
-            "objective.selector.name": "mask", "objective.selector.schedule.name": "value"}
+COMPUTES = {
+    "objective.loss.name": "forward",
+    "objective.regularizers[].name": "forward",
+    "objective.selector.name": "mask",
+    "objective.selector.schedule.name": "value",
+}
 
 
 def _resolve(node: ast.expr, scope: dict[str, Any]) -> Any:
@@ -60,8 +66,13 @@ def _names_in(fn: Callable[..., Any], cls: type | None = None) -> Iterable[Any]:
     scope = {**vars(sys.modules[fn.__module__]), **fn.__globals__}
     found = []
     for node in ast.walk(tree):
-        if cls is not None and isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) \
-                and node.value.id == "self" and inspect.isfunction(getattr(cls, node.attr, None)):
+        if (
+            cls is not None
+            and isinstance(node, ast.Attribute)
+            and isinstance(node.value, ast.Name)
+            and node.value.id == "self"
+            and inspect.isfunction(getattr(cls, node.attr, None))
+        ):
             found.append(getattr(cls, node.attr))
         elif isinstance(node, (ast.Name, ast.Attribute)) and (obj := _resolve(node, scope)) is not None:
             found.append(obj)
@@ -91,8 +102,11 @@ def functions_of(cls: type, method: str) -> list[Callable[..., Any]]:
         for obj in _names_in(fn, cls):
             if _home(obj) and _public(obj):
                 found[f"{obj.__module__}.{obj.__name__}"] = obj
-            elif inspect.isfunction(obj) and obj.__module__.startswith("toolkit.") and (
-                    obj in methods or not _public(obj)):  # the class's own methods, private helpers
+            elif (
+                inspect.isfunction(obj)
+                and obj.__module__.startswith("toolkit.")
+                and (obj in methods or not _public(obj))
+            ):  # the class's own methods, private helpers
                 todo.append(obj)
     return [found[k] for k in sorted(found)]
 
@@ -101,6 +115,7 @@ def kernels_of(functions: list[Callable[..., Any]]) -> list[str]:
     """The autograd kernels (``torch.autograd.Function`` subclasses with a hand-written
     backward) that ``functions`` run through, following the function homes' own calls."""
     import torch
+
     found: set[str] = set()
     seen: set[Any] = set()
     todo = list(functions)
@@ -110,7 +125,11 @@ def kernels_of(functions: list[Callable[..., Any]]) -> list[str]:
             continue
         seen.add(fn)
         for obj in _names_in(fn):
-            if inspect.isclass(obj) and issubclass(obj, torch.autograd.Function) and obj.__module__.startswith("toolkit."):
+            if (
+                inspect.isclass(obj)
+                and issubclass(obj, torch.autograd.Function)
+                and obj.__module__.startswith("toolkit.")
+            ):
                 found.add(f"{obj.__module__}.{obj.__qualname__}")
             elif _home(obj):
                 todo.append(obj)
@@ -122,14 +141,18 @@ def negative_sources() -> dict[str, type | None]:
     (None: the batch itself), read from attach's ``if src.source == ...`` branches."""
     from toolkit.objective import Objective
     from toolkit.recipe import Negatives
+
     values = Negatives.model_fields["source"].annotation.__args__
     attach = Objective.attach
     tree = ast.parse(textwrap.dedent(inspect.getsource(attach)))
     built: dict[str, type | None] = {v: None for v in values}
     for node in ast.walk(tree):
-        if (isinstance(node, ast.If) and isinstance(node.test, ast.Compare)
-                and isinstance(node.test.comparators[0], ast.Constant)
-                and ast.unparse(node.test.left).endswith(".source")):
+        if (
+            isinstance(node, ast.If)
+            and isinstance(node.test, ast.Compare)
+            and isinstance(node.test.comparators[0], ast.Constant)
+            and ast.unparse(node.test.left).endswith(".source")
+        ):
             for call in (c for stmt in node.body for c in ast.walk(stmt) if isinstance(c, ast.Call)):
                 cls = _resolve(call.func, attach.__globals__)
                 if inspect.isclass(cls):
@@ -147,9 +170,14 @@ def rows() -> list[tuple[str, str, str, str]]:
     from toolkit.regularizers import REGULARIZERS
     from toolkit.samplers import SELECTORS
     from toolkit.samplers.schedules import SELECTOR_SCHEDULES
+
     out = []
-    families = [("objective.loss.name", LOSSES), ("objective.regularizers[].name", REGULARIZERS),
-                ("objective.selector.name", SELECTORS), ("objective.selector.schedule.name", SELECTOR_SCHEDULES)]
+    families = [
+        ("objective.loss.name", LOSSES),
+        ("objective.regularizers[].name", REGULARIZERS),
+        ("objective.selector.name", SELECTORS),
+        ("objective.selector.schedule.name", SELECTOR_SCHEDULES),
+    ]
     for key, registry in families:
         for entry in registry:
             out.append((key, entry.name, entry.obj))
@@ -162,17 +190,20 @@ def rows() -> list[tuple[str, str, str, str]]:
             continue
         functions = functions_of(cls, COMPUTES[key]) if key in COMPUTES else []
         kernels = kernels_of(functions)
-        table.append((f"`{key}: {name}`", _code(f"{cls.__module__}.{cls.__qualname__}"),
-                      ", ".join(_code(f"{f.__module__}.{f.__name__}") for f in functions) or "—",
-                      ", ".join(map(_code, kernels)) or "—"))
+        table.append(
+            (
+                f"`{key}: {name}`",
+                _code(f"{cls.__module__}.{cls.__qualname__}"),
+                ", ".join(_code(f"{f.__module__}.{f.__name__}") for f in functions) or "—",
+                ", ".join(map(_code, kernels)) or "—",
+            )
+        )
     return table
 
 
 def index() -> str:
     """The index block, markers included."""
-    lines = [BEGIN, "",
-             "| recipe key | class | function | fused kernel |",
-             "|---|---|---|---|"]
+    lines = [BEGIN, "", "| recipe key | class | function | fused kernel |", "|---|---|---|---|"]
     lines += [f"| {key} | {cls} | {fns} | {kernels} |" for key, cls, fns, kernels in rows()]
     return "\n".join([*lines, "", END])
 
@@ -193,8 +224,10 @@ def main(argv: list[str] | None = None) -> int:
     new = rewritten(text)
     if args.check:
         if new != text:
-            print(f"{PAGE.relative_to(ROOT)}: the index is out of date; run python scripts/methods_index.py",
-                  file=sys.stderr)
+            print(
+                f"{PAGE.relative_to(ROOT)}: the index is out of date; run python scripts/methods_index.py",
+                file=sys.stderr,
+            )
             return 1
         return 0
     if new != text:

@@ -13,6 +13,7 @@ re-measured without running the others again; the page's header names the kept t
     python scripts/reproductions.py --run --table ring-mi-toy --uri sqlite:///runs.db
     python scripts/reproductions.py --keep --uri sqlite:///new-table.db
 """
+
 from __future__ import annotations
 
 import argparse
@@ -44,12 +45,17 @@ def stored_runs(uri: str, table: PaperTable) -> list:
     """Finished runs of ``table`` in its ``reproduce-NAME`` experiment (one per row and seed;
     the newest when a point ran twice)."""
     from toolkit.tracking.store import client_for
+
     client = client_for(uri)
     exp = client.get_experiment_by_name(f"reproduce-{table.name}")
     if exp is None:
         return []
-    runs = client.search_runs([exp.experiment_id], f"tags.`ctk.table` = '{table.name}' and attributes.status = 'FINISHED'",
-                              max_results=5000, order_by=["attributes.start_time DESC"])
+    runs = client.search_runs(
+        [exp.experiment_id],
+        f"tags.`ctk.table` = '{table.name}' and attributes.status = 'FINISHED'",
+        max_results=5000,
+        order_by=["attributes.start_time DESC"],
+    )
     seen, out = set(), []
     for run in runs:
         key = (run.data.tags.get("ctk.row"), run.data.params.get("seed"))
@@ -76,14 +82,28 @@ def _minutes(ms: float) -> str:
 
 
 def table_section(table: PaperTable, runs: list) -> list[str]:
-    out = [f"### `{table.name}`", "", f"{table.title}", "", f"Command: `ctk reproduce {table.name}`"
-           f" ({len(table.rows)} rows x {len(table.seeds)} seeds: {', '.join(map(str, table.seeds))}).", ""]
+    out = [
+        f"### `{table.name}`",
+        "",
+        f"{table.title}",
+        "",
+        f"Command: `ctk reproduce {table.name}`"
+        f" ({len(table.rows)} rows x {len(table.seeds)} seeds: {', '.join(map(str, table.seeds))}).",
+        "",
+    ]
     if table.dataset_differs:
-        out += [f"Measured on another dataset than the paper's: {table.dataset_differs.strip()} "
-                "Only the claims are compared.", ""]
+        out += [
+            f"Measured on another dataset than the paper's: {table.dataset_differs.strip()} "
+            "Only the claims are compared.",
+            "",
+        ]
     if not runs:
-        out += ["Not measured: no finished runs of this table in the store the page was written from.", "",
-                "Claims it checks:", ""]
+        out += [
+            "Not measured: no finished runs of this table in the store the page was written from.",
+            "",
+            "Claims it checks:",
+            "",
+        ]
         out += [f"- `{c.id}` ({c.section}): {c.text}" for c in table.claims] or ["- none listed"]
         return out + [""]
     fill(table, runs)
@@ -92,33 +112,48 @@ def table_section(table: PaperTable, runs: list) -> list[str]:
     seeds = sorted({int(r.data.params["seed"]) for r in runs})
     hosts = sorted({r.data.tags.get("ctk.host", "?") for r in runs})
     when = dt.datetime.fromtimestamp(max(r.info.end_time or 0 for r in runs) / 1000, dt.timezone.utc)
-    out += [f"Measured: {len(runs)} finished runs (seeds {', '.join(map(str, seeds))}), "
-            f"{_minutes(busy)} of run time, {_minutes(span)} from first start to last end, one run at a "
-            f"time, on host {', '.join(hosts)}, finished {when:%Y-%m-%d %H:%M} UTC.", ""]
+    out += [
+        f"Measured: {len(runs)} finished runs (seeds {', '.join(map(str, seeds))}), "
+        f"{_minutes(busy)} of run time, {_minutes(span)} from first start to last end, one run at a "
+        f"time, on host {', '.join(hosts)}, finished {when:%Y-%m-%d %H:%M} UTC.",
+        "",
+    ]
     report = claims_report(table)
     if report is None:
         return out + ["The table lists no claims.", ""]
-    out += ["| claim | verdict | comparison | n | effect [95% CI] | p | p (Holm) | verdict |",
-            "|---|---|---|---|---|---|---|---|"]
+    out += [
+        "| claim | verdict | comparison | n | effect [95% CI] | p | p (Holm) | verdict |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
     shown = set()
     for r in report.records:
         claim = next(c for c in table.claims if c.id == r["claim"])
-        head = (f"`{claim.id}`: {claim.text} ({claim.section})", f"**{r['claim_verdict']}**") \
-            if claim.id not in shown else ("", "")
+        head = (
+            (f"`{claim.id}`: {claim.text} ({claim.section})", f"**{r['claim_verdict']}**")
+            if claim.id not in shown
+            else ("", "")
+        )
         shown.add(claim.id)
-        out.append(f"| {head[0]} | {head[1]} | {r['comparison']} | {r['n']} | "
-                   f"{num(r['effect'])} {interval(r['ci_low'], r['ci_high'])} | {num(r['p'], 2)} | "
-                   f"{num(r['p_holm'], 2)} | {r['verdict']} |")
+        out.append(
+            f"| {head[0]} | {head[1]} | {r['comparison']} | {r['n']} | "
+            f"{num(r['effect'])} {interval(r['ci_low'], r['ci_high'])} | {num(r['p'], 2)} | "
+            f"{num(r['p_holm'], 2)} | {r['verdict']} |"
+        )
     out += ["", "Measured means (95% interval over seeds) of the metrics the claims use:", ""]
-    used = sorted({(s.row, s.metric) for c in table.claims for pair in c.pairs for s in pair if s.value is None},
-                  key=lambda k: ([row.label for row in table.rows].index(k[0]), table.metrics.index(k[1])))
+    used = sorted(
+        {(s.row, s.metric) for c in table.claims for pair in c.pairs for s in pair if s.value is None},
+        key=lambda k: ([row.label for row in table.rows].index(k[0]), table.metrics.index(k[1])),
+    )
     from toolkit.studies import stats
+
     for row, metric in used:
         s = stats.summarize(table.measured.get(row, {}).get(metric, []))
         paper = next(r.paper.get(metric) for r in table.rows if r.label == row)
         shown_paper = f"; paper {num(paper)}" if paper is not None else ""
-        out.append(f"- {row}, `{metric}`: {num(s and s.mean)} {interval(s and s.low, s and s.high)}"
-                   f" (n = {s.n if s else 0}){shown_paper}")
+        out.append(
+            f"- {row}, `{metric}`: {num(s and s.mean)} {interval(s and s.low, s and s.high)}"
+            f" (n = {s.n if s else 0}){shown_paper}"
+        )
     out.append("")
     return out + notes_lines(table)
 
@@ -145,8 +180,7 @@ def old_sections(text: str) -> dict[str, list[str]]:
     return out
 
 
-def page(tables: dict[str, PaperTable], uri: str, names: list[str],
-         keep: dict[str, list[str]] | None = None) -> str:
+def page(tables: dict[str, PaperTable], uri: str, names: list[str], keep: dict[str, list[str]] | None = None) -> str:
     sections: list[str] = []
     kept: list[str] = []
     for paper, tnames in PAPERS.items():
@@ -163,21 +197,30 @@ def page(tables: dict[str, PaperTable], uri: str, names: list[str],
                 sections += old[:cut] + notes_lines(tables[name])
             else:
                 sections += table_section(tables[name], runs)
-    lines = ["# Reproductions: the papers' claims, checked on CPU", "",
-             "Written by `scripts/reproductions.py` from the runs in the store "
-             f"(`{uri if '://' in uri else 'sqlite:///' + uri}` when it ran); do not edit by hand, run the script again. "
-             "Each paper's CPU-scale tables list the claims the paper draws from them (`claims:` in "
-             "`recipes/*/tables/*.yaml`); `ctk reproduce NAME` prints the same block under its numbers.", "",
-             f"Verdicts: per comparison, the effect is the mean over seeds of left minus right, tested with "
-             f"the paired t-test over seeds (scipy.stats.ttest_rel), the p-values Holm-adjusted over the "
-             f"table's comparisons; **holds** / **fails**: adjusted p < {ALPHA} with the claimed / the opposite "
-             f"sign, else **inconclusive at n** seeds. A claim holds when all its comparisons hold and fails "
-             f"when one fails.", "",
-             f"Written on: {machine_line()}. The runs were made one at a time, under `nice`, on a 2-core "
-             "machine shared with other jobs: wall times are longer than on an idle machine.", ""]
+    lines = [
+        "# Reproductions: the papers' claims, checked on CPU",
+        "",
+        "Written by `scripts/reproductions.py` from the runs in the store "
+        f"(`{uri if '://' in uri else 'sqlite:///' + uri}` when it ran); do not edit by hand, run the script again. "
+        "Each paper's CPU-scale tables list the claims the paper draws from them (`claims:` in "
+        "`recipes/*/tables/*.yaml`); `ctk reproduce NAME` prints the same block under its numbers.",
+        "",
+        f"Verdicts: per comparison, the effect is the mean over seeds of left minus right, tested with "
+        f"the paired t-test over seeds (scipy.stats.ttest_rel), the p-values Holm-adjusted over the "
+        f"table's comparisons; **holds** / **fails**: adjusted p < {ALPHA} with the claimed / the opposite "
+        f"sign, else **inconclusive at n** seeds. A claim holds when all its comparisons hold and fails "
+        f"when one fails.",
+        "",
+        f"Written on: {machine_line()}. The runs were made one at a time, under `nice`, on a 2-core "
+        "machine shared with other jobs: wall times are longer than on an idle machine.",
+        "",
+    ]
     if kept:
-        lines += [f"Kept as the previous page had them (no runs of theirs in this store): "
-                  f"{', '.join(f'`{n}`' for n in kept)}.", ""]
+        lines += [
+            f"Kept as the previous page had them (no runs of theirs in this store): "
+            f"{', '.join(f'`{n}`' for n in kept)}.",
+            "",
+        ]
     return "\n".join(lines + sections).rstrip() + "\n"
 
 
@@ -185,18 +228,27 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--uri", default=os.environ.get("MLFLOW_TRACKING_URI", "sqlite:///mlflow.db"))
     ap.add_argument("--table", action="append", help="only these tables (repeatable; default: every table of PAPERS)")
-    ap.add_argument("--run", action="store_true", help="run each chosen table with ctk reproduce first (skips finished points)")
+    ap.add_argument(
+        "--run", action="store_true", help="run each chosen table with ctk reproduce first (skips finished points)"
+    )
     ap.add_argument("--out", default=str(ROOT / "docs" / "reproductions.md"))
-    ap.add_argument("--keep", action="store_true",
-                    help="a table with no runs in the store keeps its measured section from the page at --out")
+    ap.add_argument(
+        "--keep",
+        action="store_true",
+        help="a table with no runs in the store keeps its measured section from the page at --out",
+    )
     args = ap.parse_args()
     tables = discover_tables([ROOT / "recipes"])
     names = args.table or [n for group in PAPERS.values() for n in group]
     if args.run:
         env = dict(os.environ, MLFLOW_TRACKING_URI=args.uri)
         for name in names:
-            subprocess.run(["nice", "-n", "15", sys.executable, str(ROOT / "cli.py"), "reproduce", name, "--quiet"],
-                           cwd=ROOT, env=env, check=False)
+            subprocess.run(
+                ["nice", "-n", "15", sys.executable, str(ROOT / "cli.py"), "reproduce", name, "--quiet"],
+                cwd=ROOT,
+                env=env,
+                check=False,
+            )
     out = Path(args.out)
     keep = old_sections(out.read_text()) if args.keep and out.is_file() else None
     out.write_text(page(tables, args.uri, names, keep))

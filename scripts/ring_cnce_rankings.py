@@ -23,6 +23,7 @@ One core; optimal: about a second per seed, mlp: about 12 s per seed, cnce-train
     python scripts/ring_cnce_rankings.py --critic mlp --seeds 3
     python scripts/ring_cnce_rankings.py --cnce-trained --seeds 2 --w 10,25,50,90
 """
+
 from __future__ import annotations
 
 import argparse
@@ -56,17 +57,28 @@ def nce_trained(x: torch.Tensor, y: torch.Tensor, seed: int) -> ring_mi.MLPCriti
 def rankings(critic: str, x: torch.Tensor, y: torch.Tensor, seed: int) -> tuple[torch.Tensor, dict]:
     if critic == "optimal":
         f = ring_mi.optimal_critic(x, y)
-        return f, {"f(x_i, y_j)": f, "x_i x_j": x[:, None] * x[None, :],
-                   "-|x_i - x_j|": -(x[:, None] - x[None, :]).abs(), "y_i y_j": y[:, None] * y[None, :],
-                   "-|y_i - y_j|": -(y[:, None] - y[None, :]).abs()}
+        return f, {
+            "f(x_i, y_j)": f,
+            "x_i x_j": x[:, None] * x[None, :],
+            "-|x_i - x_j|": -(x[:, None] - x[None, :]).abs(),
+            "y_i y_j": y[:, None] * y[None, :],
+            "-|y_i - y_j|": -(y[:, None] - y[None, :]).abs(),
+        }
     net = nce_trained(x, y, seed)
     with torch.no_grad():
         g, h = net.g(x[:, None]), net.h(y[:, None])
     gn, hn = F.normalize(g, dim=1), F.normalize(h, dim=1)
     f = g @ h.T
-    return f, {"f = g(x_i).h(y_j)": f, "-|g(x_i) - h(y_j)|": -torch.cdist(g, h), "cos(g(x_i), h(y_j))": gn @ hn.T,
-               "h(y_i).h(y_j)": h @ h.T, "cos(h(y_i), h(y_j))": hn @ hn.T, "-|h(y_i) - h(y_j)|": -torch.cdist(h, h),
-               "g(x_i).g(x_j)": g @ g.T, "cos(g(x_i), g(x_j))": gn @ gn.T}
+    return f, {
+        "f = g(x_i).h(y_j)": f,
+        "-|g(x_i) - h(y_j)|": -torch.cdist(g, h),
+        "cos(g(x_i), h(y_j))": gn @ hn.T,
+        "h(y_i).h(y_j)": h @ h.T,
+        "cos(h(y_i), h(y_j))": hn @ hn.T,
+        "-|h(y_i) - h(y_j)|": -torch.cdist(h, h),
+        "g(x_i).g(x_j)": g @ g.T,
+        "cos(g(x_i), g(x_j))": gn @ gn.T,
+    }
 
 
 def cnce_trained(x: torch.Tensor, y: torch.Tensor, lower: float, seed: int) -> float:
@@ -100,8 +112,10 @@ def main() -> None:
     args = ap.parse_args()
     torch.set_num_threads(1)
     ws = [float(w) for w in args.w.split(",")]
-    print("paper (Table 5): NCE 0.01345; CNCE at 10, 25, 50, 75, 90, 95: 0.01241 0.00220 7.29e-5 1.67e-5 "
-          "5.87e-6 1.97e-6; true MI 0.02041")
+    print(
+        "paper (Table 5): NCE 0.01345; CNCE at 10, 25, 50, 75, 90, 95: 0.01241 0.00220 7.29e-5 1.67e-5 "
+        "5.87e-6 1.97e-6; true MI 0.02041"
+    )
     print(f"w_l: {', '.join(f'{w:g}' for w in ws)}; mean over seeds 0..{args.seeds - 1}")
     table: dict[str, list[list[float]]] = {}
     for seed in range(args.seeds):
@@ -112,7 +126,8 @@ def main() -> None:
         f, sims = rankings(args.critic, x, y, seed)
         for name, sim in sims.items():
             table.setdefault(f"{args.critic} critic, ring by {name}", []).append(
-                [ring_estimate(f, sim, w, 100, seed + 1) for w in ws])
+                [ring_estimate(f, sim, w, 100, seed + 1) for w in ws]
+            )
     for name, rows in table.items():
         means = [sum(col) / len(col) for col in zip(*rows)]
         print(f"{name:42s}" + " ".join(f"{m:+.5f}" for m in means))

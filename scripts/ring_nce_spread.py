@@ -10,6 +10,7 @@ looks like that). One core, about a second per draw.
 
     python scripts/ring_nce_spread.py --draws 100
 """
+
 from __future__ import annotations
 
 import argparse
@@ -44,11 +45,15 @@ def main() -> None:
     mean, sd = statistics.mean(draws), statistics.stdev(draws)
     below = sum(v <= PAPER_NCE for v in draws)
     print(f"true MI {true:.5f}; optimal critic, n = {args.n}, 100 sampled negatives, {args.draws} data draws:")
-    print(f"  NCE mean {mean:.5f} (SE {sd / len(draws) ** 0.5:.5f}), sd across draws {sd:.5f}, "
-          f"range [{min(draws):.5f}, {max(draws):.5f}]; {below} of {len(draws)} draws <= the paper's {PAPER_NCE}")
+    print(
+        f"  NCE mean {mean:.5f} (SE {sd / len(draws) ** 0.5:.5f}), sd across draws {sd:.5f}, "
+        f"range [{min(draws):.5f}, {max(draws):.5f}]; {below} of {len(draws)} draws <= the paper's {PAPER_NCE}"
+    )
     fixed = [nce(args.first_seed, 7 + i, args.n) for i in range(5)]
-    print(f"  one data draw, 5 negative-sampling seeds: sd {statistics.stdev(fixed):.5f} "
-          f"(mean {statistics.mean(fixed):.5f})")
+    print(
+        f"  one data draw, 5 negative-sampling seeds: sd {statistics.stdev(fixed):.5f} "
+        f"(mean {statistics.mean(fixed):.5f})"
+    )
 
 
 if __name__ == "__main__":

@@ -6,6 +6,7 @@ of a non-interactive shell inherits SIGINT ignored, and so would every process i
 (``exec`` keeps an ignored signal ignored; Python then installs no KeyboardInterrupt handler).
 In-process tests take the ``default_signals`` fixture; subprocesses that a test signals are
 started with ``preexec_fn=default_signals_in_child``."""
+
 import contextlib
 import os
 import signal
@@ -56,6 +57,7 @@ def data_workdir(tmp_path, monkeypatch):
     """A fresh working folder (its own mlflow store and checkpoints) that still finds the
     offline data already fetched for the suite."""
     from domains.vision.packaged import locate
+
     monkeypatch.setenv("CTK_DATA", str(__import__("pathlib").Path(locate("fashion-mnist")).parent))
     monkeypatch.chdir(tmp_path)
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
@@ -89,6 +91,7 @@ def run_here(folder: Path, env: dict[str, str | None], *args: str) -> subprocess
     from click.testing import CliRunner
 
     import cli
+
     with contextlib.chdir(folder):
         res = CliRunner(env=env).invoke(cli.main, list(args))
     if res.exception is not None and not isinstance(res.exception, SystemExit):

@@ -2,6 +2,7 @@
 (the order written in docs/architecture.md), no import circles, imports written inside functions
 included, no optional hook found by duck typing, a map whose names exist, and rooms small enough
 to read."""
+
 from __future__ import annotations
 
 import ast
@@ -60,8 +61,10 @@ def imports_in(text: str, module: str, is_package: bool, sources: dict[str, Path
 def import_graph() -> dict[str, set[str]]:
     """module -> the project modules it imports, anywhere in its body (functions included)."""
     sources = _sources()
-    return {module: imports_in(path.read_text(), module, path.name == "__init__.py", sources)
-            for module, path in sources.items()}
+    return {
+        module: imports_in(path.read_text(), module, path.name == "__init__.py", sources)
+        for module, path in sources.items()
+    }
 
 
 def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
@@ -74,7 +77,7 @@ def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
         stack.append(node)
         for nxt in sorted(graph.get(node, ())):
             if state.get(nxt) == 1:
-                return stack[stack.index(nxt):] + [nxt]
+                return stack[stack.index(nxt) :] + [nxt]
             if nxt not in state and (found := visit(nxt)):
                 return found
         stack.pop()
@@ -99,9 +102,13 @@ def test_no_import_circles_anywhere():
 
 def test_layers_point_down():
     graph = import_graph()
-    upward = sorted(f"{m} -> {t}" for m, targets in graph.items() for t in targets
-                    if (m.startswith("toolkit") and not t.startswith("toolkit"))
-                    or (m.startswith("domains") and t in ("cli", "commands")))
+    upward = sorted(
+        f"{m} -> {t}"
+        for m, targets in graph.items()
+        for t in targets
+        if (m.startswith("toolkit") and not t.startswith("toolkit"))
+        or (m.startswith("domains") and t in ("cli", "commands"))
+    )
     assert not upward, "the toolkit imports a domain or the cli: " + ", ".join(upward)
 
 
@@ -150,8 +157,12 @@ def room_of(module: str) -> str:
 def against_the_order(graph: dict[str, set[str]], floors: list[list[str]]) -> list[str]:
     """Every import ``a -> b`` whose room is not on a floor below ``a``'s room."""
     floor = {room: i for i, rooms in enumerate(floors) for room in rooms}
-    return sorted(f"{m} -> {t}" for m, targets in graph.items() for t in targets
-                  if room_of(m) != room_of(t) and floor[room_of(t)] >= floor[room_of(m)])
+    return sorted(
+        f"{m} -> {t}"
+        for m, targets in graph.items()
+        for t in targets
+        if room_of(m) != room_of(t) and floor[room_of(t)] >= floor[room_of(m)]
+    )
 
 
 def test_the_rooms_order_names_every_room_once_and_only_rooms_that_exist():
@@ -170,8 +181,9 @@ def test_the_order_check_sees_an_import_inside_a_function():
     edges = imports_in(text, "toolkit.tracking.health", False, sources)
     assert edges == {"toolkit.studies.ui_view"}
     floors = room_order()
-    assert against_the_order({"toolkit.tracking.health": edges}, floors) == \
-        ["toolkit.tracking.health -> toolkit.studies.ui_view"]
+    assert against_the_order({"toolkit.tracking.health": edges}, floors) == [
+        "toolkit.tracking.health -> toolkit.studies.ui_view"
+    ]
     assert against_the_order({"toolkit.studies.study": {"toolkit.tracking.health"}}, floors) == []
     same_floor = [["toolkit/errors.py", "toolkit/checks.py"]]
     assert against_the_order({"toolkit.checks": {"toolkit.errors"}}, same_floor) == ["toolkit.checks -> toolkit.errors"]
@@ -181,8 +193,10 @@ def test_rooms_open_one_way_doors():
     """No import, at module level or inside a function, runs against the rooms' order."""
     upward = against_the_order(import_graph(), room_order())
     unexpected = [door for door in upward if door not in PENDING_DOORS]
-    assert not unexpected, (f"imports against the rooms' order of {ARCHITECTURE.name} (a room imports only "
-                            "rooms below it): " + ", ".join(unexpected))
+    assert not unexpected, (
+        f"imports against the rooms' order of {ARCHITECTURE.name} (a room imports only "
+        "rooms below it): " + ", ".join(unexpected)
+    )
     closed = sorted(set(PENDING_DOORS) - set(upward))
     assert not closed, f"gone, so remove them from PENDING_DOORS: {closed}"
 
@@ -193,9 +207,8 @@ def test_rooms_open_one_way_doors():
 HOOK_OWNER = re.compile(r"domain|tracker|selector", re.IGNORECASE)
 # Look-ups that are not hooks, with why.
 NOT_HOOKS: dict[str, str] = {
-    "toolkit/losses/modules/ring.py: getattr(selector, 'name')":
-        "a loss takes any (sims, step) -> mask callable as its selector; the ring loss refuses all but "
-        "the ring selector and names what it got",
+    "toolkit/losses/modules/ring.py: getattr(selector, 'name')": "a loss takes any (sims, step) -> mask callable as its selector; the ring loss refuses all but "
+    "the ring selector and names what it got",
 }
 # Hooks still found by duck typing in files being changed (issue 39, part 2); an entry whose
 # look-up is gone must leave this list (the test says so).
@@ -206,9 +219,14 @@ def duck_typed_hooks(text: str, where: str) -> set[str]:
     """``where: hasattr(owner, 'name')`` for each look-up by name on a domain, tracker or selector."""
     found = set()
     for node in ast.walk(ast.parse(text, where)):
-        if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
-                and node.func.id in ("hasattr", "getattr") and len(node.args) >= 2
-                and isinstance(node.args[1], ast.Constant) and isinstance(node.args[1].value, str)):
+        if (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Name)
+            and node.func.id in ("hasattr", "getattr")
+            and len(node.args) >= 2
+            and isinstance(node.args[1], ast.Constant)
+            and isinstance(node.args[1].value, str)
+        ):
             owner = ast.unparse(node.args[0])
             if HOOK_OWNER.search(owner):
                 found.add(f"{where}: {node.func.id}({owner}, {node.args[1].value!r})")
@@ -226,8 +244,10 @@ def test_hooks_are_declared_not_found_by_duck_typing():
     for path in _sources().values():
         found |= duck_typed_hooks(path.read_text(), str(path.relative_to(ROOT)))
     unexpected = sorted(found - set(NOT_HOOKS) - PENDING_HOOKS)
-    assert not unexpected, ("optional hooks called by hasattr/getattr: declare them on the base class with a "
-                            "default and call them plainly: " + ", ".join(unexpected))
+    assert not unexpected, (
+        "optional hooks called by hasattr/getattr: declare them on the base class with a "
+        "default and call them plainly: " + ", ".join(unexpected)
+    )
     gone = sorted(PENDING_HOOKS - found)
     assert not gone, f"gone, so remove them from PENDING_HOOKS: {gone}"
 
@@ -254,7 +274,11 @@ def test_the_toolkit_ground_floor_stays_small():
 
 def test_no_source_file_over_400_lines():
     long = []
-    for path in [ROOT / "cli.py", ROOT / "commands.py", *(p for package in (*PACKAGES, "bench", "examples") for p in (ROOT / package).rglob("*.py"))]:
+    for path in [
+        ROOT / "cli.py",
+        ROOT / "commands.py",
+        *(p for package in (*PACKAGES, "bench", "examples") for p in (ROOT / package).rglob("*.py")),
+    ]:
         n = len(path.read_text().splitlines())
         if n > 400:
             long.append(f"{path.relative_to(ROOT)} ({n})")

@@ -1,5 +1,6 @@
 """The repository's own docs cover what the code registers, and nothing in the repository points
 at files outside it."""
+
 import re
 import subprocess
 from pathlib import Path
@@ -26,8 +27,11 @@ def _heading_names(path: Path) -> set[str]:
     return names
 
 
-@pytest.mark.parametrize("registry", [LOSSES, SELECTORS, REGULARIZERS, SELECTOR_SCHEDULES],
-                         ids=["losses", "selectors", "regularizers", "selector-schedules"])
+@pytest.mark.parametrize(
+    "registry",
+    [LOSSES, SELECTORS, REGULARIZERS, SELECTOR_SCHEDULES],
+    ids=["losses", "selectors", "regularizers", "selector-schedules"],
+)
 def test_every_registered_name_has_a_section_in_methods(registry):
     missing = sorted(set(registry.names()) - _heading_names(ROOT / "docs" / "methods.md"))
     assert not missing, f"docs/methods.md has no heading for {missing}"
@@ -80,8 +84,10 @@ def test_no_file_refers_to_material_outside_the_repository():
 def test_doc_links_to_repository_files_exist():
     """Paths such as `toolkit/data/catalog.py` or `recipes/vision/lmcl_cpu.yaml` named in the
     docs and the README exist (globs and placeholders excepted)."""
-    pattern = re.compile(r"`((?:toolkit|domains|recipes|docs|scripts|tests|examples|bench)"
-                         r"/[A-Za-z0-9_./-]+)`")
+    pattern = re.compile(
+        r"`((?:toolkit|domains|recipes|docs|scripts|tests|examples|bench)"
+        r"/[A-Za-z0-9_./-]+)`"
+    )
     missing = []
     for doc in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]:
         for ref in pattern.findall(doc.read_text(encoding="utf-8")):
@@ -96,19 +102,28 @@ def test_the_methods_index_is_what_the_registries_generate():
     """docs/methods.md's index (recipe key -> class -> function -> fused kernel) is regenerated
     from the registries and compared: run ``python scripts/methods_index.py`` after a change."""
     import importlib.util
+
     spec = importlib.util.spec_from_file_location("methods_index", ROOT / "scripts" / "methods_index.py")
     methods_index = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(methods_index)
     text = (ROOT / "docs" / "methods.md").read_text(encoding="utf-8")
-    assert methods_index.rewritten(text) == text, "docs/methods.md's index is stale: run python scripts/methods_index.py"
+    assert methods_index.rewritten(text) == text, (
+        "docs/methods.md's index is stale: run python scripts/methods_index.py"
+    )
     rows = methods_index.rows()
     keys = {key.strip("`").split(": ")[0] for key, *_ in rows}
-    assert keys == {"objective.loss.name", "objective.regularizers[].name", "objective.negatives.source",
-                    "objective.selector.name", "objective.selector.schedule.name"}
+    assert keys == {
+        "objective.loss.name",
+        "objective.regularizers[].name",
+        "objective.negatives.source",
+        "objective.selector.name",
+        "objective.selector.schedule.name",
+    }
     assert len(rows) == len(LOSSES) + len(REGULARIZERS) + len(SELECTORS) + len(SELECTOR_SCHEDULES) + 3
     by_key = {key.strip("`"): rest for key, *rest in rows}
     assert by_key["objective.loss.name: nt_xent"] == [
         "`toolkit.losses.modules.infonce.NTXent`",
         "`toolkit.losses.functional.infonce.info_nce_scores`, `toolkit.losses.functional.infonce.nt_xent`",
-        "`toolkit.losses.functional._kernel._InBatchLoss`"]
+        "`toolkit.losses.functional._kernel._InBatchLoss`",
+    ]
     assert by_key["objective.negatives.source: queue"][0] == "`toolkit.samplers.sources.MoCoQueue`"

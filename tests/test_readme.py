@@ -1,4 +1,5 @@
 """The README holds exactly two set-up commands, and CI runs the test one."""
+
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -4,6 +4,7 @@ validates (schema, component names and arguments, the domain's own sections) wit
 The per-domain test files check what is special to each domain; this one makes sure no recipe
 is left behind (a recipe with an unfilled value, an unknown key or a loss that does not exist
 fails here, whatever folder it sits in)."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -11,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from domains import installed
-from toolkit.studies.reproduce import load_table
 from toolkit.runs import load_recipe
+from toolkit.studies.reproduce import load_table
 
 ROOT = Path(__file__).resolve().parents[1] / "recipes"
 RECIPES = sorted(p for p in ROOT.rglob("*.yaml") if "tables" not in p.parts)
@@ -53,7 +54,7 @@ def _header_lines(path: Path) -> int:
     count = next((i for i, line in enumerate(lines) if not line.startswith("#")), len(lines))
     for i, line in enumerate(lines):
         if line.startswith("description:"):
-            rest = lines[i + 1:]
+            rest = lines[i + 1 :]
             count += 1 + next((j for j, x in enumerate(rest) if not x.startswith("  ")), len(rest))
     return count
 

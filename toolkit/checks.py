@@ -1,5 +1,6 @@
 """Argument checks shared by the core: every failure is a ``ValueError`` naming the argument,
 its value and what was expected (never a silent NaN later)."""
+
 from __future__ import annotations
 
 import math
@@ -28,8 +29,9 @@ def non_negative(name: str, value: float) -> float:
     return float(value)
 
 
-def in_range(name: str, value: float, low: float, high: float, *, low_open: bool = False,
-             high_open: bool = False) -> float:
+def in_range(
+    name: str, value: float, low: float, high: float, *, low_open: bool = False, high_open: bool = False
+) -> float:
     lo_ok = value > low if low_open else value >= low
     hi_ok = value < high if high_open else value <= high
     if not isinstance(value, (int, float)) or isinstance(value, bool) or not (lo_ok and hi_ok):
@@ -60,11 +62,12 @@ def tensor(name: str, x: Tensor, *, dim: int | None = None, min_rows: int = 1) -
 
 def same_shape(name_a: str, a: Tensor, name_b: str, b: Tensor) -> None:
     if a.shape != b.shape:
-        raise ValueError(f"{name_a} and {name_b} must have the same shape, got "
-                         f"{tuple(a.shape)} and {tuple(b.shape)}")
+        raise ValueError(f"{name_a} and {name_b} must have the same shape, got {tuple(a.shape)} and {tuple(b.shape)}")
 
 
 def same_width(name_a: str, a: Tensor, name_b: str, b: Tensor) -> None:
     if a.shape[-1] != b.shape[-1]:
-        raise ValueError(f"{name_a} and {name_b} must have the same embedding size, got "
-                         f"{a.shape[-1]} ({tuple(a.shape)}) and {b.shape[-1]} ({tuple(b.shape)})")
+        raise ValueError(
+            f"{name_a} and {name_b} must have the same embedding size, got "
+            f"{a.shape[-1]} ({tuple(a.shape)}) and {b.shape[-1]} ({tuple(b.shape)})"
+        )

@@ -9,6 +9,7 @@ interrupted. The toolkit's own errors derive from it (``RecipeError``, ``LaunchE
 ``RuntimeError`` keep that base as well. Exceptions of code outside the commands' reach (a
 checkpoint, the trainer) become a CtkError where a command calls that code.
 """
+
 from __future__ import annotations
 
 __all__ = ["CtkError"]

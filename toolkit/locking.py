@@ -5,12 +5,13 @@ experiments (:mod:`toolkit.tracking`).
 The lock is ``flock`` on a small file; the kernel releases it when its holder dies, so a killed
 process never leaves a stale lock behind (the file itself stays, empty, and is reused).
 """
+
 from __future__ import annotations
 
 import fcntl
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Callable, Iterator
 
 __all__ = ["file_lock"]
 

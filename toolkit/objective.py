@@ -11,6 +11,7 @@ Built from a recipe's ``objective`` section. A step is::
 so queue rows are enqueued only after the loss (an anchor never sees its own key of this step
 as a negative). Queue, bank and key encoder are submodules: ``state_dict`` checkpoints them.
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -22,8 +23,8 @@ from toolkit import recipe as rc
 from toolkit.checks import ArgumentError
 from toolkit.losses.base import ContrastiveBatch, ContrastiveLoss, LossOutput, Regularizer
 from toolkit.losses.modules import LOSSES
-from toolkit.regularizers import REGULARIZERS
 from toolkit.registry import constructor_args
+from toolkit.regularizers import REGULARIZERS
 from toolkit.samplers import SELECTORS, ScheduledSelector, build_selector
 from toolkit.samplers.sources import MemoryBank, MoCoQueue, MomentumEncoder
 
@@ -31,8 +32,13 @@ from toolkit.samplers.sources import MemoryBank, MoCoQueue, MomentumEncoder
 class Objective(nn.Module):
     """A loss with weighted regularizers, a negative source and a selector."""
 
-    def __init__(self, loss: ContrastiveLoss, regularizers: list[tuple[str, float, Regularizer]] | None = None,
-                 negatives: rc.Negatives | None = None, selector: ScheduledSelector | None = None) -> None:
+    def __init__(
+        self,
+        loss: ContrastiveLoss,
+        regularizers: list[tuple[str, float, Regularizer]] | None = None,
+        negatives: rc.Negatives | None = None,
+        selector: ScheduledSelector | None = None,
+    ) -> None:
         super().__init__()
         self.loss = loss
         regularizers = regularizers or []
@@ -59,8 +65,9 @@ class Objective(nn.Module):
         mode = self.negatives.key_encoder
         return mode == "momentum" or (mode == "auto" and self.negatives.source == "queue")
 
-    def attach(self, encoder: nn.Module, dim: int, num_instances: int,
-               generator: torch.Generator | None = None) -> None:
+    def attach(
+        self, encoder: nn.Module, dim: int, num_instances: int, generator: torch.Generator | None = None
+    ) -> None:
         """Create the stateful parts for an encoder with output size ``dim``."""
         src = self.negatives
         if src.source == "queue":
@@ -113,6 +120,7 @@ class Objective(nn.Module):
 # ---------------------------------------------------------------------------------------
 # Validation and construction from a recipe section
 
+
 def _instantiate(cls: Any, args: dict[str, Any], path: str, what: str) -> tuple[Any, list[tuple[str, str]]]:
     """Construct ``cls(**args)``; unknown arguments and bad values become problems at the path
     of the offending argument (``checks.ArgumentError`` carries its name). Every bad argument is
@@ -120,8 +128,9 @@ def _instantiate(cls: Any, args: dict[str, Any], path: str, what: str) -> tuple[
     argument is tried alone (the others at their defaults)."""
     accepted = constructor_args(cls)
     listing = ", ".join(accepted) or "none"
-    problems = [(f"{path}.{a}", f"unknown argument of {what}; expected one of: {listing}")
-                for a in args if a not in accepted]
+    problems = [
+        (f"{path}.{a}", f"unknown argument of {what}; expected one of: {listing}") for a in args if a not in accepted
+    ]
     known = {a: v for a, v in args.items() if a in accepted}
     try:
         built = cls(**known)
@@ -174,12 +183,12 @@ def from_recipe(recipe: rc.Recipe) -> Objective:
 
 def _build_selector(sel: rc.SelectorSection, path: str) -> tuple[Any, list[tuple[str, str]]]:
     if sel.name not in SELECTORS:
-        return None, [(f"{path}.selector.name", f"unknown selector {sel.name!r}; expected one of: "
-                                                f"{', '.join(SELECTORS.names())}")]
+        return None, [
+            (f"{path}.selector.name", f"unknown selector {sel.name!r}; expected one of: {', '.join(SELECTORS.names())}")
+        ]
     sched = sel.schedule
     try:
-        return build_selector(sel.name, sel.args, sched.name if sched else None,
-                              sched.args if sched else {}), []
+        return build_selector(sel.name, sel.args, sched.name if sched else None, sched.args if sched else {}), []
     except (ValueError, TypeError, KeyError) as exc:
         arg = getattr(exc, "arg", None)
         if sched is not None and arg in sched.args:
@@ -202,7 +211,9 @@ def _parts(obj: rc.ObjectiveSection, path: str) -> tuple[tuple[Any, list[Any], A
     problems: list[tuple[str, str]] = []
     loss = None
     if obj.loss.name not in LOSSES:
-        problems.append((f"{path}.loss.name", f"unknown loss {obj.loss.name!r}; expected one of: {', '.join(LOSSES.names())}"))
+        problems.append(
+            (f"{path}.loss.name", f"unknown loss {obj.loss.name!r}; expected one of: {', '.join(LOSSES.names())}")
+        )
     else:
         loss, p = _instantiate(LOSSES.get(obj.loss.name), obj.loss.args, f"{path}.loss", f"loss {obj.loss.name}")
         problems += p
@@ -210,7 +221,12 @@ def _parts(obj: rc.ObjectiveSection, path: str) -> tuple[tuple[Any, list[Any], A
     for i, spec in enumerate(obj.regularizers):
         rpath = f"{path}.regularizers.{i}"
         if spec.name not in REGULARIZERS:
-            problems.append((f"{rpath}.name", f"unknown regularizer {spec.name!r}; expected one of: {', '.join(REGULARIZERS.names())}"))
+            problems.append(
+                (
+                    f"{rpath}.name",
+                    f"unknown regularizer {spec.name!r}; expected one of: {', '.join(REGULARIZERS.names())}",
+                )
+            )
             continue
         reg, p = _instantiate(REGULARIZERS.get(spec.name), spec.args, rpath, f"regularizer {spec.name}")
         problems += p
@@ -223,13 +239,27 @@ def _parts(obj: rc.ObjectiveSection, path: str) -> tuple[tuple[Any, list[Any], A
     src = obj.negatives.source
     need = set(loss.needs)
     if "negatives" in need and src == "in_batch":
-        problems.append((f"{path}.negatives.source", f"loss {obj.loss.name} needs negatives from a queue or a memory bank, got 'in_batch'"))
+        problems.append(
+            (
+                f"{path}.negatives.source",
+                f"loss {obj.loss.name} needs negatives from a queue or a memory bank, got 'in_batch'",
+            )
+        )
     if "keys" in need and not (src == "queue" or obj.negatives.key_encoder == "momentum"):
-        problems.append((f"{path}.negatives.source", f"loss {obj.loss.name} needs momentum-encoder keys: use source: queue"))
+        problems.append(
+            (f"{path}.negatives.source", f"loss {obj.loss.name} needs momentum-encoder keys: use source: queue")
+        )
     if obj.views < loss.min_views:
-        problems.append((f"{path}.views", f"loss {obj.loss.name} needs at least {loss.min_views} views, got {obj.views}"))
+        problems.append(
+            (f"{path}.views", f"loss {obj.loss.name} needs at least {loss.min_views} views, got {obj.views}")
+        )
     if selector is not None and not loss.accepts_selector:
-        problems.append((f"{path}.selector.name", f"loss {obj.loss.name} does not accept a negative selector (got {obj.selector.name!r}); expected 'all'"))
+        problems.append(
+            (
+                f"{path}.selector.name",
+                f"loss {obj.loss.name} does not accept a negative selector (got {obj.selector.name!r}); expected 'all'",
+            )
+        )
     if problems:
         return None, problems
     try:
@@ -247,6 +277,7 @@ def with_defaults(objective: dict[str, Any]) -> dict[str, Any]:
     import copy
 
     from toolkit.samplers.schedules import SELECTOR_SCHEDULES
+
     out = copy.deepcopy(objective)
 
     def fill(spec: dict[str, Any] | None, registry: Any, skip: tuple[str, ...] = ()) -> None:

@@ -9,16 +9,23 @@ above a class (its docstring's first paragraph when no description is given), or
 decorator that calls ``SELECTORS.add(name, cls, description=...)``. tests/core/test_registry.py
 checks that this reading equals the imported registries.
 """
+
 from __future__ import annotations
 
 import ast
 import inspect
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Generic, Iterator, TypeVar
+from typing import Any, Generic, TypeVar
 
 T = TypeVar("T")
-LISTED = {"losses": "LOSSES", "selectors": "SELECTORS", "regularizers": "REGULARIZERS", "selector-schedules": "SELECTOR_SCHEDULES"}
+LISTED = {
+    "losses": "LOSSES",
+    "selectors": "SELECTORS",
+    "regularizers": "REGULARIZERS",
+    "selector-schedules": "SELECTOR_SCHEDULES",
+}
 
 
 def summary_line(doc: str | None) -> str:
@@ -41,15 +48,14 @@ class Registry(Generic[T]):
         self.kind = kind
         self._entries: dict[str, Entry[T]] = {}
 
-    def register(self, name: str, *, description: str | None = None,
-                 origin: str = "built-in") -> Callable[[T], T]:
+    def register(self, name: str, *, description: str | None = None, origin: str = "built-in") -> Callable[[T], T]:
         def decorator(obj: T) -> T:
             self.add(name, obj, description=description, origin=origin)
             return obj
+
         return decorator
 
-    def add(self, name: str, obj: T, *, description: str | None = None,
-            origin: str = "built-in") -> None:
+    def add(self, name: str, obj: T, *, description: str | None = None, origin: str = "built-in") -> None:
         if name in self._entries and self._entries[name].obj is not obj:
             other = self._entries[name].origin
             raise ValueError(f"{self.kind} name {name!r} is claimed twice: by {other} and by {origin}")
@@ -89,8 +95,7 @@ def constructor_args(obj: Any) -> dict[str, inspect.Parameter]:
     """The keyword arguments a registered class (or function) accepts, in order."""
     target = obj.__init__ if inspect.isclass(obj) else obj
     params = list(inspect.signature(target).parameters.values())
-    return {p.name: p for p in params
-            if p.name != "self" and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)}
+    return {p.name: p for p in params if p.name != "self" and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)}
 
 
 def declared(registry: str, package: Path = Path(__file__).parent) -> dict[str, str]:
@@ -102,12 +107,17 @@ def declared(registry: str, package: Path = Path(__file__).parent) -> dict[str, 
         if registry not in text:
             continue
         tree = ast.parse(text, str(path))
-        helpers = {f.name for f in tree.body if isinstance(f, ast.FunctionDef) and any(
-            _registers(call, registry) for call in ast.walk(f) if isinstance(call, ast.Call))}
+        helpers = {
+            f.name
+            for f in tree.body
+            if isinstance(f, ast.FunctionDef)
+            and any(_registers(call, registry) for call in ast.walk(f) if isinstance(call, ast.Call))
+        }
         for cls in (n for n in ast.walk(tree) if isinstance(n, ast.ClassDef)):
             for deco in cls.decorator_list:
-                if isinstance(deco, ast.Call) and (_registers(deco, registry) or (
-                        isinstance(deco.func, ast.Name) and deco.func.id in helpers)):
+                if isinstance(deco, ast.Call) and (
+                    _registers(deco, registry) or (isinstance(deco.func, ast.Name) and deco.func.id in helpers)
+                ):
                     name, description = _literal_args(deco)
                     found[name] = summary_line(ast.get_docstring(cls)) if description is None else description
     return found
@@ -116,8 +126,12 @@ def declared(registry: str, package: Path = Path(__file__).parent) -> dict[str, 
 def _registers(call: ast.Call, registry: str) -> bool:
     """``REGISTRY.register(...)`` or ``REGISTRY.add(...)``."""
     func = call.func
-    return (isinstance(func, ast.Attribute) and func.attr in ("register", "add")
-            and isinstance(func.value, ast.Name) and func.value.id == registry)
+    return (
+        isinstance(func, ast.Attribute)
+        and func.attr in ("register", "add")
+        and isinstance(func.value, ast.Name)
+        and func.value.id == registry
+    )
 
 
 def _literal_args(call: ast.Call) -> tuple[str, str | None]:

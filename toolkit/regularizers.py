@@ -1,4 +1,5 @@
 """Registered regularizers, added with a weight to any loss by the objective."""
+
 from __future__ import annotations
 
 from torch import Tensor
@@ -11,8 +12,9 @@ from toolkit.registry import Registry
 REGULARIZERS: Registry[type[Regularizer]] = Registry("regularizer")
 
 
-@REGULARIZERS.register("distance_polarization",
-                       description="LMCL distance polarization R1: pushes pair distances out of (d_plus, d_minus)")
+@REGULARIZERS.register(
+    "distance_polarization", description="LMCL distance polarization R1: pushes pair distances out of (d_plus, d_minus)"
+)
 class DistancePolarization(Regularizer):
     """LMCL's R1 = sum_{i,j} |min((D_ij - d_plus)(D_ij - d_minus), 0)| with D = (1 - F F^T)/2.
 
@@ -24,13 +26,16 @@ class DistancePolarization(Regularizer):
 
     needs = ("views",)
 
-    def __init__(self, d_plus: float = 0.1, d_minus: float = 0.5, reduction: str = "sum",
-                 on: str = "first_view") -> None:
+    def __init__(
+        self, d_plus: float = 0.1, d_minus: float = 0.5, reduction: str = "sum", on: str = "first_view"
+    ) -> None:
         super().__init__()
         self.d_plus = checks.in_range("d_plus", d_plus, 0.0, 1.0)
         self.d_minus = checks.in_range("d_minus", d_minus, 0.0, 1.0)
         if self.d_plus >= self.d_minus:
-            raise checks.ArgumentError("d_plus", f"d_plus must be < d_minus, got d_plus={d_plus!r}, d_minus={d_minus!r}")
+            raise checks.ArgumentError(
+                "d_plus", f"d_plus must be < d_minus, got d_plus={d_plus!r}, d_minus={d_minus!r}"
+            )
         self.reduction = checks.choice("reduction", reduction, ("sum", "mean"))
         self.on = checks.choice("on", on, ("first_view", "all_views"))
 
@@ -40,6 +45,7 @@ class DistancePolarization(Regularizer):
 
     def forward(self, batch: ContrastiveBatch) -> LossOutput:
         stats: dict = {}
-        value = F.distance_polarization(self.embeddings(batch), d_plus=self.d_plus,
-                                        d_minus=self.d_minus, reduction=self.reduction, stats=stats)
+        value = F.distance_polarization(
+            self.embeddings(batch), d_plus=self.d_plus, d_minus=self.d_minus, reduction=self.reduction, stats=stats
+        )
         return LossOutput(value, stats)

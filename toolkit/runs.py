@@ -11,13 +11,15 @@ rules once, and keeps the class (``recipe.domain_class``). :func:`load_recipe` i
 validation alone (``ctk show``, sweeps); :func:`decide` decides a recipe it validated (what
 :func:`execute` does when it is given a recipe rather than a plan).
 """
+
 from __future__ import annotations
 
 import copy
 import dataclasses
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import torch
 import yaml
@@ -55,8 +57,15 @@ class Plan:
         return self.recipe.domain_class
 
 
-def plan(recipe: str | Path | None, overrides: list[str], lookup: DomainLookup, *, device: str | None = None,
-         resume: str | None = None, extend: bool = False) -> Plan:
+def plan(
+    recipe: str | Path | None,
+    overrides: list[str],
+    lookup: DomainLookup,
+    *,
+    device: str | None = None,
+    resume: str | None = None,
+    extend: bool = False,
+) -> Plan:
     """``ctk run [RECIPE] [--set ...] [--device D] [--resume RUN_ID [--extend]]`` decided in one
     pass: the resume point (:func:`toolkit.checkpoint.resume_point`, asked once: the stored run,
     the checkpoint, its content), the recipe read (RECIPE, else the run's own resolved recipe from
@@ -103,13 +112,13 @@ def _store_named(raw: dict[str, Any] | None, overrides: list[str]) -> str | None
     return uri if isinstance(uri, str) else None
 
 
-def decide(recipe: rc.Recipe, *, device: str | None = None, resume: str | None = None,
-           extend: bool = False) -> Plan:
+def decide(recipe: rc.Recipe, *, device: str | None = None, resume: str | None = None, extend: bool = False) -> Plan:
     """The :class:`Plan` of a recipe :func:`load_recipe` validated: its device and precision
     decided, the resume point found and checked (as :func:`plan` does)."""
     if recipe.domain_class is None:
-        raise ValueError(f"{recipe.source}: the recipe was validated without its domain; load it with "
-                         "toolkit.runs.load_recipe")
+        raise ValueError(
+            f"{recipe.source}: the recipe was validated without its domain; load it with toolkit.runs.load_recipe"
+        )
     problems, dev, choice = _device_and_precision(recipe.resolved, recipe.domain_class, device)
     if problems:
         raise rc.RecipeError(problems, recipe.source)
@@ -117,21 +126,24 @@ def decide(recipe: rc.Recipe, *, device: str | None = None, resume: str | None =
     return _finish(recipe, dev, choice, point, extend)
 
 
-def _finish(recipe: rc.Recipe, device: torch.device, choice: precision_mod.Choice,
-            point: ckpt.ResumePoint | None, extend: bool) -> Plan:
+def _finish(
+    recipe: rc.Recipe, device: torch.device, choice: precision_mod.Choice, point: ckpt.ResumePoint | None, extend: bool
+) -> Plan:
     """The plan: the recipe with the precision the run computes in; a resume point checked."""
     common = recipe.common.model_copy(update={"precision": choice.value})
     recipe = dataclasses.replace(recipe, common=common, resolved={**recipe.resolved, "precision": choice.value})
     if point is not None:
         ckpt.check_recipe(point.saved, recipe.resolved, point.path, extend)
         if point.run is not None and point.run.info.status == "FINISHED" and not extend:
-            raise RunFinished(f"run {point.run_id} FINISHED; it is never modified (a longer budget "
-                              "continues it with --extend)")
+            raise RunFinished(
+                f"run {point.run_id} FINISHED; it is never modified (a longer budget continues it with --extend)"
+            )
     return Plan(recipe, device, choice, point)
 
 
-def load_recipe(path: str | Path, overrides: list[str] | None, lookup: DomainLookup,
-                data: dict[str, Any] | None = None) -> rc.Recipe:
+def load_recipe(
+    path: str | Path, overrides: list[str] | None, lookup: DomainLookup, data: dict[str, Any] | None = None
+) -> rc.Recipe:
     """Read, override and validate a recipe for its domain (``lookup(name)``, called once); every
     problem is a RecipeError with its path (an explicit ``precision`` the machine cannot run on
     the recipe's device included). ``ctk show`` validates here; ``ctk run`` in :func:`plan`."""
@@ -144,8 +156,15 @@ def _read(path: str | Path, overrides: list[str], data: dict[str, Any] | None = 
     return rc.apply_overrides(rc.load_yaml(path) if data is None else data, overrides, str(path))
 
 
-def _validated(raw: dict[str, Any], source: str, overrides: list[str], lookup: DomainLookup,
-               decided: dict[str, Any], device: str | None, lenient: bool = False) -> rc.Recipe:
+def _validated(
+    raw: dict[str, Any],
+    source: str,
+    overrides: list[str],
+    lookup: DomainLookup,
+    decided: dict[str, Any],
+    device: str | None,
+    lenient: bool = False,
+) -> rc.Recipe:
     """The one validation of a mapping :func:`_read` read: the domain looked up and its defaults
     filled in, then the schema, the objective, ``Domain.check`` and the device and precision
     (:func:`_device_and_precision`, kept in ``decided``) in one RecipeError."""
@@ -165,12 +184,21 @@ def _validated(raw: dict[str, Any], source: str, overrides: list[str], lookup: D
         found = list(domain_cls.check(raw, sections))
         problems, decided["device"], decided["choice"] = _device_and_precision(raw, domain_cls, device, lenient)
         return found + [p for p in problems if p[0] not in {path for path, _ in found}]  # the domain's say first
-    return rc.validate(raw, domain_cls.sections(), objective_mod.check, source, overrides,
-                       domain_check=domain_check, domain_class=domain_cls)
+
+    return rc.validate(
+        raw,
+        domain_cls.sections(),
+        objective_mod.check,
+        source,
+        overrides,
+        domain_check=domain_check,
+        domain_class=domain_cls,
+    )
 
 
-def _device_and_precision(values: dict[str, Any], domain_cls: Any, device: str | None = None,
-                          lenient: bool = False) -> tuple[list[tuple[str, str]], Any, Any]:
+def _device_and_precision(
+    values: dict[str, Any], domain_cls: Any, device: str | None = None, lenient: bool = False
+) -> tuple[list[tuple[str, str]], Any, Any]:
     """(problems, device, precision choice): where the run goes (``device``, else the recipe's;
     ``auto`` -> cuda where torch sees one) and what ``precision`` resolves to there under the
     domain's policy (:func:`precision_choice`). A value the hardware cannot run well, or that the
@@ -179,15 +207,26 @@ def _device_and_precision(values: dict[str, Any], domain_cls: Any, device: str |
     requested, name = values.get("precision", "auto"), device or values.get("device", "auto")
     if requested not in precision_mod.PRECISIONS or name not in ("auto", "cpu", "cuda"):
         return [], None, None  # the schema reports those
-    dev = torch.device("cuda" if name != "cpu" and torch.cuda.is_available() else "cpu") if lenient \
+    dev = (
+        torch.device("cuda" if name != "cpu" and torch.cuda.is_available() else "cpu")
+        if lenient
         else select_device(name)
+    )
     try:
         choice = precision_choice(requested, dev, domain_cls)
     except ValueError as exc:
         return [("precision", f"{requested!r}: {exc}")], dev, None
     if choice.value not in domain_cls.precisions:
-        return [("precision", f"{requested!r}: domain {values.get('domain')!r} runs "
-                              f"{', '.join(domain_cls.precisions)} only")], dev, None
+        return (
+            [
+                (
+                    "precision",
+                    f"{requested!r}: domain {values.get('domain')!r} runs {', '.join(domain_cls.precisions)} only",
+                )
+            ],
+            dev,
+            None,
+        )
     return [], dev, choice
 
 
@@ -197,9 +236,12 @@ def with_run_name(recipe: rc.Recipe, name: str) -> rc.Recipe:
     tracking = recipe.common.tracking.model_copy(update={"run_name": name})
     raw = {**recipe.raw, "tracking": {**(recipe.raw.get("tracking") or {}), "run_name": name}}
     return dataclasses.replace(
-        recipe, common=recipe.common.model_copy(update={"tracking": tracking}), raw=raw,
+        recipe,
+        common=recipe.common.model_copy(update={"tracking": tracking}),
+        raw=raw,
         resolved={**recipe.resolved, "tracking": {**recipe.resolved["tracking"], "run_name": name}},
-        overrides=[*recipe.overrides, f"tracking.run_name={name}"])
+        overrides=[*recipe.overrides, f"tracking.run_name={name}"],
+    )
 
 
 def _with_defaults(raw: dict[str, Any], defaults: dict[str, Any]) -> dict[str, Any]:
@@ -231,17 +273,25 @@ def retire_dead_runs(recipe: rc.Recipe) -> None:
     process is gone (no heartbeat) are marked KILLED (``toolkit.tracking.health.mark_dead_runs``),
     so that ``ctk runs`` and a sweep see them as what they are."""
     from toolkit.tracking.health import mark_dead_runs, retrying
+
     client = client_for(recipe.tracking.uri)
     eid = experiment_id(client, recipe.tracking.experiment)
     retrying(lambda: mark_dead_runs(client, [eid]), "marking dead runs")
 
 
-def execute(run: rc.Recipe | Plan, *, resume: str | None = None,
-            device: str | None = None, progress: bool = True, distributed: Any = None,
-            hooks: list[Callable[[int], None]] | None = None, extend: bool = False,
-            extra_tags: dict[str, str] | None = None,
-            on_metrics: Callable[[dict[str, float], int], None] | None = None,
-            fixed_steps: int | None = None) -> tuple[str | None, dict[str, float]]:
+def execute(
+    run: rc.Recipe | Plan,
+    *,
+    resume: str | None = None,
+    device: str | None = None,
+    progress: bool = True,
+    distributed: Any = None,
+    hooks: list[Callable[[int], None]] | None = None,
+    extend: bool = False,
+    extra_tags: dict[str, str] | None = None,
+    on_metrics: Callable[[dict[str, float], int], None] | None = None,
+    fixed_steps: int | None = None,
+) -> tuple[str | None, dict[str, float]]:
     """Run a :class:`Plan` (or a recipe :func:`load_recipe` validated, decided here by
     :func:`decide` with ``device``, ``resume`` and ``extend``) through its domain's trainer;
     returns (mlflow run id, final metrics). A resumed run continues in the same mlflow run.
@@ -254,6 +304,7 @@ def execute(run: rc.Recipe | Plan, *, resume: str | None = None,
     sweep fixed for ``budget.minutes`` (:func:`calibrate`), trained instead of calibrating again.
     """
     from toolkit.tracking.health import check_store
+
     if isinstance(run, Plan):
         if resume or device or extend:
             raise ValueError("a Plan has its device and resume decided: give them to toolkit.runs.plan")
@@ -270,18 +321,30 @@ def execute(run: rc.Recipe | Plan, *, resume: str | None = None,
     if missing:
         raise rc.RecipeError(missing, recipe.source)
     obj = recipe.objective
-    tags = {"ctk.domain": recipe.domain, "ctk.loss": obj.loss.name if obj else "domain-own",
-            "ctk.selector": obj.selector.name if obj else "all",
-            "ctk.regularizers": ",".join(r.name for r in obj.regularizers) if obj else "",
-            "ctk.recipe": recipe.source, "ctk.version": __version__,
-            "mlflow.source.git.commit": (commit := git_commit()), "ctk.seed": str(recipe.seed),
-            RECORD_TAG: ",".join(record_metrics(recipe)),
-            **recipe.tracking.tags, **(extra_tags or {})}
+    tags = {
+        "ctk.domain": recipe.domain,
+        "ctk.loss": obj.loss.name if obj else "domain-own",
+        "ctk.selector": obj.selector.name if obj else "all",
+        "ctk.regularizers": ",".join(r.name for r in obj.regularizers) if obj else "",
+        "ctk.recipe": recipe.source,
+        "ctk.version": __version__,
+        "mlflow.source.git.commit": (commit := git_commit()),
+        "ctk.seed": str(recipe.seed),
+        RECORD_TAG: ",".join(record_metrics(recipe)),
+        **recipe.tracking.tags,
+        **(extra_tags or {}),
+    }
     if point is None and is_main:
         retire_dead_runs(recipe)
-    with Tracker(recipe.tracking.experiment, recipe.run_name, recipe.tracking.uri, tags,
-                 run_id=point.run_id if point is not None else None, enabled=is_main,
-                 listeners=[on_metrics] if on_metrics is not None else ()) as tracker:
+    with Tracker(
+        recipe.tracking.experiment,
+        recipe.run_name,
+        recipe.tracking.uri,
+        tags,
+        run_id=point.run_id if point is not None else None,
+        enabled=is_main,
+        listeners=[on_metrics] if on_metrics is not None else (),
+    ) as tracker:
         if distributed is not None:
             run_id = distributed.broadcast_object(tracker.run_id)
         else:
@@ -291,9 +354,15 @@ def execute(run: rc.Recipe | Plan, *, resume: str | None = None,
             # is logged apart (toolkit.tracking.measured)
             tracker.log_params({**rc.flatten(recipe.resolved), "precision": choice.requested})
             tracker.log_text(yaml.safe_dump(recipe.resolved, sort_keys=False), "recipe.yaml")
-        tracker.log_params({f"{MEASURED}precision": choice.value, f"{MEASURED}device": dev.type,
-                            **{f"{ENV}{k}": v for k, v in precision_mod.machine_params().items()},
-                            f"{ENV}ctk": __version__, f"{ENV}git_commit": commit})
+        tracker.log_params(
+            {
+                f"{MEASURED}precision": choice.value,
+                f"{MEASURED}device": dev.type,
+                **{f"{ENV}{k}": v for k, v in precision_mod.machine_params().items()},
+                f"{ENV}ctk": __version__,
+                f"{ENV}git_commit": commit,
+            }
+        )
         fixed_by = "sweep"
         if fixed_steps is None and point is None and recipe.budget is not None and recipe.budget.minutes:
             # a second seed trains as long as the first: the count an earlier run of the same
@@ -302,9 +371,15 @@ def execute(run: rc.Recipe | Plan, *, resume: str | None = None,
             found = distributed.broadcast_object(found) if distributed is not None else found
             if found:
                 fixed_steps, fixed_by = found[0], f"run {found[1]}"
-        options = RunOptions(device=dev, distributed=distributed, progress=progress,
-                             checkpoint_dir=ckpt.checkpoint_dir(run_id or "local"), hooks=list(hooks or []),
-                             fixed_steps=fixed_steps, fixed_by=fixed_by)
+        options = RunOptions(
+            device=dev,
+            distributed=distributed,
+            progress=progress,
+            checkpoint_dir=ckpt.checkpoint_dir(run_id or "local"),
+            hooks=list(hooks or []),
+            fixed_steps=fixed_steps,
+            fixed_by=fixed_by,
+        )
         # where this run's checkpoints go, recorded before the first one is written, so that
         # `ctk runs` and `--resume RUN_ID` find them from any working directory
         run_tags = ckpt.folder_tags(options.checkpoint_dir)
@@ -336,8 +411,11 @@ def calibrate(run: rc.Recipe | Plan, device: str | None = None) -> dict[str, Any
     p = run if isinstance(run, Plan) else decide(run, device=device)
     trainer = p.domain(p.recipe).trainer(p.recipe, None, RunOptions(device=p.device, progress=False))
     found = trainer.calibrate()
-    return None if found is None else {"steps": int(found["steps"]), "precision": p.precision.value,
-                                       "ms_per_step": float(found["ms_per_step"])}
+    return (
+        None
+        if found is None
+        else {"steps": int(found["steps"]), "precision": p.precision.value, "ms_per_step": float(found["ms_per_step"])}
+    )
 
 
 def precision_choice(requested: str, device: Any, domain_cls: Any) -> precision_mod.Choice:

@@ -7,6 +7,7 @@ frame stack, action repeat), ``augment`` (crops), ``replay`` (frames stored once
 ``agent`` (one SAC + CURL update, top to bottom), ``evaluation``, ``workspace`` (the loop,
 step accounting, snapshots), ``domain`` (recipe sections and ``run``).
 """
+
 from domains.rl.domain import RLDomain
 
 __all__ = ["RLDomain"]

@@ -25,6 +25,7 @@ critic's there and discards them). The reference code encodes ``o`` three times 
 test). :meth:`CurlSacAgent._encode_obs` is the one place the two paths part
 (:class:`_SharedPass` or :class:`_SeparatePasses`); each step is its own method.
 """
+
 from __future__ import annotations
 
 import copy
@@ -41,8 +42,8 @@ from torch import Tensor, nn
 from domains.rl.augment import center_crop
 from domains.rl.config import AgentConfig, EncoderConfig
 from domains.rl.curl import BilinearCURL
-from toolkit.objective import Objective
 from domains.rl.networks import Actor, Critic, PixelEncoder, full_precision
+from toolkit.objective import Objective
 
 __all__ = ["CurlSacAgent", "soft_update"]
 
@@ -66,22 +67,48 @@ class CurlSacAgent(nn.Module):
     values, policy mean and log-std), the targets, the losses, W and Adam stay fp32 (see
     :mod:`domains.rl.networks`)."""
 
-    def __init__(self, obs_shape: tuple[int, int, int], action_dim: int, *,
-                 encoder: EncoderConfig, agent: AgentConfig, objective: Objective | None,
-                 lr: float = 1e-3, betas: tuple[float, float] = (0.9, 0.999),
-                 fused: bool = True, channels_last: bool = True,
-                 compute_dtype: torch.dtype = torch.float32) -> None:
+    def __init__(
+        self,
+        obs_shape: tuple[int, int, int],
+        action_dim: int,
+        *,
+        encoder: EncoderConfig,
+        agent: AgentConfig,
+        objective: Objective | None,
+        lr: float = 1e-3,
+        betas: tuple[float, float] = (0.9, 0.999),
+        fused: bool = True,
+        channels_last: bool = True,
+        compute_dtype: torch.dtype = torch.float32,
+    ) -> None:
         super().__init__()
         channels, size, _ = obs_shape
         self.cfg, self.fused, self.objective = agent, fused, objective
         self.crop_size, self.action_dim = size, action_dim
-        self.critic = Critic(PixelEncoder(channels, size, encoder.feature_dim, encoder.num_layers,
-                                          encoder.num_filters, channels_last, fuse_relu=fused,
-                                          conv_dtype=compute_dtype),
-                             action_dim, agent.hidden_dim, compute_dtype)
+        self.critic = Critic(
+            PixelEncoder(
+                channels,
+                size,
+                encoder.feature_dim,
+                encoder.num_layers,
+                encoder.num_filters,
+                channels_last,
+                fuse_relu=fused,
+                conv_dtype=compute_dtype,
+            ),
+            action_dim,
+            agent.hidden_dim,
+            compute_dtype,
+        )
         self.critic_target = copy.deepcopy(self.critic).requires_grad_(False)
-        self.actor = Actor(self.critic.encoder.conv_dim, encoder.feature_dim, action_dim,
-                           agent.hidden_dim, agent.actor_log_std_range, compute_dtype)
+        self.actor = Actor(
+            self.critic.encoder.conv_dim,
+            encoder.feature_dim,
+            action_dim,
+            agent.hidden_dim,
+            agent.actor_log_std_range,
+            compute_dtype,
+        )
         self.critic.encoder.adopt_projection(self.actor.project)
         self.curl = BilinearCURL(encoder.feature_dim)
         self.log_alpha = nn.Parameter(torch.tensor(math.log(agent.init_temperature)))
@@ -95,8 +122,9 @@ class CurlSacAgent(nn.Module):
         self.critic_opt = adam(self.critic.parameters(), lr=lr, betas=betas)
         self.alpha_opt = adam([self.log_alpha], lr=agent.alpha_lr, betas=agent.alpha_betas)
         self.contrastive_opt = adam([self.curl.W, *self.critic.encoder.parameters()], lr=lr, betas=betas)
-        self.encoder_opt = (adam(self.critic.encoder.parameters(), lr=lr, betas=betas)
-                            if agent.code_double_encoder_step else None)
+        self.encoder_opt = (
+            adam(self.critic.encoder.parameters(), lr=lr, betas=betas) if agent.code_double_encoder_step else None
+        )
         self.num_updates = 0
         self.timings: dict[str, float] = defaultdict(float)
 
@@ -141,8 +169,9 @@ class CurlSacAgent(nn.Module):
         self.num_updates += 1
         return out
 
-    def _encode_obs(self, obs: Tensor, contrast: bool, actor_step: bool,
-                    clock: "_Clock") -> "_SharedPass | _SeparatePasses | None":
+    def _encode_obs(
+        self, obs: Tensor, contrast: bool, actor_step: bool, clock: _Clock
+    ) -> _SharedPass | _SeparatePasses | None:
         """Where the fused and reference paths part: the encodings of ``obs`` that steps 2 and
         4 read, after the critic step. Fused: one shared pass (``None`` when neither step runs);
         reference: a fresh pass for every use."""
@@ -154,8 +183,9 @@ class CurlSacAgent(nn.Module):
         clock.lap("shared_encoder")
         return shared
 
-    def _critic_step(self, obs: Tensor, action: Tensor, reward: Tensor, next_obs: Tensor,
-                     not_done: Tensor) -> dict[str, Tensor]:
+    def _critic_step(
+        self, obs: Tensor, action: Tensor, reward: Tensor, next_obs: Tensor, not_done: Tensor
+    ) -> dict[str, Tensor]:
         """Step 1: both Q heads towards the soft Bellman target; trains the shared encoder."""
         with torch.no_grad():
             _, next_action, next_log_pi, _ = self.actor(self.critic.encoder.conv(next_obs))
@@ -169,7 +199,7 @@ class CurlSacAgent(nn.Module):
         self.critic_opt.step()
         return {"critic_loss": critic_loss.detach(), "q_mean": q1.detach().mean()}
 
-    def _actor_and_temperature_step(self, obs_pass: "_SharedPass | _SeparatePasses") -> dict[str, Tensor]:
+    def _actor_and_temperature_step(self, obs_pass: _SharedPass | _SeparatePasses) -> dict[str, Tensor]:
         """Step 2: the actor on detached conv features against the critic's Q, then the
         temperature towards the target entropy."""
         _, pi, log_pi, log_std = self.actor(obs_pass.actor_features())
@@ -182,8 +212,12 @@ class CurlSacAgent(nn.Module):
         self.alpha_opt.zero_grad(set_to_none=True)
         alpha_loss.backward()
         self.alpha_opt.step()
-        return {"actor_loss": actor_loss.detach(), "alpha_loss": alpha_loss.detach(),
-                "entropy": -log_pi.detach().mean(), "log_std": log_std.detach().mean()}
+        return {
+            "actor_loss": actor_loss.detach(),
+            "alpha_loss": alpha_loss.detach(),
+            "entropy": -log_pi.detach().mean(),
+            "log_std": log_std.detach().mean(),
+        }
 
     def _target_step(self) -> None:
         """Step 3: EMA of the target Q heads (``critic_tau``) and key encoder (``encoder_tau``)."""
@@ -211,8 +245,12 @@ class CurlSacAgent(nn.Module):
 
     # -- snapshots -------------------------------------------------------------------------
     def optimizers(self) -> dict[str, torch.optim.Optimizer]:
-        opts = {"actor": self.actor_opt, "critic": self.critic_opt, "alpha": self.alpha_opt,
-                "contrastive": self.contrastive_opt}
+        opts = {
+            "actor": self.actor_opt,
+            "critic": self.critic_opt,
+            "alpha": self.alpha_opt,
+            "contrastive": self.contrastive_opt,
+        }
         if self.encoder_opt is not None:
             opts["encoder"] = self.encoder_opt
         return opts
@@ -220,8 +258,11 @@ class CurlSacAgent(nn.Module):
     def snapshot(self) -> dict:
         """Networks, optimizers and the update counter: the agent's part of the run's checkpoint
         (:meth:`domains.rl.workspace.Workspace.state_dict`; :meth:`restore` reads it back)."""
-        return {"modules": self.state_dict(), "num_updates": self.num_updates,
-                "optimizers": {k: o.state_dict() for k, o in self.optimizers().items()}}
+        return {
+            "modules": self.state_dict(),
+            "num_updates": self.num_updates,
+            "optimizers": {k: o.state_dict() for k, o in self.optimizers().items()},
+        }
 
     def restore(self, state: dict) -> None:
         self.load_state_dict(state["modules"])

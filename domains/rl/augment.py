@@ -5,6 +5,7 @@ contrastive pair are two independent random crops of the same stacked frames (on
 position per sample, shared by its k frames); the agent acts and is evaluated on the centre
 crop.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -19,11 +20,10 @@ def center_crop(obs: np.ndarray, size: int) -> np.ndarray:
     if not 0 < size <= min(h, w):
         raise ValueError(f"crop size must lie in [1, {min(h, w)}] for images of {h}x{w}, got {size!r}")
     top, left = (h - size) // 2, (w - size) // 2
-    return obs[..., top:top + size, left:left + size]
+    return obs[..., top : top + size, left : left + size]
 
 
-def random_offsets(rng: np.random.Generator, n: int, image_size: int,
-                   size: int) -> tuple[np.ndarray, np.ndarray]:
+def random_offsets(rng: np.random.Generator, n: int, image_size: int, size: int) -> tuple[np.ndarray, np.ndarray]:
     """``n`` top-left corners, uniform over the ``image_size - size + 1`` positions per axis."""
     if not 0 < size <= image_size:
         raise ValueError(f"crop size must lie in [1, {image_size}], got {size!r}")
@@ -31,8 +31,9 @@ def random_offsets(rng: np.random.Generator, n: int, image_size: int,
     return rng.integers(0, span, size=n), rng.integers(0, span, size=n)
 
 
-def crop_stacks(frames: np.ndarray, stack_index: np.ndarray, top: np.ndarray, left: np.ndarray,
-                size: int) -> np.ndarray:
+def crop_stacks(
+    frames: np.ndarray, stack_index: np.ndarray, top: np.ndarray, left: np.ndarray, size: int
+) -> np.ndarray:
     """Gather and crop frame stacks without building the full-size stacks first.
 
     frames:       ``[F, C, H, W]`` stored frames.
@@ -46,5 +47,5 @@ def crop_stacks(frames: np.ndarray, stack_index: np.ndarray, top: np.ndarray, le
     windows = sliding_window_view(frames, (size, size), axis=(2, 3))  # [F, C, nH, nW, s, s], a view
     out = np.empty((b, k * c, size, size), dtype=frames.dtype)
     for j in range(k):
-        out[:, j * c:(j + 1) * c] = windows[stack_index[:, j], :, top, left]
+        out[:, j * c : (j + 1) * c] = windows[stack_index[:, j], :, top, left]
     return out

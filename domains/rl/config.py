@@ -4,6 +4,7 @@ Every count in these sections is in **environment steps** (physics control steps
 papers' "100k steps" mean) unless its name says ``agent``: one agent step is one action, held
 for ``action_repeat`` environment steps. Defaults are CURL's Table 3 (Laskin et al., 2020).
 """
+
 from __future__ import annotations
 
 from typing import Literal
@@ -54,7 +55,7 @@ class DataConfig(Section):
     shadow_size: int | None = Field(None, ge=0)
 
     @model_validator(mode="after")
-    def _check(self) -> "DataConfig":
+    def _check(self) -> DataConfig:
         if "-" not in self.task:
             raise ValueError(f"task must look like 'domain-task' (e.g. cartpole-swingup), got {self.task!r}")
         if self.crop_size > self.image_size:
@@ -148,7 +149,7 @@ class AgentConfig(Section):
     code_double_encoder_step: bool = False
 
     @model_validator(mode="after")
-    def _check(self) -> "AgentConfig":
+    def _check(self) -> AgentConfig:
         lo, hi = self.actor_log_std_range
         if not lo < hi:
             raise ValueError(f"actor_log_std_range must be (low, high) with low < high, got {self.actor_log_std_range}")

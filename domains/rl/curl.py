@@ -23,8 +23,8 @@ The ``views`` of the batch are the L2-normalised pair ``[z_a, z_pos]``: LMCL's d
 polarization is defined on unit vectors (``D = (1 - F F^T) / 2``, Sec. 3.1), while the
 bilinear logits use the raw LayerNorm features.
 """
-from __future__ import annotations
 
+from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
@@ -50,7 +50,9 @@ class BilinearCURL(nn.Module):
         """The ContrastiveBatch of CURL's pair: scores, identity positives, unit-norm views."""
         n = z_anchor.shape[0]
         views = torch.stack([F.normalize(z_anchor, dim=-1), F.normalize(z_pos, dim=-1)], dim=1)
-        return ContrastiveBatch(scores=self.logits(z_anchor, z_pos),
-                                positive_mask=torch.eye(n, dtype=torch.bool, device=z_anchor.device),
-                                views=views, step=step)
-
+        return ContrastiveBatch(
+            scores=self.logits(z_anchor, z_pos),
+            positive_mask=torch.eye(n, dtype=torch.bool, device=z_anchor.device),
+            views=views,
+            step=step,
+        )

@@ -7,9 +7,11 @@ the contrastive ``objective`` (CURL's InfoNCE, DCL, HCL, + distance polarization
 the ``budget`` in environment steps. Without an ``objective`` section the agent is plain
 pixel SAC (no contrastive term). The domain owns its loop (:mod:`domains.rl.workspace`).
 """
+
 from __future__ import annotations
 
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 import torch
 
@@ -30,12 +32,14 @@ def rl_problems(raw: Mapping[str, Any]) -> list[tuple[str, str]]:
     if raw.get("budget") is None or steps is None:
         problems.append(("budget.steps", "required for rl recipes: the number of environment steps"))
     if epochs is not None:
-        problems.append(("budget.epochs", f"has no meaning in rl (got {epochs!r}); give budget.steps "
-                                          "in environment steps"))
+        problems.append(
+            ("budget.epochs", f"has no meaning in rl (got {epochs!r}); give budget.steps in environment steps")
+        )
     eval_every = rc.get_path(raw, "budget.eval_every")
     if eval_every is not None:
-        problems.append(("budget.eval_every", f"is not used by rl (got {eval_every!r}); set "
-                                              "evaluation.every_env_steps"))
+        problems.append(
+            ("budget.eval_every", f"is not used by rl (got {eval_every!r}); set evaluation.every_env_steps")
+        )
     opt = rc.get_path(raw, "optimizer.name", "sgd")
     if opt != "adam":
         problems.append(("optimizer.name", f"must be 'adam' for rl (CURL trains with Adam), got {opt!r}"))
@@ -44,12 +48,17 @@ def rl_problems(raw: Mapping[str, Any]) -> list[tuple[str, str]]:
         problems.append(("schedule.name", f"must be 'constant' for rl, got {sched!r}"))
     precision = rc.get_path(raw, "precision", "auto")
     if precision not in ("auto", "fp32", "bf16"):
-        problems.append(("precision", f"must be 'auto', 'fp32' or 'bf16' for rl (fp16 would need loss scaling), "
-                                      f"got {precision!r}"))
+        problems.append(
+            ("precision", f"must be 'auto', 'fp32' or 'bf16' for rl (fp16 would need loss scaling), got {precision!r}")
+        )
     source = rc.get_path(raw, "objective.negatives.source", "in_batch")
     if raw.get("objective") is not None and source != "in_batch":
-        problems.append(("objective.negatives.source", f"must be 'in_batch' for rl (CURL's negatives are "
-                                                       f"the other keys of the batch), got {source!r}"))
+        problems.append(
+            (
+                "objective.negatives.source",
+                f"must be 'in_batch' for rl (CURL's negatives are the other keys of the batch), got {source!r}",
+            )
+        )
     return problems
 
 
@@ -78,8 +87,10 @@ class RLDomain(Domain):
     EvaluationConfig = EvaluationConfig
     ExtraSections = {"agent": AgentConfig}
     recipe_defaults = {"schedule": {"name": "constant"}}  # CURL keeps its learning rates
-    single_process_only = ("rl runs in one process: more would train independent copies of the agent; "
-                           "run several seeds with ctk sweep instead")
+    single_process_only = (
+        "rl runs in one process: more would train independent copies of the agent; "
+        "run several seeds with ctk sweep instead"
+    )
 
     @classmethod
     def result_metrics(cls, recipe: Any) -> dict[str, str]:
@@ -108,9 +119,16 @@ class RLDomain(Domain):
     def rebuild_encoder(self, extras: Mapping[str, Any]) -> torch.nn.Module:
         """The critic's pixel encoder: stacked frames cropped to ``data.crop_size``."""
         from domains.rl.networks import PixelEncoder
+
         d, e = self.recipe.data, self.recipe.encoder
-        return PixelEncoder(3 * d.frame_stack, d.crop_size, e.feature_dim, e.num_layers, e.num_filters,
-                            channels_last=bool(extras.get("channels_last", True)))
+        return PixelEncoder(
+            3 * d.frame_stack,
+            d.crop_size,
+            e.feature_dim,
+            e.num_layers,
+            e.num_filters,
+            channels_last=bool(extras.get("channels_last", True)),
+        )
 
     def trainer(self, recipe: rc.Recipe, tracker: Any, options: RunOptions | None = None) -> Workspace:
         """The RL workspace, reading the validated recipe (checkpoints in ``options.checkpoint_dir``)."""

@@ -21,6 +21,7 @@ Environments run in the training process (rendering is ~20-35 ms of CPU a frame,
 of it). Rendering environments in worker processes need the ``spawn`` or ``forkserver`` start
 method: with ``fork`` an EGL context inherited from the parent hangs.
 """
+
 from __future__ import annotations
 
 import ctypes.util
@@ -41,8 +42,7 @@ except ImportError:  # pragma: no cover - torchvision is a dependency, but RL do
 __all__ = ["select_renderer", "task_problem", "DMCPixelEnv", "FrameStack", "make_env"]
 
 _LIBRARIES = {"egl": ("EGL",), "osmesa": ("OSMesa",)}
-_INSTALL_HINT = ("install headless Mesa: apt-get install -y libegl1 libegl-mesa0 "
-                 "libgl1-mesa-dri libopengl0 libosmesa6")
+_INSTALL_HINT = "install headless Mesa: apt-get install -y libegl1 libegl-mesa0 libgl1-mesa-dri libopengl0 libosmesa6"
 
 
 def select_renderer(preference: str = "auto") -> str:
@@ -62,8 +62,10 @@ def select_renderer(preference: str = "auto") -> str:
             raise RuntimeError(f"no headless OpenGL library for {'/'.join(options)}; {_INSTALL_HINT}")
         chosen = found[0]
         if "dm_control" in sys.modules:
-            raise RuntimeError("dm_control was imported before the renderer was chosen; call "
-                               "select_renderer() (or set MUJOCO_GL) before importing it")
+            raise RuntimeError(
+                "dm_control was imported before the renderer was chosen; call "
+                "select_renderer() (or set MUJOCO_GL) before importing it"
+            )
         os.environ["MUJOCO_GL"] = chosen
     return chosen
 
@@ -85,10 +87,14 @@ def task_problem(task: str, renderer: str = "auto") -> str | None:
     for d, t in suite.ALL_TASKS:
         by_domain.setdefault(d, []).append(t)
     if domain in by_domain:
-        return (f"unknown DMControl task {task!r}: domain {domain!r} has the tasks "
-                f"{', '.join(by_domain[domain])}; expected {domain}-TASK with one of them")
-    return (f"unknown DMControl task {task!r}: no domain {domain!r} in the suite; expected DOMAIN-TASK "
-            f"with DOMAIN one of {', '.join(sorted(by_domain))}")
+        return (
+            f"unknown DMControl task {task!r}: domain {domain!r} has the tasks "
+            f"{', '.join(by_domain[domain])}; expected {domain}-TASK with one of them"
+        )
+    return (
+        f"unknown DMControl task {task!r}: no domain {domain!r} in the suite; expected DOMAIN-TASK "
+        f"with DOMAIN one of {', '.join(sorted(by_domain))}"
+    )
 
 
 class DMCPixelEnv(gym.Env):
@@ -101,9 +107,17 @@ class DMCPixelEnv(gym.Env):
 
     metadata = {"render_modes": ["rgb_array"]}
 
-    def __init__(self, task: str, *, action_repeat: int = 1, image_size: int = 100,
-                 camera_id: int = 0, seed: int = 0, renderer: str = "auto",
-                 shadow_size: int | None = None) -> None:
+    def __init__(
+        self,
+        task: str,
+        *,
+        action_repeat: int = 1,
+        image_size: int = 100,
+        camera_id: int = 0,
+        seed: int = 0,
+        renderer: str = "auto",
+        shadow_size: int | None = None,
+    ) -> None:
         if action_repeat < 1:
             raise ValueError(f"action_repeat must be an integer >= 1, got {action_repeat!r}")
         domain, _, task_name = task.partition("-")
@@ -124,8 +138,10 @@ class DMCPixelEnv(gym.Env):
                 raise ValueError(f"shadow_size must be an integer >= 0 or None, got {shadow_size!r}")
             self._env.physics.model.vis.quality.shadowsize = int(shadow_size)
         self._gym = DmControlCompatibilityV0(
-            self._env, render_mode="rgb_array",
-            render_kwargs={"height": self.image_size, "width": self.image_size, "camera_id": self.camera_id})
+            self._env,
+            render_mode="rgb_array",
+            render_kwargs={"height": self.image_size, "width": self.image_size, "camera_id": self.camera_id},
+        )
         spec = self._env.action_spec()
         self._low, self._high = spec.minimum.astype(np.float64), spec.maximum.astype(np.float64)
         self.action_space = gym.spaces.Box(-1.0, 1.0, shape=spec.shape, dtype=np.float32)
@@ -151,7 +167,7 @@ class DMCPixelEnv(gym.Env):
 
     def reset(self, *, seed: int | None = None, options: dict | None = None) -> tuple[np.ndarray, dict]:
         super().reset(seed=seed)
-        self._gym.reset(seed=seed)          # a seed gives the task a fresh RandomState(seed)
+        self._gym.reset(seed=seed)  # a seed gives the task a fresh RandomState(seed)
         return self._observe(), {"env_steps": 0}
 
     def step(self, action: np.ndarray) -> tuple[np.ndarray, float, bool, bool, dict]:
@@ -200,11 +216,26 @@ class FrameStack(gym.Wrapper):
         return self._stacked(), reward, terminated, truncated, {**info, "frame": frame}
 
 
-def make_env(task: str, *, action_repeat: int, frame_stack: int = 3, image_size: int = 100,
-             camera_id: int = 0, seed: int = 0, renderer: str = "auto",
-             shadow_size: int | None = None) -> FrameStack:
+def make_env(
+    task: str,
+    *,
+    action_repeat: int,
+    frame_stack: int = 3,
+    image_size: int = 100,
+    camera_id: int = 0,
+    seed: int = 0,
+    renderer: str = "auto",
+    shadow_size: int | None = None,
+) -> FrameStack:
     """CURL's environment: rendered ``image_size`` pixels, action repeat, ``frame_stack`` frames
     (``shadow_size``: see :class:`~domains.rl.config.DataConfig`)."""
-    env = DMCPixelEnv(task, action_repeat=action_repeat, image_size=image_size,
-                      camera_id=camera_id, seed=seed, renderer=renderer, shadow_size=shadow_size)
+    env = DMCPixelEnv(
+        task,
+        action_repeat=action_repeat,
+        image_size=image_size,
+        camera_id=camera_id,
+        seed=seed,
+        renderer=renderer,
+        shadow_size=shadow_size,
+    )
     return FrameStack(env, frame_stack)

@@ -4,10 +4,11 @@ Every evaluation of a run plays the same episodes: episode ``i`` resets the eval
 environment with seed ``episode_seeds(seed, n)[i]``, so curves compare policies on the same
 initial states, and the uniform random policy is measured on exactly those episodes.
 """
+
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 import numpy as np
 
@@ -22,8 +23,9 @@ def episode_seeds(seed: int, episodes: int) -> list[int]:
     return [1_000_003 * (seed + 1) + i for i in range(episodes)]
 
 
-def run_episodes(env, policy: Policy, seeds: list[int], *,
-                 keep_frames: bool = False) -> tuple[list[float], list[int], list[np.ndarray]]:
+def run_episodes(
+    env, policy: Policy, seeds: list[int], *, keep_frames: bool = False
+) -> tuple[list[float], list[int], list[np.ndarray]]:
     """Play one episode per seed; returns (returns, environment steps per episode, the
     first episode's frames ``[H, W, 3]`` when ``keep_frames``)."""
     returns, lengths, frames = [], [], []
@@ -50,8 +52,7 @@ def random_policy(action_dim: int, seed: int) -> Policy:
     return lambda obs: rng.uniform(-1.0, 1.0, size=action_dim).astype(np.float32)
 
 
-def save_episode_frames(frames: list[np.ndarray], folder: str | Path, name: str,
-                        fps: int = 15) -> list[Path]:
+def save_episode_frames(frames: list[np.ndarray], folder: str | Path, name: str, fps: int = 15) -> list[Path]:
     """Write an animated GIF and a PNG strip of every 10th frame; returns the paths."""
     from PIL import Image
 

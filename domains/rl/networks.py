@@ -22,6 +22,7 @@ LayerNorm are fp32, and each MLP's output layer is fp32 (Q values, policy mean a
 the targets and the losses follow in fp32. Autocast itself would also round the Q values,
 the bilinear logits and the policy outputs to bf16. The pixels 0..255 are exact in bf16.
 """
+
 from __future__ import annotations
 
 import math
@@ -33,8 +34,17 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.autograd.function import once_differentiable
 
-__all__ = ["conv_output_size", "conv_relu", "PixelEncoder", "Projection", "MLP", "Actor", "Critic", "orthogonal_init",
-           "full_precision"]
+__all__ = [
+    "conv_output_size",
+    "conv_relu",
+    "PixelEncoder",
+    "Projection",
+    "MLP",
+    "Actor",
+    "Critic",
+    "orthogonal_init",
+    "full_precision",
+]
 
 
 def conv_output_size(image_size: int, num_layers: int) -> int:
@@ -77,9 +87,17 @@ class Projection(nn.Module):
 class PixelEncoder(nn.Module):
     """``obs [B, C, s, s] uint8 -> [B, feature_dim]`` = ``project(conv(obs))``."""
 
-    def __init__(self, in_channels: int, image_size: int, feature_dim: int = 50,
-                 num_layers: int = 4, num_filters: int = 32, channels_last: bool = True,
-                 fuse_relu: bool = True, conv_dtype: torch.dtype = torch.float32) -> None:
+    def __init__(
+        self,
+        in_channels: int,
+        image_size: int,
+        feature_dim: int = 50,
+        num_layers: int = 4,
+        num_filters: int = 32,
+        channels_last: bool = True,
+        fuse_relu: bool = True,
+        conv_dtype: torch.dtype = torch.float32,
+    ) -> None:
         super().__init__()
         if conv_dtype not in (torch.float32, torch.bfloat16):
             raise ValueError(f"conv_dtype must be torch.float32 or torch.bfloat16, got {conv_dtype!r}")
@@ -89,7 +107,7 @@ class PixelEncoder(nn.Module):
             layers.append(nn.Conv2d(num_filters, num_filters, 3, stride=1))
         self.convs = nn.ModuleList(layers)
         self.conv_side = conv_output_size(image_size, num_layers)
-        self.conv_dim = num_filters * self.conv_side ** 2
+        self.conv_dim = num_filters * self.conv_side**2
         self.feature_dim = feature_dim
         self.project = Projection(self.conv_dim, feature_dim)
         self.apply(orthogonal_init)
@@ -97,7 +115,7 @@ class PixelEncoder(nn.Module):
         self.to(memory_format=self.memory_format)
         self.adopt_projection(self.project)
 
-    def adopt_projection(self, projection: "Projection") -> None:
+    def adopt_projection(self, projection: Projection) -> None:
         """Reorder the input columns of a projection initialised for NCHW-flattened features
         (the reference's order) to this encoder's flattening order: channels-last features
         flatten as (h, w, c) without a copy, so the weight's columns are permuted once here
@@ -119,8 +137,7 @@ class PixelEncoder(nn.Module):
         pixels; the convolutions compute in ``conv_dtype``."""
         x, dt = self.prepare(obs), self.conv_dtype
         first = self.convs[0]  # conv(x / 255, W) = conv(x, W / 255): no pass over the pixels
-        x = conv_relu(x, (first.weight * (1.0 / 255.0)).to(dt), first.bias.to(dt),
-                      first.stride[0], self.fuse_relu)
+        x = conv_relu(x, (first.weight * (1.0 / 255.0)).to(dt), first.bias.to(dt), first.stride[0], self.fuse_relu)
         for layer in self.convs[1:]:
             x = conv_relu(x, layer.weight.to(dt), layer.bias.to(dt), layer.stride[0], self.fuse_relu)
         x = x.float()  # a no-op in fp32
@@ -133,8 +150,9 @@ class PixelEncoder(nn.Module):
 
 
 def _mkldnn_conv_relu(x: Tensor, weight: Tensor, bias: Tensor | None, stride: int) -> Tensor:
-    return torch.ops.mkldnn._convolution_pointwise(x, weight, bias, [0, 0], [stride, stride],
-                                                   [1, 1], 1, "relu", [None], "")
+    return torch.ops.mkldnn._convolution_pointwise(
+        x, weight, bias, [0, 0], [stride, stride], [1, 1], 1, "relu", [None], ""
+    )
 
 
 def _has_mkldnn_conv_relu() -> bool:
@@ -171,8 +189,8 @@ class _ConvReLU(torch.autograd.Function):
         s = ctx.stride
         g = torch.ops.aten.threshold_backward(grad, y, 0)
         gx, gw, gb = torch.ops.aten.convolution_backward(
-            g, x, weight, [weight.shape[0]], [s, s], [0, 0], [1, 1], False, [0, 0], 1,
-            list(ctx.needs_input_grad[:3]))
+            g, x, weight, [weight.shape[0]], [s, s], [0, 0], [1, 1], False, [0, 0], 1, list(ctx.needs_input_grad[:3])
+        )
         return gx, gw, gb, None
 
 
@@ -184,8 +202,12 @@ def conv_relu(x: Tensor, weight: Tensor, bias: Tensor | None, stride: int, fused
     needed. Elsewhere (GPU, other dtypes, bf16 on a CPU without oneDNN's bf16 kernels, builds
     without oneDNN) conv2d + in-place ReLU.
     ``x``, ``weight`` and ``bias`` share one dtype (the caller casts)."""
-    if (fused and _FUSED_CONV_RELU and x.device.type == "cpu"
-            and (x.dtype is torch.float32 or (x.dtype is torch.bfloat16 and _ONEDNN_BF16))):
+    if (
+        fused
+        and _FUSED_CONV_RELU
+        and x.device.type == "cpu"
+        and (x.dtype is torch.float32 or (x.dtype is torch.bfloat16 and _ONEDNN_BF16))
+    ):
         if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (x, weight, bias)):
             return _ConvReLU.apply(x, weight, bias, stride)
         return _mkldnn_conv_relu(x, weight, bias, stride)
@@ -199,8 +221,9 @@ class MLP(nn.Sequential):
     mean and log-std are fp32 (a bf16 output would round a Q value of 300 by up to 1)."""
 
     def __init__(self, in_dim: int, hidden: int, out_dim: int, compute_dtype: torch.dtype = torch.float32) -> None:
-        super().__init__(nn.Linear(in_dim, hidden), nn.ReLU(), nn.Linear(hidden, hidden),
-                         nn.ReLU(), nn.Linear(hidden, out_dim))
+        super().__init__(
+            nn.Linear(in_dim, hidden), nn.ReLU(), nn.Linear(hidden, hidden), nn.ReLU(), nn.Linear(hidden, out_dim)
+        )
         self.compute_dtype = compute_dtype
 
     def forward(self, x: Tensor) -> Tensor:
@@ -236,8 +259,15 @@ def full_precision(*modules: nn.Module) -> Iterator[None]:
 class Actor(nn.Module):
     """Tanh-squashed Gaussian policy on its own projection of conv features (SAC, App. C)."""
 
-    def __init__(self, conv_dim: int, feature_dim: int, action_dim: int, hidden_dim: int = 1024,
-                 log_std_range: tuple[float, float] = (-10.0, 2.0), compute_dtype: torch.dtype = torch.float32) -> None:
+    def __init__(
+        self,
+        conv_dim: int,
+        feature_dim: int,
+        action_dim: int,
+        hidden_dim: int = 1024,
+        log_std_range: tuple[float, float] = (-10.0, 2.0),
+        compute_dtype: torch.dtype = torch.float32,
+    ) -> None:
         super().__init__()
         self.project = Projection(conv_dim, feature_dim)
         self.trunk = MLP(feature_dim, hidden_dim, 2 * action_dim, compute_dtype)
@@ -263,8 +293,9 @@ class Actor(nn.Module):
 class Critic(nn.Module):
     """Twin Q functions ``Q_i(encoder(obs), a)`` on the shared pixel encoder."""
 
-    def __init__(self, encoder: PixelEncoder, action_dim: int, hidden_dim: int = 1024,
-                 compute_dtype: torch.dtype = torch.float32) -> None:
+    def __init__(
+        self, encoder: PixelEncoder, action_dim: int, hidden_dim: int = 1024, compute_dtype: torch.dtype = torch.float32
+    ) -> None:
         super().__init__()
         self.encoder = encoder
         self.q1 = MLP(encoder.feature_dim + action_dim, hidden_dim, 1, compute_dtype)

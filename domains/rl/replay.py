@@ -12,6 +12,7 @@ the first frame of its episode (``start``) and, when frame ``f`` has a successor
 taken from it with its reward and termination flag: frame ``f`` is then the observation of a
 transition whose next observation ends with frame ``f + 1``.
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -32,8 +33,7 @@ class Batch(dict):
 class FrameReplayBuffer:
     """Frames stored once (uint8); stacks of ``frame_stack`` rebuilt at sampling time."""
 
-    def __init__(self, capacity: int, frame_shape: tuple[int, int, int], action_dim: int,
-                 frame_stack: int = 3) -> None:
+    def __init__(self, capacity: int, frame_shape: tuple[int, int, int], action_dim: int, frame_stack: int = 3) -> None:
         if capacity < frame_stack + 1:
             raise ValueError(f"capacity must be at least frame_stack + 1 = {frame_stack + 1} frames, got {capacity!r}")
         if len(frame_shape) != 3:
@@ -45,8 +45,8 @@ class FrameReplayBuffer:
         self.reward = np.zeros(capacity, dtype=np.float32)
         self.terminated = np.zeros(capacity, dtype=bool)
         self.has_next = np.zeros(capacity, dtype=bool)
-        self.num_frames = 0          # absolute count of frames ever added
-        self.num_transitions = 0     # absolute count of transitions ever added
+        self.num_frames = 0  # absolute count of frames ever added
+        self.num_transitions = 0  # absolute count of transitions ever added
         self._episode_start = -1
 
     # -- writing -------------------------------------------------------------------------
@@ -128,17 +128,22 @@ class FrameReplayBuffer:
         for idx in (obs_idx, obs_idx, next_idx):
             top, left = random_offsets(rng, batch_size, size, crop_size)
             crops.append(torch.from_numpy(crop_stacks(self.frames, idx, top, left, crop_size)))
-        return Batch(obs=crops[0], pos=crops[1], next_obs=crops[2],
-                     action=torch.from_numpy(self.action[slots]),
-                     reward=torch.from_numpy(self.reward[slots]).unsqueeze(1),
-                     not_done=torch.from_numpy(1.0 - self.terminated[slots].astype(np.float32)).unsqueeze(1))
+        return Batch(
+            obs=crops[0],
+            pos=crops[1],
+            next_obs=crops[2],
+            action=torch.from_numpy(self.action[slots]),
+            reward=torch.from_numpy(self.reward[slots]).unsqueeze(1),
+            not_done=torch.from_numpy(1.0 - self.terminated[slots].astype(np.float32)).unsqueeze(1),
+        )
 
     # -- size and snapshots --------------------------------------------------------------
     @property
     def nbytes(self) -> int:
         """Bytes held by the buffer's arrays."""
-        return sum(a.nbytes for a in (self.frames, self.start, self.action, self.reward,
-                                      self.terminated, self.has_next))
+        return sum(
+            a.nbytes for a in (self.frames, self.start, self.action, self.reward, self.terminated, self.has_next)
+        )
 
     _ARRAYS = ("frames", "start", "action", "reward", "terminated", "has_next")
 
@@ -149,17 +154,21 @@ class FrameReplayBuffer:
         filled = min(self.num_frames, self.capacity)
         for name in self._ARRAYS:
             np.save(folder / f"{name}.npy", getattr(self, name)[:filled])
-        np.save(folder / "counters.npy", np.array([self.num_frames, self.num_transitions,
-                                                   self._episode_start, self.capacity, self.k]))
+        np.save(
+            folder / "counters.npy",
+            np.array([self.num_frames, self.num_transitions, self._episode_start, self.capacity, self.k]),
+        )
 
     def load(self, folder: str | Path) -> None:
         """Restore what :meth:`save` wrote (the buffer must have the same shape)."""
         folder = Path(folder)
         counters = np.load(folder / "counters.npy")
         if int(counters[3]) != self.capacity or int(counters[4]) != self.k:
-            raise ValueError(f"snapshot buffer has capacity {int(counters[3])}, frame_stack {int(counters[4])}; "
-                             f"this buffer has {self.capacity}, {self.k}")
+            raise ValueError(
+                f"snapshot buffer has capacity {int(counters[3])}, frame_stack {int(counters[4])}; "
+                f"this buffer has {self.capacity}, {self.k}"
+            )
         for name in self._ARRAYS:
             saved = np.load(folder / f"{name}.npy")
-            getattr(self, name)[:len(saved)] = saved
+            getattr(self, name)[: len(saved)] = saved
         self.num_frames, self.num_transitions, self._episode_start = (int(c) for c in counters[:3])

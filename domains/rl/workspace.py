@@ -31,6 +31,7 @@ task's random state); the replay buffer is written beside the checkpoint as one 
 array (``buffer-<env steps>/``, read back without pickle). A killed run resumed from its last
 checkpoint continues exactly as if it had not stopped.
 """
+
 from __future__ import annotations
 
 import random
@@ -38,23 +39,23 @@ import shutil
 import sys
 import tempfile
 import time
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any
 
 import numpy as np
 import torch
 
 from domains.rl.agent import CurlSacAgent
+from domains.rl.envs import make_env
+from domains.rl.evaluation import episode_seeds, random_policy, return_curve, run_episodes, save_episode_frames
+from domains.rl.replay import FrameReplayBuffer
 from toolkit import checkpoint as ckpt
 from toolkit import objective as objective_mod
 from toolkit import recipe as rc
 from toolkit.training.precision import autocast_dtype
 from toolkit.training.trainer import RunOptions, StopAfterStep, Trainer
-from domains.rl.envs import make_env
-from domains.rl.evaluation import (episode_seeds, random_policy, return_curve, run_episodes,
-                                   save_episode_frames)
-from domains.rl.replay import FrameReplayBuffer
 
 __all__ = ["Counters", "Workspace", "DEFAULT_CHECKPOINT_EVERY"]
 
@@ -89,8 +90,13 @@ class Workspace(Trainer):
     checkpoints) holds the checkpoints and their buffer folders; ``step_hook`` is called after
     every agent step (tests use it to stop a run part-way, as a kill would)."""
 
-    def __init__(self, recipe: rc.Recipe, tracker: Any, options: RunOptions | None = None,
-                 step_hook: Callable[["Workspace"], None] | None = None) -> None:
+    def __init__(
+        self,
+        recipe: rc.Recipe,
+        tracker: Any,
+        options: RunOptions | None = None,
+        step_hook: Callable[[Workspace], None] | None = None,
+    ) -> None:
         super().__init__(recipe, tracker, options)
         self.device = self.options.device or torch.device("cpu")
         # built before anything is seeded (building draws no random numbers)
@@ -102,18 +108,32 @@ class Workspace(Trainer):
         random.seed(seed)
         np.random.seed(seed)
         torch.manual_seed(seed)
-        env_args = dict(action_repeat=d.repeat, frame_stack=d.frame_stack, image_size=d.image_size,
-                        camera_id=d.camera_id, renderer=d.renderer, shadow_size=d.shadow_size)
+        env_args = dict(
+            action_repeat=d.repeat,
+            frame_stack=d.frame_stack,
+            image_size=d.image_size,
+            camera_id=d.camera_id,
+            renderer=d.renderer,
+            shadow_size=d.shadow_size,
+        )
         self.env = make_env(d.task, seed=seed, **env_args)
         self.eval_env = make_env(d.task, seed=seed + 1, **env_args)
         self.action_dim = self.env.action_space.shape[0]
         obs_shape = (3 * d.frame_stack, d.crop_size, d.crop_size)
-        self.agent = CurlSacAgent(obs_shape, self.action_dim, encoder=recipe.encoder, agent=agent,
-                                  objective=objective, lr=recipe.optimizer.lr, betas=tuple(recipe.optimizer.betas),
-                                  compute_dtype=autocast_dtype(recipe.precision) or torch.float32).to(self.device)
+        self.agent = CurlSacAgent(
+            obs_shape,
+            self.action_dim,
+            encoder=recipe.encoder,
+            agent=agent,
+            objective=objective,
+            lr=recipe.optimizer.lr,
+            betas=tuple(recipe.optimizer.betas),
+            compute_dtype=autocast_dtype(recipe.precision) or torch.float32,
+        ).to(self.device)
         self.rng = np.random.default_rng(seed)
-        self.buffer = FrameReplayBuffer(self._buffer_frames(), (3, d.image_size, d.image_size),
-                                        self.action_dim, d.frame_stack)
+        self.buffer = FrameReplayBuffer(
+            self._buffer_frames(), (3, d.image_size, d.image_size), self.action_dim, d.frame_stack
+        )
         self.init_env_steps = 1000 * d.repeat if agent.init_env_steps is None else agent.init_env_steps
         self.counters = Counters(next_checkpoint=self.checkpoint_every)
         self._records: dict[str, float] = {}
@@ -154,15 +174,21 @@ class Workspace(Trainer):
     def fit(self) -> None:
         """Train to ``total_env_steps`` (periodic evaluations, logs and checkpoints inside)."""
         if self.counters.env_steps == 0 and self.counters.agent_steps == 0:
-            self.tracker.log_metrics({"buffer_bytes": self.buffer.nbytes,
-                                      "buffer_frames": self.buffer.capacity}, step=0)
+            self.tracker.log_metrics(
+                {"buffer_bytes": self.buffer.nbytes, "buffer_frames": self.buffer.capacity}, step=0
+            )
         budget, ev, counts, agent = self.recipe.budget, self.recipe.evaluation, self.counters, self.agent
         updates_per_step, total = self.recipe.section("agent").updates_per_step, self.total_env_steps
         if self.options.fixed_steps and budget.minutes and counts.env_steps == 0:
-            print(f"[ctk] budget.minutes {budget.minutes:g}: {total} environment steps (fixed by "
-                  f"{self.options.fixed_by}); replay with --set budget.steps={total}", file=sys.stderr, flush=True)
-            self.tracker.log_params({"measured.budget_steps_fixed": total,
-                                     "measured.budget_steps_by": self.options.fixed_by})
+            print(
+                f"[ctk] budget.minutes {budget.minutes:g}: {total} environment steps (fixed by "
+                f"{self.options.fixed_by}); replay with --set budget.steps={total}",
+                file=sys.stderr,
+                flush=True,
+            )
+            self.tracker.log_params(
+                {"measured.budget_steps_fixed": total, "measured.budget_steps_by": self.options.fixed_by}
+            )
         obs, episode_return = None, 0.0
         steps_at_start, seconds_at_start = counts.env_steps, counts.train_seconds
         clock = (time.perf_counter(), counts.train_seconds)  # train_seconds = clock[1] + now - clock[0]
@@ -195,8 +221,10 @@ class Workspace(Trainer):
                     counts.next_log += budget.log_every
                 if terminated or truncated:
                     counts.episodes += 1
-                    self.tracker.log_metrics({"train/episode_return": episode_return,
-                                              "train/episodes": counts.episodes}, step=counts.env_steps)
+                    self.tracker.log_metrics(
+                        {"train/episode_return": episode_return, "train/episodes": counts.episodes},
+                        step=counts.env_steps,
+                    )
                     obs = None
                     if counts.next_checkpoint is not None and counts.env_steps >= counts.next_checkpoint:
                         while counts.next_checkpoint <= counts.env_steps:
@@ -210,18 +238,20 @@ class Workspace(Trainer):
                     self.stop_now(f"environment step {counts.env_steps} of {total}")
 
         if self._out_of_time() and counts.env_steps < total:
-            print(f"[ctk] budget.minutes {budget.minutes:g}: training stopped at environment step "
-                  f"{counts.env_steps} of {total} after {counts.train_seconds / 60:.1f} min (evaluations not "
-                  f"counted); replay with --set budget.steps={counts.env_steps} --set budget.minutes=null",
-                  file=sys.stderr, flush=True)
+            print(
+                f"[ctk] budget.minutes {budget.minutes:g}: training stopped at environment step "
+                f"{counts.env_steps} of {total} after {counts.train_seconds / 60:.1f} min (evaluations not "
+                f"counted); replay with --set budget.steps={counts.env_steps} --set budget.minutes=null",
+                file=sys.stderr,
+                flush=True,
+            )
             self.tracker.log_params({"measured.budget_steps_reached": counts.env_steps})
 
     def _out_of_time(self) -> bool:
         """``budget.minutes`` of training wall time spent (evaluations excluded). The schedule is
         constant in RL, so a run stopped here is the run with ``budget.steps`` = the steps reached."""
         minutes = self.recipe.budget.minutes
-        return (minutes is not None and not self.options.fixed_steps
-                and self.counters.train_seconds >= 60.0 * minutes)
+        return minutes is not None and not self.options.fixed_steps and self.counters.train_seconds >= 60.0 * minutes
 
     def calibrate(self) -> dict[str, float] | None:
         """``budget.minutes``' environment steps on this machine, from this workspace's own loop
@@ -236,23 +266,29 @@ class Workspace(Trainer):
         warm, timed = CALIBRATION_UPDATES
         marks: list[tuple[int, float]] = []  # (environment steps, training seconds) after each agent step
 
-        def measure(ws: "Workspace") -> None:
+        def measure(ws: Workspace) -> None:
             marks.append((ws.counters.env_steps, ws.counters.train_seconds))
             if ws.counters.env_steps >= ws.init_env_steps + (warm + timed) * repeat:
                 raise _Measured
+
         self.step_hook = measure
         try:
             self.fit()
         except _Measured:
             pass
         if marks[-1][0] < self.init_env_steps + (warm + timed) * repeat:  # the budget ended first
-            return {"steps": min(self.total_env_steps, marks[-1][0]),
-                    "ms_per_step": 1e3 * marks[-1][1] / max(1, marks[-1][0])}
+            return {
+                "steps": min(self.total_env_steps, marks[-1][0]),
+                "ms_per_step": 1e3 * marks[-1][1] / max(1, marks[-1][0]),
+            }
         seed_steps, seed_seconds = next(m for m in marks if m[0] >= self.init_env_steps)
         start = next(m for m in marks if m[0] >= self.init_env_steps + warm * repeat)
         per_step = (marks[-1][1] - start[1]) / (marks[-1][0] - start[0])
-        fit = (seed_steps * seconds / seed_seconds if seconds <= seed_seconds
-               else seed_steps + (seconds - seed_seconds) / per_step)
+        fit = (
+            seed_steps * seconds / seed_seconds
+            if seconds <= seed_seconds
+            else seed_steps + (seconds - seed_seconds) / per_step
+        )
         steps = max(repeat, int(fit) // repeat * repeat)
         return {"steps": min(self.total_env_steps, steps), "ms_per_step": per_step * 1e3}
 
@@ -267,8 +303,14 @@ class Workspace(Trainer):
 
     def _log_train(self, env_steps_per_s: float) -> None:
         out = {f"train/{k}": v / self._num_records for k, v in self._records.items()} if self._num_records else {}
-        out.update({"agent_steps": self.counters.agent_steps, "train/env_steps_per_s": env_steps_per_s,
-                    "train/updates": self.agent.num_updates, "train/wall_seconds": self.counters.train_seconds})
+        out.update(
+            {
+                "agent_steps": self.counters.agent_steps,
+                "train/env_steps_per_s": env_steps_per_s,
+                "train/updates": self.agent.num_updates,
+                "train/wall_seconds": self.counters.train_seconds,
+            }
+        )
         self.tracker.log_metrics(out, step=self.counters.env_steps)
         self._records, self._num_records = {}, 0
 
@@ -281,9 +323,13 @@ class Workspace(Trainer):
         counts = self.counters
         if not counts.history or counts.history[-1][0] != counts.env_steps:
             self.evaluate_policy()
-        final = {"return_mean": counts.history[-1][1], "return_std": counts.history[-1][2],
-                 "env_steps": float(counts.env_steps), "agent_steps": float(counts.agent_steps),
-                 "buffer_bytes": float(self.buffer.nbytes)}
+        final = {
+            "return_mean": counts.history[-1][1],
+            "return_std": counts.history[-1][2],
+            "env_steps": float(counts.env_steps),
+            "agent_steps": float(counts.agent_steps),
+            "buffer_bytes": float(self.buffer.nbytes),
+        }
         if counts.random_return is not None:
             final.update(random_return_mean=counts.random_return[0], random_return_std=counts.random_return[1])
         random_mean = counts.random_return and counts.random_return[0]
@@ -292,8 +338,10 @@ class Workspace(Trainer):
 
         points = {"policy (mean action)": [(h[3], h[1]) for h in counts.history if not np.isnan(h[3])]}
         baseline = {"random policy": random_mean} if random_mean is not None else None
-        self.tracker.log_figure(time_to_accuracy_figure(points, self.recipe.run_name, baselines=baseline,
-                                                        ylabel="episode return"), "time_to_accuracy")
+        self.tracker.log_figure(
+            time_to_accuracy_figure(points, self.recipe.run_name, baselines=baseline, ylabel="episode return"),
+            "time_to_accuracy",
+        )
         return final
 
     def evaluate_policy(self, episodes: int | None = None) -> tuple[float, float]:
@@ -305,17 +353,28 @@ class Workspace(Trainer):
         if ev.random_baseline and counts.random_return is None:
             rets, _, _ = run_episodes(self.eval_env, random_policy(self.action_dim, seed), seeds)
             counts.random_return = (float(np.mean(rets)), float(np.std(rets)))
-            self.tracker.log_metrics({"random_return_mean": counts.random_return[0],
-                                      "random_return_std": counts.random_return[1]}, step=counts.env_steps)
+            self.tracker.log_metrics(
+                {"random_return_mean": counts.random_return[0], "random_return_std": counts.random_return[1]},
+                step=counts.env_steps,
+            )
         self.agent.eval()
-        rets, lengths, frames = run_episodes(self.eval_env, lambda o: self.agent.act(o, sample=False),
-                                             seeds[:episodes], keep_frames=ev.save_frames)
+        rets, lengths, frames = run_episodes(
+            self.eval_env, lambda o: self.agent.act(o, sample=False), seeds[:episodes], keep_frames=ev.save_frames
+        )
         self.agent.train()
         mean, std = float(np.mean(rets)), float(np.std(rets))
         counts.history.append((counts.env_steps, mean, std, counts.train_seconds))
-        self.tracker.log_metrics({"return_mean": mean, "return_std": std, "agent_steps": counts.agent_steps,
-                                  "eval/episodes": len(rets), "eval/episode_env_steps": float(np.mean(lengths)),
-                                  "train/wall_seconds": counts.train_seconds}, step=counts.env_steps)
+        self.tracker.log_metrics(
+            {
+                "return_mean": mean,
+                "return_std": std,
+                "agent_steps": counts.agent_steps,
+                "eval/episodes": len(rets),
+                "eval/episode_env_steps": float(np.mean(lengths)),
+                "train/wall_seconds": counts.train_seconds,
+            },
+            step=counts.env_steps,
+        )
         if frames:
             with tempfile.TemporaryDirectory() as tmp:
                 for path in save_episode_frames(frames, tmp, f"eval_{counts.env_steps:08d}"):

@@ -18,19 +18,19 @@ sentences of two books) and ``max_books`` applies to each corpus. Book names mus
 across the list, so ``split_by_book`` can hold out books by name or the last N of the combined
 list.
 """
+
 from __future__ import annotations
 
 import json
 import re
 from collections import Counter
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Sequence
 
 from domains.text.splitting import is_heading, split_paragraphs, split_sentences
 
-__all__ = ["Book", "book_from_text", "read_text_folder", "load_corpus", "split_by_book",
-           "SOURCES", "PACKAGED"]
+__all__ = ["Book", "book_from_text", "read_text_folder", "load_corpus", "split_by_book", "SOURCES", "PACKAGED"]
 
 SOURCES = ("austen", "mobydick", "sotu", "brown", "folder", "bookcorpus")
 PACKAGED = ("austen", "mobydick", "sotu", "brown")  # offline corpora a list may combine
@@ -46,8 +46,9 @@ class Book:
 
     def __post_init__(self) -> None:
         if len(self.sentences) != len(self.paragraphs):
-            raise ValueError(f"book {self.name!r}: {len(self.sentences)} sentences but "
-                             f"{len(self.paragraphs)} paragraph ids")
+            raise ValueError(
+                f"book {self.name!r}: {len(self.sentences)} sentences but {len(self.paragraphs)} paragraph ids"
+            )
 
     def __len__(self) -> int:
         return len(self.sentences)
@@ -71,8 +72,9 @@ def _natural_key(path: Path) -> list[object]:
     return [int(t) if t.isdigit() else t.lower() for t in re.split(r"(\d+)", path.name)]
 
 
-def read_text_folder(folder: str | Path, pattern: str = "*.txt", drop_headings: bool = True,
-                     max_books: int | None = None) -> list[Book]:
+def read_text_folder(
+    folder: str | Path, pattern: str = "*.txt", drop_headings: bool = True, max_books: int | None = None
+) -> list[Book]:
     """Every file matching ``pattern`` under ``folder`` is one book (natural name order)."""
     root = Path(folder)
     if not root.is_dir():
@@ -80,18 +82,20 @@ def read_text_folder(folder: str | Path, pattern: str = "*.txt", drop_headings: 
     files = sorted(root.rglob(pattern), key=_natural_key)
     if not files:
         raise ValueError(f"folder {str(folder)!r} holds no files matching {pattern!r}")
-    books = [book_from_text(f.stem, f.read_text(encoding="utf-8", errors="replace"), drop_headings)
-             for f in files[:max_books]]
+    books = [
+        book_from_text(f.stem, f.read_text(encoding="utf-8", errors="replace"), drop_headings)
+        for f in files[:max_books]
+    ]
     return [b for b in books if len(b) > 0]
 
 
 def _locate(name: str, root: str | Path | None) -> Path:
     from domains.text.packaged import locate  # the data provider places files; we parse them
+
     return Path(locate(name, root=root))
 
 
-def _json_text_folder(folder: Path, kind: str, max_books: int | None,
-                      drop_headings: bool = True) -> list[Book]:
+def _json_text_folder(folder: Path, kind: str, max_books: int | None, drop_headings: bool = True) -> list[Book]:
     """stdlib-style datasets: ``<item>.json`` records with a ``text`` field (or ``.txt``)."""
     files = sorted(folder.rglob("*.json"), key=_natural_key)
     files = [f for f in files if f.name != "package.json"]
@@ -116,8 +120,9 @@ _BROWN_TOKEN = re.compile(r"(\S+)/\S+")
 
 def _brown(folder: Path, max_books: int | None) -> list[Book]:
     """Brown corpus samples (``ca01`` ...): one tagged sentence per line, kept as split."""
-    files = sorted((f for f in folder.rglob("*") if f.is_file() and re.fullmatch(r"c[a-r]\d\d", f.name)),
-                   key=_natural_key)
+    files = sorted(
+        (f for f in folder.rglob("*") if f.is_file() and re.fullmatch(r"c[a-r]\d\d", f.name)), key=_natural_key
+    )
     if not files:
         raise ValueError(f"no Brown-corpus sample files (ca01 ...) under {str(folder)!r}")
     books = []
@@ -139,15 +144,19 @@ def _bookcorpus(max_books: int | None, drop_headings: bool = True) -> list[Book]
     try:
         import datasets  # type: ignore[import-not-found]
     except ImportError:
-        raise ValueError("corpus 'bookcorpus' needs the Hugging Face 'datasets' package "
-                         "(pip install 'ctk[text]') and a reachable hub; offline, use "
-                         "corpus: austen or corpus: folder") from None
+        raise ValueError(
+            "corpus 'bookcorpus' needs the Hugging Face 'datasets' package "
+            "(pip install 'ctk[text]') and a reachable hub; offline, use "
+            "corpus: austen or corpus: folder"
+        ) from None
     try:
         ds = datasets.load_dataset("bookcorpusopen", split="train", streaming=True)
     except Exception as exc:  # noqa: BLE001 - the hub raises many kinds
-        raise ValueError(f"corpus 'bookcorpus' could not be loaded from the Hugging Face hub "
-                         f"({type(exc).__name__}: {exc}); offline, use corpus: austen or a "
-                         "folder of plain-text books (corpus: folder, path: ...)") from None
+        raise ValueError(
+            f"corpus 'bookcorpus' could not be loaded from the Hugging Face hub "
+            f"({type(exc).__name__}: {exc}); offline, use corpus: austen or a "
+            "folder of plain-text books (corpus: folder, path: ...)"
+        ) from None
     books = []
     for i, record in enumerate(ds):
         if max_books is not None and i >= max_books:
@@ -168,33 +177,38 @@ def check_corpus_names(names: Sequence[str], key: str = "corpus") -> list[str]:
         raise ValueError(f"{key} is an empty list; expected one or more of {', '.join(PACKAGED)}")
     for i, name in enumerate(names):
         if name not in PACKAGED:
-            raise ValueError(f"{key}[{i}] is {name!r}; a list combines packaged corpora: "
-                             f"{', '.join(PACKAGED)}")
+            raise ValueError(f"{key}[{i}] is {name!r}; a list combines packaged corpora: {', '.join(PACKAGED)}")
     repeated = sorted({n for n in names if names.count(n) > 1})
     if repeated:
         raise ValueError(f"{key} names {', '.join(repeated)} more than once, got {names!r}")
     return names
 
 
-def _load_combined(names: Sequence[str], path: str | Path | None, root: str | Path | None,
-                   max_books: int | None, drop_headings: bool) -> list[Book]:
+def _load_combined(
+    names: Sequence[str], path: str | Path | None, root: str | Path | None, max_books: int | None, drop_headings: bool
+) -> list[Book]:
     names = check_corpus_names(names, "source")
     if path is not None:
-        raise ValueError(f"path {str(path)!r} cannot go with a list of corpora ({names!r}): each "
-                         "is read from the data root; set root (data.data_root) instead")
+        raise ValueError(
+            f"path {str(path)!r} cannot go with a list of corpora ({names!r}): each "
+            "is read from the data root; set root (data.data_root) instead"
+        )
     books: list[Book] = []
     for name in names:
         books += load_corpus(name, None, root, max_books, drop_headings)
     clashes = sorted(n for n, k in Counter(b.name for b in books).items() if k > 1)
     if clashes:
-        raise ValueError(f"the corpora {names!r} share book names {clashes[:5]}; val_books could "
-                         "not tell them apart")
+        raise ValueError(f"the corpora {names!r} share book names {clashes[:5]}; val_books could not tell them apart")
     return books
 
 
-def load_corpus(source: str | Sequence[str], path: str | Path | None = None,
-                root: str | Path | None = None, max_books: int | None = None,
-                drop_headings: bool = True) -> list[Book]:
+def load_corpus(
+    source: str | Sequence[str],
+    path: str | Path | None = None,
+    root: str | Path | None = None,
+    max_books: int | None = None,
+    drop_headings: bool = True,
+) -> list[Book]:
     """Load a corpus by name, or the books of several packaged corpora, concatenated in the
     order given (see the module docstring); ``root`` is the data root of ``toolkit.data``
     (``$CTK_DATA`` or ``./data`` when None); ``path`` is the folder for ``source='folder'``."""
@@ -218,8 +232,7 @@ def load_corpus(source: str | Sequence[str], path: str | Path | None = None,
     return _json_text_folder(folder, source, max_books, drop_headings)
 
 
-def split_by_book(books: Sequence[Book], val_books: int | Iterable[str] = 1
-                  ) -> tuple[list[Book], list[Book]]:
+def split_by_book(books: Sequence[Book], val_books: int | Iterable[str] = 1) -> tuple[list[Book], list[Book]]:
     """Hold out whole books: the last ``val_books`` books (an int) or the books named.
 
     Splitting by book is what keeps every neighbour pair on one side of the split.
@@ -227,16 +240,18 @@ def split_by_book(books: Sequence[Book], val_books: int | Iterable[str] = 1
     books = list(books)
     if isinstance(val_books, int):
         if not 0 <= val_books < len(books):
-            raise ValueError(f"val_books must lie in [0, {len(books) - 1}] for a corpus of "
-                             f"{len(books)} books, got {val_books}")
+            raise ValueError(
+                f"val_books must lie in [0, {len(books) - 1}] for a corpus of {len(books)} books, got {val_books}"
+            )
         cut = len(books) - val_books
         return books[:cut], books[cut:]
     names = set(val_books)
     known = {b.name for b in books}
     missing = names - known
     if missing:
-        raise ValueError(f"val_books names {sorted(missing)} that are not in the corpus; "
-                         f"expected some of {sorted(known)}")
+        raise ValueError(
+            f"val_books names {sorted(missing)} that are not in the corpus; expected some of {sorted(known)}"
+        )
     train = [b for b in books if b.name not in names]
     if not train:
         raise ValueError("val_books holds out every book; keep at least one for training")

@@ -14,6 +14,7 @@ On the first ``max_sentences`` contiguous sentences of the validation books:
 
 All from ``toolkit.evaluation.metrics`` / ``toolkit.evaluation.plots``; nothing here trains.
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -31,12 +32,13 @@ __all__ = ["sentence_geometry", "neighbour_top1"]
 
 
 @torch.no_grad()
-def _pair_embeddings(encoder: Any, table: SentenceTable, idx: np.ndarray,
-                     batch_size: int) -> tuple[torch.Tensor, torch.Tensor]:
+def _pair_embeddings(
+    encoder: Any, table: SentenceTable, idx: np.ndarray, batch_size: int
+) -> tuple[torch.Tensor, torch.Tensor]:
     device = next(encoder.parameters()).device
     us, vs = [], []
     for a in range(0, len(idx), batch_size):
-        chunk = idx[a:a + batch_size]
+        chunk = idx[a : a + batch_size]
         x = encoder.tokenizer.pad([table.ids[i] for i in chunk]).to(device)
         u, v = encoder(x, pair=True)
         us.append(u.float().cpu())
@@ -45,8 +47,9 @@ def _pair_embeddings(encoder: Any, table: SentenceTable, idx: np.ndarray,
 
 
 @torch.no_grad()
-def neighbour_top1(encoder: Any, table: SentenceTable, block: int = 400, max_blocks: int = 5,
-                   window: int = 1, score: str = "dot") -> float:
+def neighbour_top1(
+    encoder: Any, table: SentenceTable, block: int = 400, max_blocks: int = 5, window: int = 1, score: str = "dot"
+) -> float:
     """Percent of sentences whose best-scored candidate in their block is a neighbour."""
     hits, total = 0, 0
     starts = range(0, max(len(table) - block + 1, 1), block)
@@ -68,9 +71,15 @@ def neighbour_top1(encoder: Any, table: SentenceTable, block: int = 400, max_blo
 
 
 @torch.no_grad()
-def sentence_geometry(encoder: Any, table: SentenceTable, max_sentences: int = 2000,
-                      d_plus: float = 0.1, d_minus: float = 0.5, batch_size: int = 256,
-                      title: str = "sentence embeddings") -> tuple[dict[str, float], dict[str, Any]]:
+def sentence_geometry(
+    encoder: Any,
+    table: SentenceTable,
+    max_sentences: int = 2000,
+    d_plus: float = 0.1,
+    d_minus: float = 0.5,
+    batch_size: int = 256,
+    title: str = "sentence embeddings",
+) -> tuple[dict[str, float], dict[str, Any]]:
     """Metrics and the distance-histogram figure of the held-out sentence embeddings."""
     if len(table) < 3:
         raise ValueError(f"the validation table needs at least 3 sentences, got {len(table)}")
@@ -80,9 +89,12 @@ def sentence_geometry(encoder: Any, table: SentenceTable, max_sentences: int = 2
     same_book = table.book[idx[1:]] == table.book[idx[:-1]]
     a = torch.from_numpy(np.flatnonzero(same_book))
     hist = metrics.distance_histogram(x, d_plus=d_plus, d_minus=d_minus)
-    out = {"alignment": metrics.alignment(x[a], x[a + 1]),
-           "uniformity": metrics.uniformity(x, t=2.0),
-           "dp_margin_occupancy": float(hist["margin_occupancy"])}
-    fig = distance_histogram_figure(x, d_plus=d_plus, d_minus=d_minus,
-                                    title=f"LMCL distances, {title} ({len(idx)} held-out sentences)")
+    out = {
+        "alignment": metrics.alignment(x[a], x[a + 1]),
+        "uniformity": metrics.uniformity(x, t=2.0),
+        "dp_margin_occupancy": float(hist["margin_occupancy"]),
+    }
+    fig = distance_histogram_figure(
+        x, d_plus=d_plus, d_minus=d_minus, title=f"LMCL distances, {title} ({len(idx)} held-out sentences)"
+    )
     return out, {"distance_histogram": fig}

@@ -8,11 +8,13 @@ the normalised f/g embeddings). Evaluation: the six transfer tasks, the held-out
 (alignment, uniformity, DP margin occupancy, distance histogram), and, when asked, the
 random-encoder and bag-of-words baselines.
 """
+
 from __future__ import annotations
 
 import json
 import sys
-from typing import Any, ClassVar, Mapping
+from collections.abc import Mapping
+from typing import Any, ClassVar
 
 import torch
 from torch import nn
@@ -21,32 +23,58 @@ from domains.base import DataBundle, Domain, Encoder, Evaluation
 from domains.text.config import DataConfig, EncoderConfig, EvaluationConfig
 from domains.text.corpora import load_corpus, split_by_book
 from domains.text.diagnostics import neighbour_top1, sentence_geometry
-from domains.text.encoders import (BagOfWordsSentenceEncoder, GRUSentenceEncoder, QuickThoughtEncoder,
-                                   TransformerSentenceEncoder)
+from domains.text.encoders import (
+    BagOfWordsSentenceEncoder,
+    GRUSentenceEncoder,
+    QuickThoughtEncoder,
+    TransformerSentenceEncoder,
+)
 from domains.text.quickthought import quick_thought_batch
 from domains.text.sampling import ContiguousBatches, SentenceTable
-from domains.text.senteval import (BagOfWords, EncoderEmbedder, evaluate_tasks, load_task, quick_accuracy,
-                                   settings_for, subsample)
+from domains.text.senteval import (
+    BagOfWords,
+    EncoderEmbedder,
+    evaluate_tasks,
+    load_task,
+    quick_accuracy,
+    settings_for,
+    subsample,
+)
 from domains.text.tokenizer import SentenceTokenizer, train_tokenizer
 from toolkit.losses.base import ContrastiveBatch
 
 __all__ = ["TextDomain", "build_quick_thought_encoder"]
 
 
-def build_quick_thought_encoder(cfg: EncoderConfig, tokenizer: SentenceTokenizer,
-                                max_length: int = 30) -> QuickThoughtEncoder:
+def build_quick_thought_encoder(
+    cfg: EncoderConfig, tokenizer: SentenceTokenizer, max_length: int = 30
+) -> QuickThoughtEncoder:
     """f and g with separate parameters (the authors' code keeps separate word embeddings)."""
+
     def one() -> nn.Module:
         if cfg.kind == "bow":
-            return BagOfWordsSentenceEncoder(tokenizer.vocab_size, cfg.embedding_dim, tokenizer.pad_id,
-                                             cfg.init_scale)
+            return BagOfWordsSentenceEncoder(tokenizer.vocab_size, cfg.embedding_dim, tokenizer.pad_id, cfg.init_scale)
         if cfg.kind == "gru":
-            return GRUSentenceEncoder(tokenizer.vocab_size, cfg.embedding_dim, cfg.hidden_size,
-                                      cfg.bidirectional, cfg.num_layers, tokenizer.pad_id,
-                                      cfg.init_scale)
-        return TransformerSentenceEncoder(tokenizer.vocab_size, cfg.hidden_size, cfg.num_layers,
-                                          cfg.num_heads, cfg.intermediate_size, max_length,
-                                          tokenizer.pad_id, cfg.pretrained)
+            return GRUSentenceEncoder(
+                tokenizer.vocab_size,
+                cfg.embedding_dim,
+                cfg.hidden_size,
+                cfg.bidirectional,
+                cfg.num_layers,
+                tokenizer.pad_id,
+                cfg.init_scale,
+            )
+        return TransformerSentenceEncoder(
+            tokenizer.vocab_size,
+            cfg.hidden_size,
+            cfg.num_layers,
+            cfg.num_heads,
+            cfg.intermediate_size,
+            max_length,
+            tokenizer.pad_id,
+            cfg.pretrained,
+        )
+
     return QuickThoughtEncoder(one(), one(), tokenizer)
 
 
@@ -59,12 +87,14 @@ def _trained_tokenizer(key: str, books: Any, cfg: Any, max_length: int) -> Sente
     import os
 
     from toolkit.data.folder import data_root
+
     folder = data_root() / "tokenizers"
     path = folder / f"{hashlib.sha256(key.encode()).hexdigest()[:20]}.json"
     if path.is_file():
         return SentenceTokenizer.load(path, max_length)
-    tokenizer = train_tokenizer((s for b in books for s in b.sentences), cfg.kind, cfg.vocab_size,
-                                cfg.lowercase, cfg.min_frequency, max_length)
+    tokenizer = train_tokenizer(
+        (s for b in books for s in b.sentences), cfg.kind, cfg.vocab_size, cfg.lowercase, cfg.min_frequency, max_length
+    )
     folder.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     tokenizer.save(tmp)
@@ -87,12 +117,15 @@ def _hub_unavailable(package: str, model: str | None = None) -> str | None:
     if model is not None:
         try:
             from huggingface_hub import try_to_load_from_cache
+
             if isinstance(try_to_load_from_cache(model, "config.json"), str):
                 return None
         except Exception:  # noqa: BLE001 - any failure means: not usable from the cache
             pass
-        return ("it is not in the local Hugging Face cache and HF_HUB_OFFLINE is set; set "
-                "HF_HUB_OFFLINE=0 on a machine with a network")
+        return (
+            "it is not in the local Hugging Face cache and HF_HUB_OFFLINE is set; set "
+            "HF_HUB_OFFLINE=0 on a machine with a network"
+        )
     return "HF_HUB_OFFLINE is set; set HF_HUB_OFFLINE=0 on a machine with a network"
 
 
@@ -104,13 +137,17 @@ class TextDomain(Domain):
     """Quick-thought on contiguous books; SentEval-style transfer evaluation."""
 
     name: ClassVar[str] = "text"
-    description: ClassVar[str] = ("quick-thought sentence encoders on contiguous books (Austen, "
-                                  "BookCorpus, any folder); SentEval-style MR/CR/SUBJ/MPQA/TREC/MSRP")
+    description: ClassVar[str] = (
+        "quick-thought sentence encoders on contiguous books (Austen, "
+        "BookCorpus, any folder); SentEval-style MR/CR/SUBJ/MPQA/TREC/MSRP"
+    )
     DataConfig = DataConfig
     EncoderConfig = EncoderConfig
     EvaluationConfig = EvaluationConfig
-    single_process_only = ("quick-thought batches are scored by the domain (scores / positive_mask), which "
-                           "cannot be gathered across ranks yet")
+    single_process_only = (
+        "quick-thought batches are scored by the domain (scores / positive_mask), which "
+        "cannot be gathered across ranks yet"
+    )
 
     def __init__(self, recipe: Any) -> None:
         super().__init__(recipe)
@@ -131,8 +168,9 @@ class TextDomain(Domain):
                     out[prefix + "msrp_f1"] = "max"
         if ev.diagnostics:
             out["neighbour_top1"] = "max"
-            out.update(dict.fromkeys(("alignment", "uniformity", "neg_uniformity", "tolerance",
-                                      "dp_margin_occupancy"), ""))
+            out.update(
+                dict.fromkeys(("alignment", "uniformity", "neg_uniformity", "tolerance", "dp_margin_occupancy"), "")
+            )
         return out
 
     @classmethod
@@ -157,8 +195,7 @@ class TextDomain(Domain):
         if cfg.path is not None:
             folder = Path(cfg.path)
             if not folder.is_dir():
-                problems.append(("data.path", f"is not a folder: {cfg.path!r}; expected a folder of "
-                                              "plain-text books"))
+                problems.append(("data.path", f"is not a folder: {cfg.path!r}; expected a folder of plain-text books"))
             elif cfg.corpus == "folder" and not any(folder.rglob("*.txt")):
                 problems.append(("data.path", f"folder {cfg.path!r} holds no *.txt books"))
         else:
@@ -170,11 +207,21 @@ class TextDomain(Domain):
         if "bookcorpus" in corpora:
             why = _hub_unavailable("datasets")
             if why:
-                problems.append(("data.corpus", f"corpus 'bookcorpus' streams from the Hugging Face hub: {why}; "
-                                                "offline, use a packaged corpus or corpus: folder"))
+                problems.append(
+                    (
+                        "data.corpus",
+                        f"corpus 'bookcorpus' streams from the Hugging Face hub: {why}; "
+                        "offline, use a packaged corpus or corpus: folder",
+                    )
+                )
         if cfg.tokenizer.path is not None and not Path(cfg.tokenizer.path).is_file():
-            problems.append(("data.tokenizer.path", f"is not a file: {cfg.tokenizer.path!r}; expected a "
-                                                    "tokenizer.json (or leave it unset to train one)"))
+            problems.append(
+                (
+                    "data.tokenizer.path",
+                    f"is not a file: {cfg.tokenizer.path!r}; expected a "
+                    "tokenizer.json (or leave it unset to train one)",
+                )
+            )
         if recipe.encoder.pretrained is not None:
             why = _hub_unavailable("transformers", recipe.encoder.pretrained)
             if why:
@@ -203,8 +250,10 @@ class TextDomain(Domain):
         train = SentenceTable.build(train_books, tokenizer)
         val = SentenceTable.build(val_books, tokenizer) if val_books else None
         label = cfg.corpus if isinstance(cfg.corpus, str) else " + ".join(cfg.corpus)
-        _log(f"{label}: {len(train_books)} training books ({len(train)} sentences), "
-             f"{len(val_books)} held out ({len(val) if val else 0}); vocabulary {tokenizer.vocab_size}")
+        _log(
+            f"{label}: {len(train_books)} training books ({len(train)} sentences), "
+            f"{len(val_books)} held out ({len(val) if val else 0}); vocabulary {tokenizer.vocab_size}"
+        )
         self._prepared = {"key": key, "tokenizer": tokenizer, "train": train, "val": val}
         return self._prepared
 
@@ -214,10 +263,15 @@ class TextDomain(Domain):
         # contrastive_batch gets no recipe; the step options are fixed here (the loop builds
         # the data before the first step)
         self._window, self._score, self._self_candidate = cfg.window, recipe.encoder.score, cfg.self_candidate
-        batches = ContiguousBatches(prep["train"], prep["tokenizer"], recipe.budget.batch_size,
-                                    cfg.run_length, shuffle=True, seed=recipe.seed)
-        return DataBundle(train=batches, num_instances=len(prep["train"]), sampler=batches,
-                          eval={"val": prep["val"], "tokenizer": prep["tokenizer"]})
+        batches = ContiguousBatches(
+            prep["train"], prep["tokenizer"], recipe.budget.batch_size, cfg.run_length, shuffle=True, seed=recipe.seed
+        )
+        return DataBundle(
+            train=batches,
+            num_instances=len(prep["train"]),
+            sampler=batches,
+            eval={"val": prep["val"], "tokenizer": prep["tokenizer"]},
+        )
 
     def build_encoder(self, recipe: Any) -> Encoder:
         prep = self._prepare(recipe)
@@ -232,16 +286,26 @@ class TextDomain(Domain):
         return build_quick_thought_encoder(self.recipe.encoder, tokenizer, self.recipe.data.max_length)
 
     # -- a step ----------------------------------------------------------------------------
-    def contrastive_batch(self, batch: Mapping[str, Any], encoder: nn.Module,
-                          key_encoder: nn.Module | None, needs: set[str], num_views: int,
-                          step: int, generator: torch.Generator | None = None) -> ContrastiveBatch:
+    def contrastive_batch(
+        self,
+        batch: Mapping[str, Any],
+        encoder: nn.Module,
+        key_encoder: nn.Module | None,
+        needs: set[str],
+        num_views: int,
+        step: int,
+        generator: torch.Generator | None = None,
+    ) -> ContrastiveBatch:
         unsupported = needs - {"views", "scores", "positive_mask", "valid_mask", "indices"}
         if unsupported:
-            raise ValueError(f"the text domain builds quick-thought score batches; the objective "
-                             f"also needs {sorted(unsupported)}, which it cannot provide (use "
-                             "loss info_nce, dcl or hcl with negatives.source: in_batch)")
-        return quick_thought_batch(batch, encoder, window=self._window, score=self._score,
-                                   self_candidate=self._self_candidate, step=step)
+            raise ValueError(
+                f"the text domain builds quick-thought score batches; the objective "
+                f"also needs {sorted(unsupported)}, which it cannot provide (use "
+                "loss info_nce, dcl or hcl with negatives.source: in_batch)"
+            )
+        return quick_thought_batch(
+            batch, encoder, window=self._window, score=self._score, self_candidate=self._self_candidate, step=step
+        )
 
     # set by build_data from the recipe; these defaults are the paper's
     _window, _score, _self_candidate = 1, "dot", "exclude"
@@ -250,11 +314,11 @@ class TextDomain(Domain):
     def _load_task(self, name: str, ev: EvaluationConfig, seed: int) -> Any:
         """One task, loaded once per set of loader settings (the monitor and the evaluation
         share it)."""
-        key = json.dumps([name, ev.senteval_path, ev.data_root, seed, ev.min_abs_rating,
-                          ev.msrp_pairs, ev.max_examples])
+        key = json.dumps(
+            [name, ev.senteval_path, ev.data_root, seed, ev.min_abs_rating, ev.msrp_pairs, ev.max_examples]
+        )
         if key not in self._tasks:
-            task = load_task(name, ev.senteval_path, ev.data_root, seed, ev.min_abs_rating,
-                             ev.msrp_pairs)
+            task = load_task(name, ev.senteval_path, ev.data_root, seed, ev.min_abs_rating, ev.msrp_pairs)
             self._tasks[key] = subsample(task, ev.max_examples, seed)
         return self._tasks[key]
 
@@ -272,28 +336,36 @@ class TextDomain(Domain):
         if ev.monitor_task is not None:
             seed = self.recipe.seed if ev.seed is None else ev.seed
             task = self._load_task(ev.monitor_task, ev, seed)
-            out[f"senteval_{task.name}"] = quick_accuracy(EncoderEmbedder(encoder, ev.batch_size), task,
-                                                          ev.monitor_c, seed)
+            out[f"senteval_{task.name}"] = quick_accuracy(
+                EncoderEmbedder(encoder, ev.batch_size), task, ev.monitor_c, seed
+            )
         return out
 
     def evaluate(self, encoder: QuickThoughtEncoder, data: DataBundle, recipe: Any) -> Evaluation:
         ev: EvaluationConfig = recipe.evaluation
         seed = recipe.seed if ev.seed is None else ev.seed
-        settings = settings_for(ev.mode, folds=ev.folds, selection=ev.selection,
-                                inner_folds=ev.inner_folds, c_grid=ev.c_grid, seed=seed)
+        settings = settings_for(
+            ev.mode, folds=ev.folds, selection=ev.selection, inner_folds=ev.inner_folds, c_grid=ev.c_grid, seed=seed
+        )
         tasks = self._load_tasks(ev, seed)
         metrics = evaluate_tasks(EncoderEmbedder(encoder, ev.batch_size), tasks, settings, log=_log)
         figures: dict[str, Any] = {}
         val = (data.eval or {}).get("val") if data is not None else None
         if ev.diagnostics and val is not None and len(val) >= 3:
-            geo, figs = sentence_geometry(encoder, val, ev.diagnostic_sentences, ev.d_plus,
-                                          ev.d_minus, ev.batch_size)
+            geo, figs = sentence_geometry(encoder, val, ev.diagnostic_sentences, ev.d_plus, ev.d_minus, ev.batch_size)
             metrics.update(geo)
             metrics["neighbour_top1"] = neighbour_top1(encoder, val, window=self._window, score=self._score)
             figures.update(figs)
         if "random" in ev.baselines:
-            metrics.update(evaluate_tasks(EncoderEmbedder(self.random_encoder(encoder, recipe), ev.batch_size),
-                                          tasks, settings, prefix="random_", log=_log))
+            metrics.update(
+                evaluate_tasks(
+                    EncoderEmbedder(self.random_encoder(encoder, recipe), ev.batch_size),
+                    tasks,
+                    settings,
+                    prefix="random_",
+                    log=_log,
+                )
+            )
         if "bow" in ev.baselines:
             metrics.update(evaluate_tasks(BagOfWords(), tasks, settings, prefix="bow_", log=_log))
         return Evaluation(metrics={k: float(v) for k, v in metrics.items()}, figures=figures)

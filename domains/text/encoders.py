@@ -18,9 +18,11 @@ the sentence embedding used downstream is the concatenation ``[f(s), g(s)]`` (Se
   the GRU recipe's step (``bench/text_step.py --before``), so a few minutes see millions of
   tokens.
 """
+
 from __future__ import annotations
 
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 import torch
@@ -30,12 +32,12 @@ from torch import Tensor, nn
 from domains.base import Encoder
 from domains.text.tokenizer import SentenceTokenizer
 
-__all__ = ["GRUSentenceEncoder", "TransformerSentenceEncoder", "BagOfWordsSentenceEncoder",
-           "QuickThoughtEncoder"]
+__all__ = ["GRUSentenceEncoder", "TransformerSentenceEncoder", "BagOfWordsSentenceEncoder", "QuickThoughtEncoder"]
 
 
-def _word_embeddings(vocab_size: int, embedding_dim: int, pad_id: int, init_scale: float,
-                     bag: bool = False) -> nn.Embedding | nn.EmbeddingBag:
+def _word_embeddings(
+    vocab_size: int, embedding_dim: int, pad_id: int, init_scale: float, bag: bool = False
+) -> nn.Embedding | nn.EmbeddingBag:
     """Word embeddings ~ U(-init_scale, init_scale) (the authors' ``uniform_init_scale``), the
     padding row zero (``padding_idx`` keeps it out of the gradient). ``bag``: an
     ``nn.EmbeddingBag`` that averages each row's embeddings, leaving ``pad_id`` out."""
@@ -43,8 +45,11 @@ def _word_embeddings(vocab_size: int, embedding_dim: int, pad_id: int, init_scal
         raise ValueError(f"init_scale must be a number > 0, got {init_scale!r}")
     if not isinstance(pad_id, int) or not 0 <= pad_id < vocab_size:
         raise ValueError(f"pad_id must be an integer in [0, {vocab_size - 1}], got {pad_id!r}")
-    embedding = (nn.EmbeddingBag(vocab_size, embedding_dim, mode="mean", padding_idx=pad_id) if bag
-                 else nn.Embedding(vocab_size, embedding_dim, padding_idx=pad_id))
+    embedding = (
+        nn.EmbeddingBag(vocab_size, embedding_dim, mode="mean", padding_idx=pad_id)
+        if bag
+        else nn.Embedding(vocab_size, embedding_dim, padding_idx=pad_id)
+    )
     nn.init.uniform_(embedding.weight, -init_scale, init_scale)
     with torch.no_grad():
         embedding.weight[pad_id].zero_()
@@ -54,29 +59,44 @@ def _word_embeddings(vocab_size: int, embedding_dim: int, pad_id: int, init_scal
 class GRUSentenceEncoder(nn.Module):
     """Embedding -> GRU; the final hidden state (last layer) is the sentence vector."""
 
-    def __init__(self, vocab_size: int, embedding_dim: int = 300, hidden_size: int = 1200,
-                 bidirectional: bool = False, num_layers: int = 1, pad_id: int = 0,
-                 init_scale: float = 0.1) -> None:
+    def __init__(
+        self,
+        vocab_size: int,
+        embedding_dim: int = 300,
+        hidden_size: int = 1200,
+        bidirectional: bool = False,
+        num_layers: int = 1,
+        pad_id: int = 0,
+        init_scale: float = 0.1,
+    ) -> None:
         super().__init__()
-        for name, value in (("vocab_size", vocab_size), ("embedding_dim", embedding_dim),
-                            ("hidden_size", hidden_size), ("num_layers", num_layers)):
+        for name, value in (
+            ("vocab_size", vocab_size),
+            ("embedding_dim", embedding_dim),
+            ("hidden_size", hidden_size),
+            ("num_layers", num_layers),
+        ):
             if not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
         if bidirectional and hidden_size % 2:
-            raise ValueError(f"hidden_size must be even with bidirectional=True (each direction "
-                             f"gets hidden_size // 2 units), got {hidden_size}")
+            raise ValueError(
+                f"hidden_size must be even with bidirectional=True (each direction "
+                f"gets hidden_size // 2 units), got {hidden_size}"
+            )
         self.pad_id = pad_id
         self.out_dim = hidden_size
         self.embedding = _word_embeddings(vocab_size, embedding_dim, pad_id, init_scale)
         per_direction = hidden_size // 2 if bidirectional else hidden_size
-        self.rnn = nn.GRU(embedding_dim, per_direction, num_layers=num_layers, batch_first=True,
-                          bidirectional=bidirectional)
+        self.rnn = nn.GRU(
+            embedding_dim, per_direction, num_layers=num_layers, batch_first=True, bidirectional=bidirectional
+        )
 
     def forward(self, ids: Tensor) -> Tensor:
         """``ids`` ``[N, L]`` right-padded with ``pad_id`` -> ``[N, hidden_size]``."""
         lengths = (ids != self.pad_id).sum(1).clamp(min=1)
-        packed = nn.utils.rnn.pack_padded_sequence(self.embedding(ids), lengths.cpu(),
-                                                   batch_first=True, enforce_sorted=False)
+        packed = nn.utils.rnn.pack_padded_sequence(
+            self.embedding(ids), lengths.cpu(), batch_first=True, enforce_sorted=False
+        )
         _, h = self.rnn(packed)  # [layers * directions, N, units]
         if self.rnn.bidirectional:
             return torch.cat([h[-2], h[-1]], dim=1)
@@ -90,8 +110,7 @@ class BagOfWordsSentenceEncoder(nn.Module):
     than embedding, masking and averaging on a CPU); its ``padding_idx`` leaves the padding
     tokens out of the mean, whatever the padding row holds."""
 
-    def __init__(self, vocab_size: int, embedding_dim: int = 300, pad_id: int = 0,
-                 init_scale: float = 0.1) -> None:
+    def __init__(self, vocab_size: int, embedding_dim: int = 300, pad_id: int = 0, init_scale: float = 0.1) -> None:
         super().__init__()
         for name, value in (("vocab_size", vocab_size), ("embedding_dim", embedding_dim)):
             if not isinstance(value, int) or value < 1:
@@ -109,32 +128,47 @@ class BagOfWordsSentenceEncoder(nn.Module):
 class TransformerSentenceEncoder(nn.Module):
     """A BERT encoder from ``transformers``, mean-pooled over the real tokens."""
 
-    def __init__(self, vocab_size: int, hidden_size: int = 256, num_layers: int = 2,
-                 num_heads: int = 4, intermediate_size: int | None = None, max_length: int = 64,
-                 pad_id: int = 0, pretrained: str | None = None) -> None:
+    def __init__(
+        self,
+        vocab_size: int,
+        hidden_size: int = 256,
+        num_layers: int = 2,
+        num_heads: int = 4,
+        intermediate_size: int | None = None,
+        max_length: int = 64,
+        pad_id: int = 0,
+        pretrained: str | None = None,
+    ) -> None:
         super().__init__()
         from transformers import AutoModel, BertConfig, BertModel
+
         self.pad_id = pad_id
         if pretrained:
             try:
                 self.model = AutoModel.from_pretrained(pretrained)
             except Exception as exc:  # noqa: BLE001 - hub / cache errors vary
-                raise ValueError(f"pretrained {pretrained!r} could not be loaded ({type(exc).__name__}: "
-                                 f"{exc}); offline, leave pretrained unset to build a small "
-                                 "model locally") from None
+                raise ValueError(
+                    f"pretrained {pretrained!r} could not be loaded ({type(exc).__name__}: "
+                    f"{exc}); offline, leave pretrained unset to build a small "
+                    "model locally"
+                ) from None
         else:
             if hidden_size % num_heads:
-                raise ValueError(f"hidden_size must be divisible by num_heads, got {hidden_size} "
-                                 f"and {num_heads}")
-            config = BertConfig(vocab_size=vocab_size, hidden_size=hidden_size,
-                                num_hidden_layers=num_layers, num_attention_heads=num_heads,
-                                intermediate_size=intermediate_size or 4 * hidden_size,
-                                max_position_embeddings=max(max_length, 8), pad_token_id=pad_id)
+                raise ValueError(f"hidden_size must be divisible by num_heads, got {hidden_size} and {num_heads}")
+            config = BertConfig(
+                vocab_size=vocab_size,
+                hidden_size=hidden_size,
+                num_hidden_layers=num_layers,
+                num_attention_heads=num_heads,
+                intermediate_size=intermediate_size or 4 * hidden_size,
+                max_position_embeddings=max(max_length, 8),
+                pad_token_id=pad_id,
+            )
             self.model = BertModel(config, add_pooling_layer=False)
         self.out_dim = int(self.model.config.hidden_size)
 
     def forward(self, ids: Tensor) -> Tensor:
-        mask = (ids != self.pad_id)
+        mask = ids != self.pad_id
         hidden = self.model(input_ids=ids, attention_mask=mask.long()).last_hidden_state
         m = mask.unsqueeze(-1).to(hidden.dtype)
         return (hidden * m).sum(1) / m.sum(1).clamp(min=1.0)
@@ -153,8 +187,10 @@ class QuickThoughtEncoder(Encoder):
     def __init__(self, f: nn.Module, g: nn.Module, tokenizer: SentenceTokenizer) -> None:
         super().__init__()
         if getattr(f, "out_dim", None) != getattr(g, "out_dim", None):
-            raise ValueError(f"f and g must have the same output size, got "
-                             f"{getattr(f, 'out_dim', None)} and {getattr(g, 'out_dim', None)}")
+            raise ValueError(
+                f"f and g must have the same output size, got "
+                f"{getattr(f, 'out_dim', None)} and {getattr(g, 'out_dim', None)}"
+            )
         self.f, self.g = f, g
         self.tokenizer = tokenizer
         self.out_dim = int(f.out_dim)  # type: ignore[arg-type]
@@ -186,7 +222,7 @@ class QuickThoughtEncoder(Encoder):
         order = np.argsort([len(x) for x in ids], kind="stable")
         out = np.empty((len(ids), 2 * self.out_dim), dtype=np.float32)
         for start in range(0, len(ids), batch_size):
-            chunk = order[start:start + batch_size]
+            chunk = order[start : start + batch_size]
             x = self.tokenizer.pad([ids[i] for i in chunk]).to(device)
             out[chunk] = self.features(x).float().cpu().numpy()
         self.train(was_training)

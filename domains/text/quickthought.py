@@ -22,9 +22,10 @@ Options documented here because the paper leaves them open or its code differs:
 * ``views`` stacks the L2-normalised f and g embeddings, ``[N, 2, d]``, so view-based
   regularizers (LMCL's distance polarization) act on the sentence embeddings.
 """
+
 from __future__ import annotations
 
-from typing import Mapping
+from collections.abc import Mapping
 
 import torch
 import torch.nn.functional as F
@@ -44,16 +45,23 @@ def neighbour_mask(book: Tensor, position: Tensor, window: int = 1) -> Tensor:
     if not isinstance(window, int) or window < 1:
         raise ValueError(f"window must be an integer >= 1, got {window!r}")
     if book.shape != position.shape or book.dim() != 1:
-        raise ValueError(f"book and position must be 1-D and of equal length, got shapes "
-                         f"{tuple(book.shape)} and {tuple(position.shape)}")
+        raise ValueError(
+            f"book and position must be 1-D and of equal length, got shapes "
+            f"{tuple(book.shape)} and {tuple(position.shape)}"
+        )
     same_book = book[:, None] == book[None, :]
     gap = (position[:, None] - position[None, :]).abs()
     return same_book & (gap >= 1) & (gap <= window)
 
 
-def quick_thought_batch(batch: Mapping[str, Tensor], encoder: nn.Module, window: int = 1,
-                        score: str = "dot", self_candidate: str = "exclude",
-                        step: int = 0) -> ContrastiveBatch:
+def quick_thought_batch(
+    batch: Mapping[str, Tensor],
+    encoder: nn.Module,
+    window: int = 1,
+    score: str = "dot",
+    self_candidate: str = "exclude",
+    step: int = 0,
+) -> ContrastiveBatch:
     """Encode a batch of contiguous sentences and build the quick-thought score matrix.
 
     ``encoder(x, pair=True)`` must return ``(f(x), g(x))`` (a :class:`QuickThoughtEncoder`,
@@ -77,6 +85,11 @@ def quick_thought_batch(batch: Mapping[str, Tensor], encoder: nn.Module, window:
     else:
         scores = scores.masked_fill(eye, 0.0)
         valid = None
-    return ContrastiveBatch(views=torch.stack([un, vn], dim=1), scores=scores,
-                            positive_mask=positives, valid_mask=valid,
-                            indices=batch.get("index"), step=step)
+    return ContrastiveBatch(
+        views=torch.stack([un, vn], dim=1),
+        scores=scores,
+        positive_mask=positives,
+        valid_mask=valid,
+        indices=batch.get("index"),
+        step=step,
+    )

@@ -8,10 +8,12 @@ never the sentences within a run, and the shuffled stream of runs is cut into ba
 ``batch_size``. With ``run_length == batch_size`` (the default) a batch holds one run, or the
 tail of one and the head of the next.
 """
+
 from __future__ import annotations
 
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any, Iterator, Sequence
+from typing import Any
 
 import numpy as np
 import torch
@@ -39,15 +41,14 @@ class SentenceTable:
     book_names: list[str]
 
     @classmethod
-    def build(cls, books: Sequence[Book], tokenizer: SentenceTokenizer) -> "SentenceTable":
+    def build(cls, books: Sequence[Book], tokenizer: SentenceTokenizer) -> SentenceTable:
         if not books:
             raise ValueError("books must hold at least one book, got none")
         sentences = [s for b in books for s in b.sentences]
         book = np.concatenate([np.full(len(b), k, dtype=np.int64) for k, b in enumerate(books)])
         position = np.concatenate([np.arange(len(b), dtype=np.int64) for b in books])
         paragraph = np.concatenate([np.asarray(b.paragraphs, dtype=np.int64) for b in books])
-        return cls(sentences, tokenizer.ids(sentences), book, position, paragraph,
-                   [b.name for b in books])
+        return cls(sentences, tokenizer.ids(sentences), book, position, paragraph, [b.name for b in books])
 
     def __len__(self) -> int:
         return len(self.sentences)
@@ -60,8 +61,7 @@ class SentenceTable:
         return list(zip(starts.tolist(), ends.tolist()))
 
 
-def contiguous_runs(bounds: Sequence[tuple[int, int]], run_length: int,
-                    min_run: int = 2) -> list[tuple[int, int]]:
+def contiguous_runs(bounds: Sequence[tuple[int, int]], run_length: int, min_run: int = 2) -> list[tuple[int, int]]:
     """Cut each ``[start, end)`` book range into runs of ``run_length`` sentences; a last run
     shorter than ``min_run`` is dropped (a lone sentence has no neighbour in its run)."""
     if not isinstance(run_length, int) or run_length < 2:
@@ -85,9 +85,16 @@ class ContiguousBatches(Batches):
     epoch is dropped when ``drop_last``.
     """
 
-    def __init__(self, table: SentenceTable, tokenizer: SentenceTokenizer, batch_size: int,
-                 run_length: int | None = None, shuffle: bool = True, seed: int = 0,
-                 drop_last: bool = True) -> None:
+    def __init__(
+        self,
+        table: SentenceTable,
+        tokenizer: SentenceTokenizer,
+        batch_size: int,
+        run_length: int | None = None,
+        shuffle: bool = True,
+        seed: int = 0,
+        drop_last: bool = True,
+    ) -> None:
         if not isinstance(batch_size, int) or batch_size < 2:
             raise ValueError(f"batch_size must be an integer >= 2, got {batch_size!r}")
         self.table, self.tokenizer = table, tokenizer
@@ -96,8 +103,10 @@ class ContiguousBatches(Batches):
         self.runs = contiguous_runs(table.book_bounds(), self.run_length)
         self.total = sum(b - a for a, b in self.runs)
         if self.total < batch_size:
-            raise ValueError(f"batch_size {batch_size} exceeds the {self.total} sentences in "
-                             "training runs; lower budget.batch_size or add books")
+            raise ValueError(
+                f"batch_size {batch_size} exceeds the {self.total} sentences in "
+                "training runs; lower budget.batch_size or add books"
+            )
         self.shuffle, self.seed, self.drop_last = shuffle, seed, drop_last
         self.epoch = 0
 
@@ -119,12 +128,14 @@ class ContiguousBatches(Batches):
 
     def batch(self, idx: np.ndarray) -> dict[str, Any]:
         t = self.table
-        return {"x": self.tokenizer.pad([t.ids[i] for i in idx]),
-                "index": torch.from_numpy(idx.copy()),
-                "book": torch.from_numpy(t.book[idx]),
-                "position": torch.from_numpy(t.position[idx])}
+        return {
+            "x": self.tokenizer.pad([t.ids[i] for i in idx]),
+            "index": torch.from_numpy(idx.copy()),
+            "book": torch.from_numpy(t.book[idx]),
+            "position": torch.from_numpy(t.position[idx]),
+        }
 
     def iter_from(self, start: int) -> Iterator[dict[str, Any]]:
         order = self.order()
         for k in range(start, len(self)):
-            yield self.batch(order[k * self.batch_size:(k + 1) * self.batch_size])
+            yield self.batch(order[k * self.batch_size : (k + 1) * self.batch_size])

@@ -17,6 +17,7 @@ model, no network); they were written for novels and speeches:
 
 Paragraphs (blocks separated by blank lines) are split first; a sentence never spans two.
 """
+
 from __future__ import annotations
 
 import re
@@ -24,27 +25,94 @@ import re
 __all__ = ["TITLES", "ABBREVIATIONS", "split_paragraphs", "split_sentences", "is_heading"]
 
 # Words that are (almost) never sentence-final when followed by a period.
-TITLES = frozenset({
-    "mr", "mrs", "ms", "messrs", "mme", "mlle", "dr", "drs", "st", "prof", "rev", "revd", "hon",
-    "col", "gen", "capt", "cpt", "lt", "sgt", "maj", "adm", "gov", "sen", "rep", "pres", "supt",
-    "fr", "sr", "mt", "ft", "esq",
-})
-ABBREVIATIONS = frozenset({
-    "e.g", "i.e", "viz", "cf", "vs", "al", "approx", "dept", "est", "fig", "figs", "inc", "ltd",
-    "co", "corp", "jan", "feb", "mar", "apr", "jun", "jul", "aug", "sep", "sept", "oct", "nov",
-    "dec", "a.m", "p.m", "ch", "vol", "vols", "ed", "eds", "op",
-})
+TITLES = frozenset(
+    {
+        "mr",
+        "mrs",
+        "ms",
+        "messrs",
+        "mme",
+        "mlle",
+        "dr",
+        "drs",
+        "st",
+        "prof",
+        "rev",
+        "revd",
+        "hon",
+        "col",
+        "gen",
+        "capt",
+        "cpt",
+        "lt",
+        "sgt",
+        "maj",
+        "adm",
+        "gov",
+        "sen",
+        "rep",
+        "pres",
+        "supt",
+        "fr",
+        "sr",
+        "mt",
+        "ft",
+        "esq",
+    }
+)
+ABBREVIATIONS = frozenset(
+    {
+        "e.g",
+        "i.e",
+        "viz",
+        "cf",
+        "vs",
+        "al",
+        "approx",
+        "dept",
+        "est",
+        "fig",
+        "figs",
+        "inc",
+        "ltd",
+        "co",
+        "corp",
+        "jan",
+        "feb",
+        "mar",
+        "apr",
+        "jun",
+        "jul",
+        "aug",
+        "sep",
+        "sept",
+        "oct",
+        "nov",
+        "dec",
+        "a.m",
+        "p.m",
+        "ch",
+        "vol",
+        "vols",
+        "ed",
+        "eds",
+        "op",
+    }
+)
 # Abbreviations that introduce a number ("No. 5", "p. 12", "Art. 3").
 NUMBERING = frozenset({"no", "nos", "p", "pp", "vol", "ch", "art", "sec", "fig", "op", "nr"})
 
 _CLOSERS = "\"'”’)]»"
 _OPENERS = "\"'“‘([«_"
 _CANDIDATE = re.compile(r"(\.{2,}|…|[.?!]+)([" + re.escape(_CLOSERS) + r"]*)(\s+)")
-_NUMBER = (r"(\d+|[ivxlcdm]+|one|two|three|four|five|six|seven|eight|nine|ten|eleven|twelve|"
-           r"the (first|second|third|last)|first|second|third|fourth|fifth|sixth|last)")
+_NUMBER = (
+    r"(\d+|[ivxlcdm]+|one|two|three|four|five|six|seven|eight|nine|ten|eleven|twelve|"
+    r"the (first|second|third|last)|first|second|third|fourth|fifth|sixth|last)"
+)
 # "CHAPTER XII", "Volume I", "CHAPTER 1. Loomings." (a keyword, a number, an optional short title)
-_HEADING = re.compile(r"^(chapter|volume|book|part|letter|stave)\s+" + _NUMBER
-                      + r"\b\.?(\s*[-:.]?\s*[^.!?]{0,60}[.!?]?)?$", re.IGNORECASE)
+_HEADING = re.compile(
+    r"^(chapter|volume|book|part|letter|stave)\s+" + _NUMBER + r"\b\.?(\s*[-:.]?\s*[^.!?]{0,60}[.!?]?)?$", re.IGNORECASE
+)
 _ROMAN = re.compile(r"^[IVXLC]+\.?$")
 
 
@@ -123,7 +191,7 @@ def split_sentences(paragraph: str) -> list[str]:
     start = 0
     for m in _CANDIDATE.finditer(text):
         if _is_boundary(text, m):
-            piece = text[start:m.end(2)].strip()
+            piece = text[start : m.end(2)].strip()
             if piece:
                 sentences.append(piece)
             start = m.end()

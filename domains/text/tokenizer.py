@@ -11,12 +11,12 @@ The tokenizer is serialised as JSON (``to_json``) and travels with the encoder's
 (see ``encoders.QuickThoughtEncoder``), so evaluation always uses the vocabulary the encoder
 was trained with.
 """
+
 from __future__ import annotations
 
 import json
-
+from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Iterable, Sequence
 
 import torch
 from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, trainers
@@ -31,14 +31,15 @@ KINDS = ("wordpiece", "bpe", "word")
 class SentenceTokenizer:
     """Wraps a ``tokenizers.Tokenizer``: sentences -> right-padded id tensors."""
 
-    def __init__(self, tokenizer: Tokenizer, max_length: int = 30, pad_token: str = PAD,
-                 unk_token: str = UNK) -> None:
+    def __init__(self, tokenizer: Tokenizer, max_length: int = 30, pad_token: str = PAD, unk_token: str = UNK) -> None:
         if not isinstance(max_length, int) or max_length < 1:
             raise ValueError(f"max_length must be an integer >= 1, got {max_length!r}")
         pad_id, unk_id = tokenizer.token_to_id(pad_token), tokenizer.token_to_id(unk_token)
         if pad_id is None or unk_id is None:
-            raise ValueError(f"the tokenizer must know pad_token {pad_token!r} and unk_token "
-                             f"{unk_token!r}, got ids {pad_id!r} and {unk_id!r}")
+            raise ValueError(
+                f"the tokenizer must know pad_token {pad_token!r} and unk_token "
+                f"{unk_token!r}, got ids {pad_id!r} and {unk_id!r}"
+            )
         self.tokenizer = tokenizer
         self.max_length = max_length
         self.pad_token, self.unk_token = pad_token, unk_token
@@ -75,13 +76,21 @@ class SentenceTokenizer:
 
     def state(self) -> dict[str, object]:
         """Everything needed to rebuild this tokenizer (stored in the encoder's state dict)."""
-        return {"json": self.to_json(), "max_length": self.max_length,
-                "pad_token": self.pad_token, "unk_token": self.unk_token}
+        return {
+            "json": self.to_json(),
+            "max_length": self.max_length,
+            "pad_token": self.pad_token,
+            "unk_token": self.unk_token,
+        }
 
     @classmethod
-    def from_state(cls, state: dict[str, object]) -> "SentenceTokenizer":
-        return cls(Tokenizer.from_str(str(state["json"])), int(state["max_length"]),  # type: ignore[arg-type]
-                   str(state["pad_token"]), str(state["unk_token"]))
+    def from_state(cls, state: dict[str, object]) -> SentenceTokenizer:
+        return cls(
+            Tokenizer.from_str(str(state["json"])),
+            int(state["max_length"]),  # type: ignore[arg-type]
+            str(state["pad_token"]),
+            str(state["unk_token"]),
+        )
 
     def save(self, path: str | Path) -> Path:
         p = Path(path)
@@ -90,13 +99,14 @@ class SentenceTokenizer:
         return p
 
     @classmethod
-    def load(cls, path: str | Path, max_length: int = 30) -> "SentenceTokenizer":
+    def load(cls, path: str | Path, max_length: int = 30) -> SentenceTokenizer:
         return cls(Tokenizer.from_file(str(path)), max_length)
 
     @classmethod
-    def pretrained(cls, name: str, max_length: int = 30) -> "SentenceTokenizer":
+    def pretrained(cls, name: str, max_length: int = 30) -> SentenceTokenizer:
         """The fast tokenizer of a Hugging Face model (needs the hub or a local cache)."""
         from transformers import AutoTokenizer
+
         hf = AutoTokenizer.from_pretrained(name)
         backend = getattr(hf, "backend_tokenizer", None)
         if backend is None or hf.pad_token is None or hf.unk_token is None:
@@ -104,9 +114,14 @@ class SentenceTokenizer:
         return cls(backend, max_length, hf.pad_token, hf.unk_token)
 
 
-def train_tokenizer(sentences: Iterable[str], kind: str = "wordpiece", vocab_size: int = 16000,
-                    lowercase: bool = True, min_frequency: int = 2,
-                    max_length: int = 30) -> SentenceTokenizer:
+def train_tokenizer(
+    sentences: Iterable[str],
+    kind: str = "wordpiece",
+    vocab_size: int = 16000,
+    lowercase: bool = True,
+    min_frequency: int = 2,
+    max_length: int = 30,
+) -> SentenceTokenizer:
     """Train a ``kind`` tokenizer (``wordpiece``, ``bpe`` or ``word``) on ``sentences``.
 
     Pre-tokenisation splits on whitespace and punctuation; ``lowercase`` also strips accents.
@@ -121,16 +136,19 @@ def train_tokenizer(sentences: Iterable[str], kind: str = "wordpiece", vocab_siz
     special = [PAD, UNK]
     if kind == "wordpiece":
         tok = Tokenizer(models.WordPiece(unk_token=UNK))
-        trainer = trainers.WordPieceTrainer(vocab_size=vocab_size, min_frequency=min_frequency,
-                                            special_tokens=special, show_progress=False)
+        trainer = trainers.WordPieceTrainer(
+            vocab_size=vocab_size, min_frequency=min_frequency, special_tokens=special, show_progress=False
+        )
     elif kind == "bpe":
         tok = Tokenizer(models.BPE(unk_token=UNK))
-        trainer = trainers.BpeTrainer(vocab_size=vocab_size, min_frequency=min_frequency,
-                                      special_tokens=special, show_progress=False)
+        trainer = trainers.BpeTrainer(
+            vocab_size=vocab_size, min_frequency=min_frequency, special_tokens=special, show_progress=False
+        )
     else:
         tok = Tokenizer(models.WordLevel(unk_token=UNK))
-        trainer = trainers.WordLevelTrainer(vocab_size=vocab_size, min_frequency=min_frequency,
-                                            special_tokens=special, show_progress=False)
+        trainer = trainers.WordLevelTrainer(
+            vocab_size=vocab_size, min_frequency=min_frequency, special_tokens=special, show_progress=False
+        )
     steps = [normalizers.NFKC()]
     if lowercase:
         steps += [normalizers.NFD(), normalizers.Lowercase(), normalizers.StripAccents()]

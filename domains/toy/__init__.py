@@ -8,6 +8,7 @@ mixture, augmentation matrix), ``clusters`` (LMCL Sec. 5.1 cluster sets, defined
 ``evaluation`` (linear probe, k-means accuracy), ``figures``, ``config`` (recipe sections),
 ``domain`` (the ``ToyDomain`` adapter).
 """
+
 from domains.toy.domain import ToyDomain
 
 __all__ = ["ToyDomain"]

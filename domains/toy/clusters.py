@@ -12,10 +12,11 @@ clusters' shapes (long bars, interleaved moons) mislead k-means in the raw Eucli
 Every generator takes ``per_class`` (points per class) and a ``torch.Generator`` and returns
 ``x: [C * per_class, 2]`` float32 and ``y: [C * per_class]`` long labels ``0..C-1``.
 """
+
 from __future__ import annotations
 
 import math
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 from torch import Tensor
@@ -36,8 +37,14 @@ def _check_count(per_class: int) -> None:
         raise ValueError(f"per_class must be a positive integer, got {per_class!r}")
 
 
-def three_bars(per_class: int = 200, length: float = 3.0, gap: float = 1.0, width: float = 0.2,
-               offset: float = 1.5, generator: torch.Generator | None = None) -> tuple[Tensor, Tensor]:
+def three_bars(
+    per_class: int = 200,
+    length: float = 3.0,
+    gap: float = 1.0,
+    width: float = 0.2,
+    offset: float = 1.5,
+    generator: torch.Generator | None = None,
+) -> tuple[Tensor, Tensor]:
     """Three parallel horizontal bars right of the origin.
 
     Bar ``k = 0, 1, 2``: ``x_1 ~ U[offset, offset + length]``, ``x_2 = (k - 1) gap + N(0, width^2)``.
@@ -55,8 +62,9 @@ def three_bars(per_class: int = 200, length: float = 3.0, gap: float = 1.0, widt
     return x.float(), y
 
 
-def nested_moons(per_class: int = 200, noise: float = 0.1, offset: float = 3.0,
-                 generator: torch.Generator | None = None) -> tuple[Tensor, Tensor]:
+def nested_moons(
+    per_class: int = 200, noise: float = 0.1, offset: float = 3.0, generator: torch.Generator | None = None
+) -> tuple[Tensor, Tensor]:
     """Two interleaved half-moons, each nested in the other's hollow, placed so that their best
     straight separator passes through the origin.
 
@@ -72,8 +80,7 @@ def nested_moons(per_class: int = 200, noise: float = 0.1, offset: float = 3.0,
     t = math.pi * torch.rand(2, per_class, generator=generator, dtype=torch.float64)
     upper = torch.stack([t[0].cos(), t[0].sin()], dim=-1)
     lower = torch.stack([1.0 - t[1].cos(), 0.5 - t[1].sin()], dim=-1)
-    x = torch.cat([upper, lower]) + noise * torch.randn(2 * per_class, 2, generator=generator,
-                                                        dtype=torch.float64)
+    x = torch.cat([upper, lower]) + noise * torch.randn(2 * per_class, 2, generator=generator, dtype=torch.float64)
     theta = math.atan(MOON_SLOPE)
     c, s = math.cos(theta), math.sin(theta)
     rot = torch.tensor([[c, s], [-s, c]], dtype=torch.float64)  # rotation by -theta
@@ -83,8 +90,14 @@ def nested_moons(per_class: int = 200, noise: float = 0.1, offset: float = 3.0,
     return x.float(), y
 
 
-def sector_blobs(per_class: int = 200, classes: int = 3, radius: float = 4.0, spread: float = 0.5,
-                 sector: float = 90.0, generator: torch.Generator | None = None) -> tuple[Tensor, Tensor]:
+def sector_blobs(
+    per_class: int = 200,
+    classes: int = 3,
+    radius: float = 4.0,
+    spread: float = 0.5,
+    sector: float = 90.0,
+    generator: torch.Generator | None = None,
+) -> tuple[Tensor, Tensor]:
     """A control set: ``classes`` isotropic Gaussian blobs ``N(m_k, spread^2 I)`` with means at
     ``radius`` from the origin, at angles equally spaced over ``[-sector/2, sector/2]`` degrees.
     Well separated in the plane and in angle: every method should score near 100%."""
@@ -96,8 +109,7 @@ def sector_blobs(per_class: int = 200, classes: int = 3, radius: float = 4.0, sp
     checks.in_range("sector", sector, 0.0, 180.0, low_open=True, high_open=True)
     angles = torch.linspace(-sector / 2, sector / 2, classes, dtype=torch.float64) * math.pi / 180
     means = radius * torch.stack([angles.cos(), angles.sin()], dim=1)
-    x = means[:, None, :] + spread * torch.randn(classes, per_class, 2, generator=generator,
-                                                 dtype=torch.float64)
+    x = means[:, None, :] + spread * torch.randn(classes, per_class, 2, generator=generator, dtype=torch.float64)
     y = torch.arange(classes).repeat_interleave(per_class)
     return x.reshape(-1, 2).float(), y
 
@@ -109,8 +121,9 @@ CLUSTER_SETS: dict[str, Callable[..., tuple[Tensor, Tensor]]] = {
 }
 
 
-def make_cluster_set(name: str, per_class: int, generator: torch.Generator | None = None,
-                     **params: float) -> tuple[Tensor, Tensor]:
+def make_cluster_set(
+    name: str, per_class: int, generator: torch.Generator | None = None, **params: float
+) -> tuple[Tensor, Tensor]:
     """The named cluster set (see :data:`CLUSTER_SETS`); ``params`` override its defaults."""
     checks.choice("name", name, tuple(CLUSTER_SETS))
     return CLUSTER_SETS[name](per_class=per_class, generator=generator, **params)

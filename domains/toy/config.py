@@ -8,6 +8,7 @@ defaults are the paper's constants::
       dataset: nested_moons              # lmcl only: three_bars | nested_moons | sector_blobs
       lmcl_clusters: {per_class: 200, view_std: 0.1}
 """
+
 from __future__ import annotations
 
 from typing import Any, Literal
@@ -17,8 +18,16 @@ from pydantic import Field, PositiveFloat, model_validator
 from domains.base import Section
 from toolkit.evaluation.probes import C_GRID
 
-__all__ = ["RingMIData", "MixtureData", "ClusterData", "ToyData", "ToyEncoderConfig",
-           "RingMIEvaluation", "ToyEvaluation", "DATASETS"]
+__all__ = [
+    "RingMIData",
+    "MixtureData",
+    "ClusterData",
+    "ToyData",
+    "ToyEncoderConfig",
+    "RingMIEvaluation",
+    "ToyEvaluation",
+    "DATASETS",
+]
 
 Matrix2 = tuple[tuple[float, float], tuple[float, float]]
 
@@ -95,11 +104,13 @@ class ToyData(Section):
         return data
 
     @model_validator(mode="after")
-    def _known_dataset(self) -> "ToyData":
+    def _known_dataset(self) -> ToyData:
         allowed = DATASETS[self.experiment]
         if self.dataset not in allowed:
-            raise ValueError(f"dataset {self.dataset!r} does not belong to experiment "
-                             f"{self.experiment!r}; expected one of: {', '.join(allowed)}")
+            raise ValueError(
+                f"dataset {self.dataset!r} does not belong to experiment "
+                f"{self.experiment!r}; expected one of: {', '.join(allowed)}"
+            )
         return self
 
 
@@ -117,11 +128,13 @@ class ToyEncoderConfig(Section):
     init: Literal["default", "identity", "zero"] = "default"
 
     @model_validator(mode="after")
-    def _zero_init(self) -> "ToyEncoderConfig":
+    def _zero_init(self) -> ToyEncoderConfig:
         if self.init == "zero" and self.normalize:
-            raise ValueError("init 'zero' with normalize true is degenerate: P x = 0 has no "
-                             "direction and no gradient (docs/methods.md, section LMCL "
-                             "Table 1); use 'identity'")
+            raise ValueError(
+                "init 'zero' with normalize true is degenerate: P x = 0 has no "
+                "direction and no gradient (docs/methods.md, section LMCL "
+                "Table 1); use 'identity'"
+            )
         return self
 
 
@@ -133,14 +146,18 @@ class RingMIEvaluation(Section):
 
     critic: Literal["optimal", "mlp"] = "optimal"
     num_negatives: int | None = Field(100, ge=1)
-    cnce_trained: bool = Field(False, description=(
-        "mlp critic: for each w_l train a fresh critic on the CNCE objective at that w_l (negatives "
-        "from the top of the 2000-point bank) and report its CNCE estimate; NCE keeps the NCE-trained "
-        "critic"))
+    cnce_trained: bool = Field(
+        False,
+        description=(
+            "mlp critic: for each w_l train a fresh critic on the CNCE objective at that w_l (negatives "
+            "from the top of the 2000-point bank) and report its CNCE estimate; NCE keeps the NCE-trained "
+            "critic"
+        ),
+    )
     percentiles: list[float] = Field(default_factory=lambda: [10.0, 25.0, 50.0, 75.0, 90.0, 95.0])
 
     @model_validator(mode="after")
-    def _percentiles(self) -> "RingMIEvaluation":
+    def _percentiles(self) -> RingMIEvaluation:
         bad = [w for w in self.percentiles if not 0.0 <= w < 100.0]
         if bad or not self.percentiles:
             raise ValueError(f"percentiles must be a non-empty list of w_l in [0, 100), got {self.percentiles!r}")
@@ -158,7 +175,9 @@ class ToyEvaluation(Section):
     probe_c: float = Field(1.0, gt=0)
     probe_max_iter: int = Field(2000, ge=10)
     probe_standardize: bool = Field(True, description="standardise the features with the training points' mean / std")
-    probe_select_c: bool = Field(False, description="choose probe_c from probe_c_grid on a held-out tenth of the training points")
+    probe_select_c: bool = Field(
+        False, description="choose probe_c from probe_c_grid on a held-out tenth of the training points"
+    )
     probe_c_grid: list[PositiveFloat] = Field(default_factory=lambda: list(C_GRID), min_length=1)
     augmentation_feature: bool = Field(True, description="cpcl: also probe the AF baseline")
     histogram: bool = True

@@ -14,11 +14,13 @@ same trainer face (:meth:`ToyDomain.trainer` picks one by ``data.experiment``). 
 one CPU thread: toy tensors are tiny, so more threads only add synchronisation (on a shared
 2-core machine they made a 40 s run take minutes).
 """
+
 from __future__ import annotations
 
 import contextlib
 import math
-from typing import Any, Iterator, Mapping
+from collections.abc import Iterator, Mapping
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -39,13 +41,17 @@ class ToyDomain(Domain):
     """Synthetic experiments of Ring (App. B), CPCL (Sec. 5) and LMCL (Sec. 5.1)."""
 
     name = "toy"
-    description = ("the papers' synthetic experiments: Ring's MI toy, CPCL's Gaussian mixture, "
-                   "LMCL's 2-D cluster sets (seconds on a CPU)")
+    description = (
+        "the papers' synthetic experiments: Ring's MI toy, CPCL's Gaussian mixture, "
+        "LMCL's 2-D cluster sets (seconds on a CPU)"
+    )
     DataConfig = ToyData
     EncoderConfig = ToyEncoderConfig
     single_process_only = "toy runs take seconds in one process (run seeds in parallel with ctk sweep)"
-    auto_fp32 = ("the toy problems are tiny and numerically delicate (MI estimates near 0.02): mixed "
-                 "precision buys no time and costs accuracy")
+    auto_fp32 = (
+        "the toy problems are tiny and numerically delicate (MI estimates near 0.02): mixed "
+        "precision buys no time and costs accuracy"
+    )
     EvaluationConfig = ToyEvaluation
 
     def __init__(self, recipe: rc.Recipe) -> None:
@@ -60,11 +66,13 @@ class ToyDomain(Domain):
         data, ev = recipe.data, recipe.evaluation
         if data.experiment == "ring_mi":
             return None
-        protocol = ev.protocol if ev.protocol != "auto" else (
-            "linear_probe" if data.experiment == "cpcl_mixture" else "kmeans")
+        protocol = (
+            ev.protocol
+            if ev.protocol != "auto"
+            else ("linear_probe" if data.experiment == "cpcl_mixture" else "kmeans")
+        )
         if protocol == "linear_probe":
-            out = {"linear_probe_error": "min", "raw_probe_error": "min", "af_probe_error": "min",
-                   "bayes_error": "min"}
+            out = {"linear_probe_error": "min", "raw_probe_error": "min", "af_probe_error": "min", "bayes_error": "min"}
         else:
             out = {"kmeans_accuracy": "max", "kmeans_accuracy_euclidean": "max", "kmeans_accuracy_ceiling": "max"}
         out["dp_margin_occupancy"] = ""
@@ -91,26 +99,44 @@ class ToyDomain(Domain):
             return []
         problems: list[tuple[str, str]] = []
         if data.experiment != "ring_mi":
-            problems += [(key, f"required key is missing: data.experiment {data.experiment!r} trains an "
-                               "encoder") for key in ("objective", "budget") if raw.get(key) is None]
+            problems += [
+                (key, f"required key is missing: data.experiment {data.experiment!r} trains an encoder")
+                for key in ("objective", "budget")
+                if raw.get(key) is None
+            ]
         if data.experiment == "cpcl_mixture":
             m = data.cpcl_mixture
             if m.views == "pool" and m.augment_variance <= 0:
-                problems.append(("data.cpcl_mixture.views", "'pool' draws views from augmented copies "
-                                 "and needs augment_variance > 0, got 0"))
+                problems.append(
+                    (
+                        "data.cpcl_mixture.views",
+                        "'pool' draws views from augmented copies and needs augment_variance > 0, got 0",
+                    )
+                )
             if m.classes is not None and m.classes > m.components:
-                problems.append(("data.cpcl_mixture.classes", f"must be at most components "
-                                 f"({m.components}), got {m.classes}"))
+                problems.append(
+                    ("data.cpcl_mixture.classes", f"must be at most components ({m.components}), got {m.classes}")
+                )
             points = m.per_component * m.components
             batch = rc.get_path(raw, "budget.batch_size", 256)
             if isinstance(batch, int) and batch > points:
-                problems.append(("budget.batch_size", f"must be at most the {points} training points of "
-                                 f"data.cpcl_mixture (components x per_component), got {batch}"))
+                problems.append(
+                    (
+                        "budget.batch_size",
+                        f"must be at most the {points} training points of "
+                        f"data.cpcl_mixture (components x per_component), got {batch}",
+                    )
+                )
         if data.experiment == "lmcl_clusters":
             problems += _cluster_problems(data, raw)
         if ev is not None and ev.protocol == "linear_probe" and data.experiment != "cpcl_mixture":
-            problems.append(("evaluation.protocol", "'linear_probe' needs a test split; only "
-                             f"data.experiment 'cpcl_mixture' draws one (got {data.experiment!r})"))
+            problems.append(
+                (
+                    "evaluation.protocol",
+                    "'linear_probe' needs a test split; only "
+                    f"data.experiment 'cpcl_mixture' draws one (got {data.experiment!r})",
+                )
+            )
         return problems
 
     def trainer(self, recipe: rc.Recipe, tracker: Any, options: RunOptions | None = None) -> Trainer:
@@ -133,19 +159,21 @@ class ToyDomain(Domain):
 
         cfg = recipe.data
         if cfg.experiment == "ring_mi":
-            raise ValueError("data.experiment 'ring_mi' has no training data for the pretrainer; "
-                             "its trainer is RingMIRun (ToyDomain.trainer)")
+            raise ValueError(
+                "data.experiment 'ring_mi' has no training data for the pretrainer; "
+                "its trainer is RingMIRun (ToyDomain.trainer)"
+            )
         gen = torch.Generator().manual_seed(self.data_seed(recipe))
         if cfg.experiment == "cpcl_mixture":
             m = cfg.cpcl_mixture
-            shape = dict(components=m.components, radius=m.radius, variance=m.component_variance,
-                         classes=m.classes)
+            shape = dict(components=m.components, radius=m.radius, variance=m.component_variance, classes=m.classes)
             x, y = mixture.sample_mixture(m.per_component, generator=gen, **shape)
             test_x, test_y = mixture.sample_mixture(m.test_per_component, generator=gen, **shape)
             pool = mixture.gaussian_augment(x.repeat(m.pool_augmentations, 1), m.augment_variance, gen)
             self._pool = pool
-            self._aug_matrix = (mixture.augmentation_matrix(x, pool, m.augment_variance).float()
-                                if m.augment_variance > 0 else None)
+            self._aug_matrix = (
+                mixture.augmentation_matrix(x, pool, m.augment_variance).float() if m.augment_variance > 0 else None
+            )
             extra = {"test_x": test_x, "test_y": test_y, "pool": pool}
         else:
             c = cfg.lmcl_clusters
@@ -153,14 +181,13 @@ class ToyDomain(Domain):
             extra = {}
         batch = recipe.budget.batch_size if recipe.budget is not None else 128
         if batch > len(x):
-            raise ValueError(f"budget.batch_size must be at most the {len(x)} training points of "
-                             f"data.{cfg.experiment}, got {batch}")
+            raise ValueError(
+                f"budget.batch_size must be at most the {len(x)} training points of data.{cfg.experiment}, got {batch}"
+            )
         train = TensorBatches({"x": x, "y": y}, batch, seed=recipe.seed)
-        return DataBundle(train=train, num_instances=len(x), sampler=train,
-                          eval={"x": x, "y": y, **extra, "cache": {}})
+        return DataBundle(train=train, num_instances=len(x), sampler=train, eval={"x": x, "y": y, **extra, "cache": {}})
 
-    def make_views(self, batch: Mapping[str, Any], num_views: int,
-                   generator: torch.Generator | None = None) -> Tensor:
+    def make_views(self, batch: Mapping[str, Any], num_views: int, generator: torch.Generator | None = None) -> Tensor:
         """``[N, V, 2]`` views. cpcl_mixture: ``x + N(0, s_a I)`` (``fresh``) or draws from the
         augmentation pool with probabilities ``A[x_bar, :]`` (``pool``); lmcl_clusters: view 0
         is the point itself, the others add ``N(0, view_std^2 I)`` (LMCL Sec. 5.1: "each data
@@ -173,12 +200,10 @@ class ToyDomain(Domain):
                 probs = self._aug_matrix.to(x.device)[batch["index"].to(x.device)]
                 idx = torch.multinomial(probs, num_views, replacement=True, generator=generator)
                 return self._pool.to(x.device)[idx]
-            noise = torch.randn((len(x), num_views, x.shape[-1]), generator=generator,
-                                device=x.device, dtype=x.dtype)
+            noise = torch.randn((len(x), num_views, x.shape[-1]), generator=generator, device=x.device, dtype=x.dtype)
             return x[:, None, :] + math.sqrt(m.augment_variance) * noise
         std = cfg.lmcl_clusters.view_std
-        noise = torch.randn((len(x), num_views, x.shape[-1]), generator=generator, device=x.device,
-                            dtype=x.dtype)
+        noise = torch.randn((len(x), num_views, x.shape[-1]), generator=generator, device=x.device, dtype=x.dtype)
         noise[:, 0] = 0.0
         return x[:, None, :] + std * noise
 
@@ -193,8 +218,15 @@ class ToyDomain(Domain):
     def build_encoder(self, recipe: Any) -> Encoder:
         e = recipe.encoder
         torch.manual_seed(recipe.seed)
-        return ToyEncoder(in_dim=2, embed_dim=e.embed_dim, depth=e.depth, hidden=e.hidden,
-                          bias=e.bias, normalize=e.normalize, init=e.init)
+        return ToyEncoder(
+            in_dim=2,
+            embed_dim=e.embed_dim,
+            depth=e.depth,
+            hidden=e.hidden,
+            bias=e.bias,
+            normalize=e.normalize,
+            init=e.init,
+        )
 
     # -- evaluation -----------------------------------------------------------------------
     def evaluate(self, encoder: Encoder, data: DataBundle, recipe: Any) -> Evaluation:
@@ -212,8 +244,14 @@ class ToyDomain(Domain):
         z = embed(encoder, store["x"])
         metrics: dict[str, float] = {}
         if protocol == "linear_probe":
-            probe = dict(c=ev.probe_c, max_iter=ev.probe_max_iter, standardize=ev.probe_standardize,
-                         select_c=ev.probe_select_c, c_grid=ev.probe_c_grid, seed=recipe.seed)
+            probe = dict(
+                c=ev.probe_c,
+                max_iter=ev.probe_max_iter,
+                standardize=ev.probe_standardize,
+                select_c=ev.probe_select_c,
+                c_grid=ev.probe_c_grid,
+                seed=recipe.seed,
+            )
             z_test = embed(encoder, store["test_x"])
             metrics["linear_probe_error"] = linear_probe_error(z, store["y"], z_test, store["test_y"], **probe)
             if "raw_probe_error" not in cache:
@@ -235,20 +273,27 @@ class ToyDomain(Domain):
             metrics["dp_margin_occupancy"] = float(hist["margin_occupancy"])
             if ev.histogram:
                 figures["distance_histogram"] = distance_histogram_figure(
-                    z, store["y"], d_plus=ev.d_plus, d_minus=ev.d_minus,
-                    title=f"toy {cfg.dataset}: pairwise distances of the embedding")
+                    z,
+                    store["y"],
+                    d_plus=ev.d_plus,
+                    d_minus=ev.d_minus,
+                    title=f"toy {cfg.dataset}: pairwise distances of the embedding",
+                )
         if ev.histogram and z.shape[1] == 2:
             from domains.toy.figures import embedding_scatter
+
             figures["embedding"] = embedding_scatter(z, store["y"])
         return Evaluation(metrics=metrics, figures=figures)
 
     @staticmethod
     def _probe_baselines(store: dict[str, Any], cfg: Any, ev: Any, probe: dict[str, Any]) -> dict[str, float]:
         m = cfg.cpcl_mixture
-        out = {"raw_probe_error": linear_probe_error(store["x"], store["y"], store["test_x"],
-                                                     store["test_y"], **probe),
-               "bayes_error": mixture.bayes_error(store["test_x"], store["test_y"], m.components, m.radius,
-                                                  m.component_variance, m.classes)}
+        out = {
+            "raw_probe_error": linear_probe_error(store["x"], store["y"], store["test_x"], store["test_y"], **probe),
+            "bayes_error": mixture.bayes_error(
+                store["test_x"], store["test_y"], m.components, m.radius, m.component_variance, m.classes
+            ),
+        }
         var = m.augment_variance
         if ev.augmentation_feature and var > 0:
             af_train = mixture.augmentation_matrix(store["x"], store["pool"], var)
@@ -264,10 +309,16 @@ def _cluster_problems(data: ToyData, raw: Mapping[str, Any]) -> list[tuple[str, 
 
     c = data.lmcl_clusters
     where = "data.lmcl_clusters.params"
-    accepted = [n for n in inspect.signature(clusters.CLUSTER_SETS[data.dataset]).parameters
-                if n not in ("per_class", "generator")]
-    problems = [(f"{where}.{k}", f"unknown parameter of {data.dataset}; expected one of: {', '.join(accepted)}")
-                for k in c.params if k not in accepted]
+    accepted = [
+        n
+        for n in inspect.signature(clusters.CLUSTER_SETS[data.dataset]).parameters
+        if n not in ("per_class", "generator")
+    ]
+    problems = [
+        (f"{where}.{k}", f"unknown parameter of {data.dataset}; expected one of: {', '.join(accepted)}")
+        for k in c.params
+        if k not in accepted
+    ]
     if problems:
         return problems
     try:
@@ -278,8 +329,13 @@ def _cluster_problems(data: ToyData, raw: Mapping[str, Any]) -> list[tuple[str, 
     points = c.per_class * len(y)
     batch = rc.get_path(raw, "budget.batch_size", 256)
     if isinstance(batch, int) and not isinstance(batch, bool) and batch > points:
-        problems.append(("budget.batch_size", f"must be at most the {points} training points of "
-                         f"data.lmcl_clusters ({len(y)} classes x per_class {c.per_class}), got {batch}"))
+        problems.append(
+            (
+                "budget.batch_size",
+                f"must be at most the {points} training points of "
+                f"data.lmcl_clusters ({len(y)} classes x per_class {c.per_class}), got {batch}",
+            )
+        )
     return problems
 
 
@@ -305,6 +361,7 @@ class RingMIRun(Trainer):
 
     def fit(self) -> None:
         from domains.toy.ring_experiment import run_ring_mi
+
         with _one_thread():
             self.metrics = run_ring_mi(self.recipe, self.tracker)
 

@@ -1,5 +1,6 @@
 """Small encoders for 2-D toy points: a linear map (LMCL's ``phi(x) = P x``) or an MLP
 (the CPCL mixture), with an L2-normalised output."""
+
 from __future__ import annotations
 
 from typing import Literal
@@ -28,8 +29,16 @@ class ToyEncoder(Encoder):
     docs/methods.md, section LMCL Table 1).
     """
 
-    def __init__(self, in_dim: int = 2, embed_dim: int = 2, depth: int = 1, hidden: int = 64,
-                 bias: bool = True, normalize: bool = True, init: Init = "default") -> None:
+    def __init__(
+        self,
+        in_dim: int = 2,
+        embed_dim: int = 2,
+        depth: int = 1,
+        hidden: int = 64,
+        bias: bool = True,
+        normalize: bool = True,
+        init: Init = "default",
+    ) -> None:
         super().__init__()
         for name, v in (("in_dim", in_dim), ("embed_dim", embed_dim), ("depth", depth), ("hidden", hidden)):
             if not isinstance(v, int) or isinstance(v, bool) or v < 1:
@@ -37,10 +46,12 @@ class ToyEncoder(Encoder):
         if init not in ("default", "identity", "zero"):
             raise ValueError(f"init must be one of 'default', 'identity', 'zero', got {init!r}")
         if init == "zero" and normalize:
-            raise ValueError("init='zero' with normalize=True gives P x = 0 and an undefined "
-                             "normalised embedding with no gradient (docs/methods.md, "
-                             "section LMCL Table 1); use "
-                             "init='identity' or 'default', or normalize=False")
+            raise ValueError(
+                "init='zero' with normalize=True gives P x = 0 and an undefined "
+                "normalised embedding with no gradient (docs/methods.md, "
+                "section LMCL Table 1); use "
+                "init='identity' or 'default', or normalize=False"
+            )
         self.normalize = normalize
         widths = [in_dim] + [hidden] * (depth - 1) + [embed_dim]
         layers: list[nn.Module] = []

@@ -1,5 +1,6 @@
 """The toy domain's own figure: 2-D embeddings coloured by class (LMCL Fig. 3). The distance
 histogram with the margin comes from :func:`toolkit.evaluation.plots.distance_histogram_figure`."""
+
 from __future__ import annotations
 
 from matplotlib.backends.backend_agg import FigureCanvasAgg

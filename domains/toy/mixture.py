@@ -12,6 +12,7 @@ The finite augmentation feature of Sec. 4.1 / 5: augment every natural point twi
 are the *augmentation feature* (AF) that Figure 3(b) probes as a dashed baseline, and
 ``A_hat = A D^{-1/2}`` with ``d_x = sum_{x_bar} A[x_bar, x]`` is the matrix CPCL performs PCA on.
 """
+
 from __future__ import annotations
 
 import math
@@ -21,8 +22,15 @@ from torch import Tensor
 
 from toolkit import checks
 
-__all__ = ["circle_means", "component_labels", "sample_mixture", "gaussian_augment", "augmentation_matrix",
-           "normalized_augmentation_matrix", "bayes_error"]
+__all__ = [
+    "circle_means",
+    "component_labels",
+    "sample_mixture",
+    "gaussian_augment",
+    "augmentation_matrix",
+    "normalized_augmentation_matrix",
+    "bayes_error",
+]
 
 
 def circle_means(components: int = 4, radius: float = 2.0) -> Tensor:
@@ -43,9 +51,14 @@ def component_labels(components: int = 4, classes: int | None = None) -> Tensor:
     return torch.arange(components) % (classes or components)
 
 
-def sample_mixture(per_component: int = 200, components: int = 4, radius: float = 2.0,
-                   variance: float = 1.0, generator: torch.Generator | None = None,
-                   classes: int | None = None) -> tuple[Tensor, Tensor]:
+def sample_mixture(
+    per_component: int = 200,
+    components: int = 4,
+    radius: float = 2.0,
+    variance: float = 1.0,
+    generator: torch.Generator | None = None,
+    classes: int | None = None,
+) -> tuple[Tensor, Tensor]:
     """``per_component`` points from each isotropic Gaussian ``N(mu_i, variance I)``.
 
     Returns ``x: [c * per_component, 2]`` (float32) and the labels ``y`` (long): the
@@ -93,8 +106,9 @@ def normalized_augmentation_matrix(a: Tensor) -> Tensor:
     return a / d.sqrt()[None, :]
 
 
-def bayes_error(x: Tensor, y: Tensor, components: int = 4, radius: float = 2.0,
-                variance: float = 1.0, classes: int | None = None) -> float:
+def bayes_error(
+    x: Tensor, y: Tensor, components: int = 4, radius: float = 2.0, variance: float = 1.0, classes: int | None = None
+) -> float:
     """Error (%) on ``(x, y)`` of the Bayes classifier of the mixture: the class whose
     components (:func:`component_labels`) have the largest summed density at x. With one
     class per component, equal weights and one shared isotropic variance it is the nearest
@@ -106,6 +120,7 @@ def bayes_error(x: Tensor, y: Tensor, components: int = 4, radius: float = 2.0,
     checks.positive("variance", variance)
     labels = component_labels(components, classes)
     log_density = -torch.cdist(x.double(), circle_means(components, radius)).square() / (2 * variance)
-    score = torch.stack([torch.logsumexp(log_density[:, labels == k], dim=1)
-                         for k in range(int(labels.max()) + 1)], dim=1)
+    score = torch.stack(
+        [torch.logsumexp(log_density[:, labels == k], dim=1) for k in range(int(labels.max()) + 1)], dim=1
+    )
     return float(100.0 * (score.argmax(dim=1) != y).double().mean())

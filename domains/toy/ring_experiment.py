@@ -5,6 +5,7 @@ critic trained with the recipe's objective / optimizer / budget), then log the t
 NCE estimate and one CNCE estimate per ``w_l`` (``mi_cnce_w10`` ...) and a figure of the
 estimates against ``w_l`` with the true MI and Ring's Table 5 beside them.
 """
+
 from __future__ import annotations
 
 import time
@@ -50,7 +51,8 @@ def run_ring_mi(recipe: Any, tracker: Any) -> dict[str, float]:
         if evaluation.cnce_trained:  # this w_l's own critic, trained on CNCE at w_l
             name = metric_name(w)
             scores, metrics[f"critic_final_loss_{name[3:]}"] = _trained_scores(
-                recipe, x, y, tracker, lower=w, prefix=f"{name}/")
+                recipe, x, y, tracker, lower=w, prefix=f"{name}/"
+            )
         metrics[metric_name(w)] = ring_mi.contrastive_mi_estimate(scores, w, k, sample_gen)
     metrics["seconds"] = time.perf_counter() - start
     tracker.log_metrics(metrics, step=0)
@@ -58,8 +60,9 @@ def run_ring_mi(recipe: Any, tracker: Any) -> dict[str, float]:
     return metrics
 
 
-def _trained_scores(recipe: Any, x: torch.Tensor, y: torch.Tensor, tracker: Any, lower: float | None = None,
-                    prefix: str = "") -> tuple[torch.Tensor, float]:
+def _trained_scores(
+    recipe: Any, x: torch.Tensor, y: torch.Tensor, tracker: Any, lower: float | None = None, prefix: str = ""
+) -> tuple[torch.Tensor, float]:
     """Train the MLP critic (recipe ``encoder``: depth / hidden / embed_dim) with the recipe's
     ``objective`` on domain scores (default InfoNCE, temperature 1), ``optimizer`` and
     ``budget`` (epochs, batch_size); returns the ``[n, n]`` scores on the drawn points. With
@@ -71,8 +74,10 @@ def _trained_scores(recipe: Any, x: torch.Tensor, y: torch.Tensor, tracker: Any,
 
     enc = recipe.encoder
     if enc.normalize:
-        raise ValueError("encoder.normalize must be false for the ring_mi critic: Ring App. B's "
-                         "critic is the raw dot product g(x).h(y)")
+        raise ValueError(
+            "encoder.normalize must be false for the ring_mi critic: Ring App. B's "
+            "critic is the raw dot product g(x).h(y)"
+        )
     torch.manual_seed(recipe.seed)
     critic = ring_mi.MLPCritic(depth=enc.depth, hidden=enc.hidden, embed_dim=enc.embed_dim)
     budget = recipe.budget or Budget(epochs=100, batch_size=128)
@@ -93,18 +98,28 @@ def _trained_scores(recipe: Any, x: torch.Tensor, y: torch.Tensor, tracker: Any,
 
         def batch_loss(idx: torch.Tensor) -> torch.Tensor:
             return ring_mi.cnce_batch_loss(critic, xf, yf, idx, lower, k, gen)
+
     history = ring_mi.train_critic(
-        critic, x, y, optimizer, epochs=epochs, batch_size=budget.batch_size,
-        generator=gen, loss_fn=loss_fn, batch_loss=batch_loss,
-        on_epoch=lambda e, loss: tracker.log_metrics({f"{prefix}train/loss": loss}, step=e + 1, flush=False))
+        critic,
+        x,
+        y,
+        optimizer,
+        epochs=epochs,
+        batch_size=budget.batch_size,
+        generator=gen,
+        loss_fn=loss_fn,
+        batch_loss=batch_loss,
+        on_epoch=lambda e, loss: tracker.log_metrics({f"{prefix}train/loss": loss}, step=e + 1, flush=False),
+    )
     tracker.flush()
     with torch.no_grad():
         scores = critic(x.float(), y.float()).double()
     return scores, history[-1]
 
 
-def estimate_figure(metrics: dict[str, float], percentiles: list[float], critic: str,
-                    num_negatives: int | None) -> Figure:
+def estimate_figure(
+    metrics: dict[str, float], percentiles: list[float], critic: str, num_negatives: int | None
+) -> Figure:
     """CNCE estimate against ``w_l`` (NCE at ``w_l = 0``), the true MI, and Ring Table 5."""
     fig = Figure(figsize=(6, 4), layout="constrained")
     FigureCanvasAgg(fig)

@@ -29,10 +29,11 @@ estimate lower-bounds the NCE one. Critics: the Bayes-optimal ``f*(x, y) = log p
 paper's trained critic ``f(x, y) = g(x) . h(y)`` with two 5-layer ReLU MLPs of width 10
 (:class:`MLPCritic`, trained with in-batch NCE by :func:`train_critic`).
 """
+
 from __future__ import annotations
 
 import math
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 import torch
 from torch import Tensor, nn
@@ -41,9 +42,19 @@ from toolkit import checks
 from toolkit.samplers import ring_mask
 
 __all__ = [
-    "RING_SIGMA_Z", "RING_SIGMA_EPS", "RING_TABLE5", "joint_covariance", "true_mutual_information",
-    "sample_pairs", "pointwise_mutual_information", "optimal_critic", "percentile_candidates",
-    "contrastive_mi_estimate", "cnce_batch_loss", "MLPCritic", "train_critic",
+    "RING_SIGMA_Z",
+    "RING_SIGMA_EPS",
+    "RING_TABLE5",
+    "joint_covariance",
+    "true_mutual_information",
+    "sample_pairs",
+    "pointwise_mutual_information",
+    "optimal_critic",
+    "percentile_candidates",
+    "contrastive_mi_estimate",
+    "cnce_batch_loss",
+    "MLPCritic",
+    "train_critic",
 ]
 
 RING_SIGMA_Z: tuple[tuple[float, float], tuple[float, float]] = ((1.0, -0.5), (-0.5, 1.0))
@@ -52,10 +63,14 @@ RING_SIGMA_EPS: tuple[tuple[float, float], tuple[float, float]] = ((1.0, 0.9), (
 # Ring App. B, Table 5 (trained 5-layer MLP critic, 100 sampled negatives, 5 seeds):
 # metric name -> (mean, stdev); "mi_true" has no stdev in the paper.
 RING_TABLE5: dict[str, tuple[float, float | None]] = {
-    "mi_true": (0.02041, None), "mi_nce": (0.01345, 0.001),
-    "mi_cnce_w10": (0.01241, 3e-4), "mi_cnce_w25": (0.00220, 1e-4),
-    "mi_cnce_w50": (7.29e-5, 9e-6), "mi_cnce_w75": (1.67e-5, 2e-6),
-    "mi_cnce_w90": (5.87e-6, 1e-6), "mi_cnce_w95": (1.97e-6, 4e-6),
+    "mi_true": (0.02041, None),
+    "mi_nce": (0.01345, 0.001),
+    "mi_cnce_w10": (0.01241, 3e-4),
+    "mi_cnce_w25": (0.00220, 1e-4),
+    "mi_cnce_w50": (7.29e-5, 9e-6),
+    "mi_cnce_w75": (1.67e-5, 2e-6),
+    "mi_cnce_w90": (5.87e-6, 1e-6),
+    "mi_cnce_w95": (1.97e-6, 4e-6),
 }
 
 Matrix2 = Sequence[Sequence[float]]
@@ -84,8 +99,12 @@ def true_mutual_information(sigma_z: Matrix2 = RING_SIGMA_Z, sigma_eps: Matrix2 
     return -0.5 * math.log(1.0 - rho2)
 
 
-def sample_pairs(n: int, generator: torch.Generator | None = None, sigma_z: Matrix2 = RING_SIGMA_Z,
-                 sigma_eps: Matrix2 = RING_SIGMA_EPS) -> tuple[Tensor, Tensor]:
+def sample_pairs(
+    n: int,
+    generator: torch.Generator | None = None,
+    sigma_z: Matrix2 = RING_SIGMA_Z,
+    sigma_eps: Matrix2 = RING_SIGMA_EPS,
+) -> tuple[Tensor, Tensor]:
     """``n`` draws of ``(X, Y) = z + eps`` (float64 ``[n]`` each), sampling ``z`` and ``eps``
     separately as the paper describes."""
     if not isinstance(n, int) or n < 2:
@@ -108,15 +127,17 @@ def _conditional(sigma: Tensor) -> tuple[float, float, float]:
     return sxy / sxx, syy - sxy * sxy / sxx, syy
 
 
-def pointwise_mutual_information(x: Tensor, y: Tensor, sigma_z: Matrix2 = RING_SIGMA_Z,
-                                 sigma_eps: Matrix2 = RING_SIGMA_EPS) -> Tensor:
+def pointwise_mutual_information(
+    x: Tensor, y: Tensor, sigma_z: Matrix2 = RING_SIGMA_Z, sigma_eps: Matrix2 = RING_SIGMA_EPS
+) -> Tensor:
     """``log p(x, y) - log p(x) - log p(y)`` for aligned pairs (its mean is a Monte-Carlo
     estimate of the mutual information)."""
     return optimal_critic(x, y, sigma_z, sigma_eps, pairwise=False)
 
 
-def optimal_critic(x: Tensor, y: Tensor, sigma_z: Matrix2 = RING_SIGMA_Z,
-                   sigma_eps: Matrix2 = RING_SIGMA_EPS, *, pairwise: bool = True) -> Tensor:
+def optimal_critic(
+    x: Tensor, y: Tensor, sigma_z: Matrix2 = RING_SIGMA_Z, sigma_eps: Matrix2 = RING_SIGMA_EPS, *, pairwise: bool = True
+) -> Tensor:
     """The Bayes-optimal critic ``f*(x, y) = log p(y | x) - log p(y)`` (= the pointwise mutual
     information): ``[n, m]`` scores ``f*(x_i, y_j)`` when ``pairwise``, else ``[n]`` for aligned
     pairs. Any function of ``x`` alone may be added without changing an estimate."""
@@ -125,7 +146,7 @@ def optimal_critic(x: Tensor, y: Tensor, sigma_z: Matrix2 = RING_SIGMA_Z,
     b, var_cond, var_y = _conditional(joint_covariance(sigma_z, sigma_eps))
     xs, ys = (x[:, None], y[None, :]) if pairwise else (x, y)
     log_cond = -0.5 * (ys - b * xs) ** 2 / var_cond - 0.5 * math.log(var_cond)
-    log_marg = -0.5 * ys ** 2 / var_y - 0.5 * math.log(var_y)
+    log_marg = -0.5 * ys**2 / var_y - 0.5 * math.log(var_y)
     return log_cond - log_marg
 
 
@@ -146,9 +167,15 @@ def percentile_candidates(scores: Tensor, lower: float) -> Tensor:
     return keep
 
 
-def contrastive_mi_estimate(scores: Tensor, lower: float = 0.0, num_negatives: int | None = None,
-                            generator: torch.Generator | None = None, *,
-                            stats: dict | None = None, ranking: Tensor | None = None) -> float:
+def contrastive_mi_estimate(
+    scores: Tensor,
+    lower: float = 0.0,
+    num_negatives: int | None = None,
+    generator: torch.Generator | None = None,
+    *,
+    stats: dict | None = None,
+    ranking: Tensor | None = None,
+) -> float:
     """NCE (``lower = 0``) or CNCE (``lower = w_l``) estimate of I(X; Y) from critic scores.
 
     ``mean_i [ f_ii - log mean_{ {i} u N_i } exp f_ij ]`` with ``N_i`` all of ``S_B(i)``
@@ -180,13 +207,20 @@ def contrastive_mi_estimate(scores: Tensor, lower: float = 0.0, num_negatives: i
     return float(z.mean())
 
 
-def cnce_batch_loss(critic: "MLPCritic", x: Tensor, y: Tensor, idx: Tensor, lower: float,
-                    num_negatives: int = 100, generator: torch.Generator | None = None) -> Tensor:
+def cnce_batch_loss(
+    critic: MLPCritic,
+    x: Tensor,
+    y: Tensor,
+    idx: Tensor,
+    lower: float,
+    num_negatives: int = 100,
+    generator: torch.Generator | None = None,
+) -> Tensor:
     """``-mean Z_i`` over the anchors ``idx``, with CNCE's negatives: ``num_negatives`` drawn
     without replacement from the candidates ``j != i`` of the whole bank ``y`` at or above the
     ``lower``-th percentile of ``f(x_i, .)`` (the selection itself carries no gradient). Trains
     a critic on the CNCE objective at ``w_l = lower``; ``lower = 0`` is NCE against the bank."""
-    scores = critic(x[idx], y)                          # [B, n]
+    scores = critic(x[idx], y)  # [B, n]
     rows = torch.arange(len(idx), device=scores.device)
     with torch.no_grad():
         keep = percentile_candidates_rows(scores, idx, lower)
@@ -236,12 +270,20 @@ def _mlp(depth: int, hidden: int, out: int) -> nn.Sequential:
     return nn.Sequential(*layers)
 
 
-def train_critic(critic: MLPCritic, x: Tensor, y: Tensor, optimizer: torch.optim.Optimizer | None = None, *,
-                 epochs: int = 100, batch_size: int = 128, lr: float = 0.03,
-                 generator: torch.Generator | None = None,
-                 loss_fn: Callable[[Tensor], Tensor] | None = None,
-                 batch_loss: Callable[[Tensor], Tensor] | None = None,
-                 on_epoch: Callable[[int, float], None] | None = None) -> list[float]:
+def train_critic(
+    critic: MLPCritic,
+    x: Tensor,
+    y: Tensor,
+    optimizer: torch.optim.Optimizer | None = None,
+    *,
+    epochs: int = 100,
+    batch_size: int = 128,
+    lr: float = 0.03,
+    generator: torch.Generator | None = None,
+    loss_fn: Callable[[Tensor], Tensor] | None = None,
+    batch_loss: Callable[[Tensor], Tensor] | None = None,
+    on_epoch: Callable[[int, float], None] | None = None,
+) -> list[float]:
     """Train ``critic`` with in-batch NCE (Ring App. B: Adam, lr 0.03, batch 128, no weight
     decay, 100 epochs; ``optimizer`` replaces the Adam built from ``lr``).
 
@@ -259,8 +301,10 @@ def train_critic(critic: MLPCritic, x: Tensor, y: Tensor, optimizer: torch.optim
     if optimizer is None:
         optimizer = torch.optim.Adam(critic.parameters(), lr=checks.positive("lr", lr), weight_decay=0.0)
     if loss_fn is None:
+
         def loss_fn(s: Tensor) -> Tensor:
             return nn.functional.cross_entropy(s, torch.arange(len(s), device=s.device))
+
     dtype = next(critic.parameters()).dtype
     x, y = x.to(dtype), y.to(dtype)
     history = []
@@ -268,7 +312,7 @@ def train_critic(critic: MLPCritic, x: Tensor, y: Tensor, optimizer: torch.optim
         order = torch.randperm(len(x), generator=generator)
         total, steps = 0.0, 0
         for start in range(0, len(x) - batch_size + 1, batch_size):
-            idx = order[start:start + batch_size]
+            idx = order[start : start + batch_size]
             loss = batch_loss(idx) if batch_loss is not None else loss_fn(critic(x[idx], y[idx]))
             optimizer.zero_grad(set_to_none=True)
             loss.backward()

@@ -10,11 +10,13 @@ appendices), ``encoders`` (ResNet, small AlexNet, conv net, projection head), ``
 
 ``VisionDomain`` is imported when first asked for, so the catalogue (``packaged``) loads without torch.
 """
+
 __all__ = ["VisionDomain"]
 
 
 def __getattr__(name: str):
     if name == "VisionDomain":
         from domains.vision.domain import VisionDomain
+
         return VisionDomain
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

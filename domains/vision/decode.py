@@ -8,11 +8,13 @@
 * :func:`decode_on_device`: the same crops from the files' bytes with torchvision's
   ``decode_jpeg`` on the training device (nvJPEG on CUDA).
 """
+
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 import torch
@@ -95,9 +97,10 @@ def decode_views(path: str, spec: CropSpec, rng: np.random.Generator) -> tuple[n
             im.draft("RGB", (max(1, math.ceil(width * need)), max(1, math.ceil(height * need))))
         im = im.convert("RGB")  # decodes (a truncated file raises here)
         fx, fy = im.size[0] / width, im.size[1] / height
-        crops = [np.asarray(im.resize((size, size), Image.BILINEAR,
-                                      box=(b[0] * fx, b[1] * fy, b[2] * fx, b[3] * fy)))
-                 for b in boxes]
+        crops = [
+            np.asarray(im.resize((size, size), Image.BILINEAR, box=(b[0] * fx, b[1] * fy, b[2] * fx, b[3] * fy)))
+            for b in boxes
+        ]
         natural = np.asarray(im.resize((size, size), Image.BILINEAR)).transpose(2, 0, 1) if spec.natural else None
     return np.stack(crops).transpose(0, 3, 1, 2), natural
 
@@ -131,8 +134,14 @@ def _decode_turbo(path: str, spec: CropSpec, rng: np.random.Generator) -> tuple[
     need = _needed_scale(boxes, spec, width, height)
     need = next((s for s in (0.125, 0.25, 0.5) if s >= need), 1.0)
     try:
-        arr = simplejpeg.decode_jpeg(data, "RGB", fastdct=True, fastupsample=True,
-                                     min_height=math.ceil(height * need), min_width=math.ceil(width * need))
+        arr = simplejpeg.decode_jpeg(
+            data,
+            "RGB",
+            fastdct=True,
+            fastupsample=True,
+            min_height=math.ceil(height * need),
+            min_width=math.ceil(width * need),
+        )
     except ValueError:  # truncated, CMYK, ...: PIL reads it or names the problem
         rng.bit_generator.state = state
         return None
@@ -158,8 +167,7 @@ def pixel_box(box: Sequence[float], fx: float, fy: float) -> tuple[int, int, int
 
 def _resize(img: Tensor, size: int) -> Tensor:
     """``[1, C, h, w]`` uint8 -> ``[1, C, size, size]`` uint8 (contiguous), antialiased bilinear."""
-    return F.interpolate(img, size=(size, size), mode="bilinear", antialias=True,
-                         align_corners=False).contiguous()
+    return F.interpolate(img, size=(size, size), mode="bilinear", antialias=True, align_corners=False).contiguous()
 
 
 def decode_on_device(batch: dict[str, Any], size: int, device: torch.device) -> Tensor:
@@ -180,8 +188,11 @@ def decode_on_device(batch: dict[str, Any], size: int, device: torch.device) -> 
     for img, bs in zip(images, boxes.tolist()):
         views = []
         for left, top, right, bottom in bs:
-            crop = img[:, int(top):int(math.ceil(bottom)), int(left):int(math.ceil(right))]
-            views.append(F.interpolate(crop[None].float(), size=(size, size), mode="bilinear",
-                                       antialias=True, align_corners=False)[0])
+            crop = img[:, int(top) : int(math.ceil(bottom)), int(left) : int(math.ceil(right))]
+            views.append(
+                F.interpolate(
+                    crop[None].float(), size=(size, size), mode="bilinear", antialias=True, align_corners=False
+                )[0]
+            )
         out.append(torch.stack(views))
     return torch.stack(out).round_().clamp_(0, 255).to(torch.uint8)

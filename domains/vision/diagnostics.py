@@ -14,10 +14,10 @@
   each image's first view against the second views of all images (its own is the positive),
   with the positive vs top-10-negative similarity profile as a figure.
 """
+
 from __future__ import annotations
 
 import warnings
-
 from typing import Any
 
 import torch
@@ -60,7 +60,7 @@ def geometry(encoder: torch.nn.Module, data: Any, recipe: Any) -> tuple[dict[str
     def embed(prepare) -> torch.Tensor:
         out = []
         for start in range(0, n, 512):
-            x = images[start:start + 512].to(dev)
+            x = images[start : start + 512].to(dev)
             out.append(encoder(prepare(x)).double().cpu())
         return torch.cat(out)
 
@@ -74,10 +74,13 @@ def geometry(encoder: torch.nn.Module, data: Any, recipe: Any) -> tuple[dict[str
     if len(torch.unique(labels)) < len(labels):  # tolerance needs a class seen twice
         out["tolerance"] = metrics.tolerance(z, labels)
     else:
-        warnings.warn(f"tolerance left out: the {len(labels)} diagnostic images hold no class twice "
-                      "(raise evaluation.diagnostics.samples)", stacklevel=2)
+        warnings.warn(
+            f"tolerance left out: the {len(labels)} diagnostic images hold no class twice "
+            "(raise evaluation.diagnostics.samples)",
+            stacklevel=2,
+        )
     m = min(cfg.entropy_batch, n)
-    chunks = [z[s:s + m] for s in range(0, n - m + 1, m)]  # full batches only (CACR Fig. 3)
+    chunks = [z[s : s + m] for s in range(0, n - m + 1, m)]  # full batches only (CACR Fig. 3)
     out["cond_entropy"] = sum(metrics.conditional_entropy(c, None, t_neg) for c in chunks) / len(chunks)
     hist = metrics.distance_histogram(z, d_plus=d_plus, d_minus=d_minus)
     out["dp_margin_occupancy"] = float(hist["margin_occupancy"])
@@ -89,8 +92,9 @@ def geometry(encoder: torch.nn.Module, data: Any, recipe: Any) -> tuple[dict[str
     figures: dict[str, Any] = {}
     if cfg.figures:
         figures["distance_histogram"] = plots.distance_histogram_figure(
-            z, labels, d_plus=d_plus, d_minus=d_minus,
-            title=f"LMCL distance histogram ({n} test images)")
+            z, labels, d_plus=d_plus, d_minus=d_minus, title=f"LMCL distance histogram ({n} test images)"
+        )
         figures["similarity_profile"] = plots.similarity_profile_figure(
-            profile, title="Positive vs nearest-negative similarities (Wang & Liu Fig. 8)")
+            profile, title="Positive vs nearest-negative similarities (Wang & Liu Fig. 8)"
+        )
     return out, figures

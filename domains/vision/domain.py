@@ -8,10 +8,12 @@ bank slots; the MoCo queue and the momentum encoder are the toolkit's). Training
 ``{"x": uint8 [N, C, H, W], "y": [N], "index": [N]}``; augmentation runs on the batch, on the
 device the loop moved it to.
 """
+
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
-from typing import Any, Mapping
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -26,15 +28,22 @@ __all__ = ["VisionDomain", "VisionEvalData", "default_preset"]
 
 
 def default_preset(dataset: str) -> str:
-    return {"cifar10": "cacr_cifar", "cifar100": "cacr_cifar", "stl10": "cacr_stl10",
-            "imagefolder": "moco_v2", "imagenet": "moco_v2", "imagenet100": "moco_v2",
-            "tiny-imagenet": "simclr_tiny"}.get(dataset, "grey")
+    return {
+        "cifar10": "cacr_cifar",
+        "cifar100": "cacr_cifar",
+        "stl10": "cacr_stl10",
+        "imagefolder": "moco_v2",
+        "imagenet": "moco_v2",
+        "imagenet100": "moco_v2",
+        "tiny-imagenet": "simclr_tiny",
+    }.get(dataset, "grey")
 
 
 def normalization(dataset: str) -> tuple[tuple[float, ...], tuple[float, ...]]:
     """Channel mean / std of ``dataset`` (ImageNet's for the folder datasets)."""
     if dataset in STREAMED:
         from domains.vision.folder_data import IMAGENET_NORMALIZATION
+
         return IMAGENET_NORMALIZATION
     return ds.NORMALIZATION[dataset]
 
@@ -66,6 +75,7 @@ def build_augment(cfg: DataConfig) -> BatchAugment:
     family = view_family(cfg)
     if cfg.dataset in STREAMED:
         from domains.vision.folder_data import crop_rest
+
         return BatchAugment(crop_rest(family.spec), family.mean, family.std)
     return family
 
@@ -82,8 +92,10 @@ class VisionDomain(Domain):
     small-AlexNet / conv-net encoders, linear probe, weighted kNN and geometry diagnostics."""
 
     name = "vision"
-    description = ("images: CIFAR-10/100, STL-10, (Fashion-)MNIST; batched SimCLR/MoCo-v2 views; "
-                   "ResNet, small AlexNet, conv net; linear probe, weighted kNN, geometry")
+    description = (
+        "images: CIFAR-10/100, STL-10, (Fashion-)MNIST; batched SimCLR/MoCo-v2 views; "
+        "ResNet, small AlexNet, conv net; linear probe, weighted kNN, geometry"
+    )
     DataConfig = DataConfig
     EncoderConfig = EncoderConfig
     EvaluationConfig = EvaluationConfig
@@ -106,9 +118,22 @@ class VisionDomain(Domain):
                 if ev.knn.five_nn:
                     out[f"knn5_top1{suffix}"] = "max"
         if ev.diagnostics.enabled:
-            out.update(dict.fromkeys(("alignment", "uniformity", "neg_uniformity", "tolerance", "cond_entropy",
-                                      "dp_margin_occupancy", "pos_similarity", "top1_neg_similarity",
-                                      "top10_neg_similarity"), ""))
+            out.update(
+                dict.fromkeys(
+                    (
+                        "alignment",
+                        "uniformity",
+                        "neg_uniformity",
+                        "tolerance",
+                        "cond_entropy",
+                        "dp_margin_occupancy",
+                        "pos_similarity",
+                        "top1_neg_similarity",
+                        "top10_neg_similarity",
+                    ),
+                    "",
+                )
+            )
         return out
 
     @classmethod
@@ -127,21 +152,33 @@ class VisionDomain(Domain):
         ev, enc, data = (sections.get(k) for k in ("evaluation", "encoder", "data"))
         if ev is not None and data is not None and data.dataset in STREAMED:
             if ev.linear.enabled and ev.linear.solver != "sgd":
-                problems.append(("evaluation.linear.solver",
-                                 f"{data.dataset} is streamed from disk and its features are never all in "
-                                 f"memory: the linear probe trains with sgd (the papers' protocol; lr, epochs, "
-                                 f"milestones or final_lr), got {ev.linear.solver!r}"))
+                problems.append(
+                    (
+                        "evaluation.linear.solver",
+                        f"{data.dataset} is streamed from disk and its features are never all in "
+                        f"memory: the linear probe trains with sgd (the papers' protocol; lr, epochs, "
+                        f"milestones or final_lr), got {ev.linear.solver!r}",
+                    )
+                )
             if "raw_pixels" in ev.baselines:
-                problems.append(("evaluation.baselines",
-                                 f"raw_pixels probes every pixel of the images in memory; not for the streamed "
-                                 f"dataset {data.dataset} (got {ev.baselines})"))
+                problems.append(
+                    (
+                        "evaluation.baselines",
+                        f"raw_pixels probes every pixel of the images in memory; not for the streamed "
+                        f"dataset {data.dataset} (got {ev.baselines})",
+                    )
+                )
         if ev is None or enc is None or data is None or ev.image_size is None:
             return problems
         view = build_augment(data).spec.size
         if ev.image_size != view and enc.arch == "small_alexnet":
-            problems.append(("evaluation.image_size",
-                             f"small_alexnet takes only its training view size ({view}), got {ev.image_size}; "
-                             f"leave it unset or use convnet / resnet18 / resnet50"))
+            problems.append(
+                (
+                    "evaluation.image_size",
+                    f"small_alexnet takes only its training view size ({view}), got {ev.image_size}; "
+                    f"leave it unset or use convnet / resnet18 / resnet50",
+                )
+            )
         return problems
 
     # -- data -------------------------------------------------------------------------------
@@ -150,6 +187,7 @@ class VisionDomain(Domain):
         cfg: DataConfig = recipe.data
         if cfg.dataset in STREAMED:
             from domains.vision.folder_data import folder_problems
+
             return folder_problems(cfg)
         problem = ds.unavailable(cfg.dataset, cfg.root, cfg.download)
         return [("data.dataset", problem)] if problem else []
@@ -157,11 +195,11 @@ class VisionDomain(Domain):
     def load_train(self, recipe: Any) -> ds.ImageSplit:
         """The pretraining images (imbalanced / subset as the recipe says)."""
         cfg: DataConfig = recipe.data
-        split = ds.load_split(cfg.dataset, cfg.train_split, cfg.root, download=cfg.download,
-                              verify=cfg.verify)
+        split = ds.load_split(cfg.dataset, cfg.train_split, cfg.root, download=cfg.download, verify=cfg.verify)
         if cfg.imbalance is not None:
-            split = split.subset(ds.imbalanced_indices(split.labels, cfg.imbalance,
-                                                       split.num_classes, cfg.imbalance_seed))
+            split = split.subset(
+                ds.imbalanced_indices(split.labels, cfg.imbalance, split.num_classes, cfg.imbalance_seed)
+            )
         return ds.seeded_subset(split, cfg.train_subset, ds.SUBSET_SEEDS[0])
 
     def load_eval(self, recipe: Any) -> VisionEvalData:
@@ -169,6 +207,7 @@ class VisionDomain(Domain):
         ev: EvaluationConfig = recipe.evaluation
         if cfg.dataset in STREAMED:
             from domains.vision.folder_data import FolderStreams, monitor_splits, training_device
+
             aug = eval_augment(view_family(cfg), ev)  # the diagnostics crop the decoded subsets
             small_tr, small_te, train, val = monitor_splits(recipe, aug.spec.size)
             streams = FolderStreams(train, val, aug.spec.size, cfg.loader, training_device(recipe))
@@ -177,8 +216,14 @@ class VisionDomain(Domain):
         test = ds.load_split(cfg.dataset, "test", cfg.root, download=cfg.download, verify=cfg.verify)
         probe = ds.seeded_subset(probe, ev.probe_train_subset, ds.SUBSET_SEEDS[1])
         test = ds.seeded_subset(test, ev.test_subset, ds.SUBSET_SEEDS[2])
-        return VisionEvalData(probe, test, eval_augment(self.augment or build_augment(cfg), ev),
-                              probe.num_classes, recipe.seed, ev.monitor)
+        return VisionEvalData(
+            probe,
+            test,
+            eval_augment(self.augment or build_augment(cfg), ev),
+            probe.num_classes,
+            recipe.seed,
+            ev.monitor,
+        )
 
     def build_data(self, recipe: Any) -> DataBundle:
         from toolkit.training.batches import TensorBatches
@@ -186,13 +231,17 @@ class VisionDomain(Domain):
         self.augment = build_augment(recipe.data)
         if recipe.data.dataset in STREAMED:
             from domains.vision.folder_data import train_batches, training_device
+
             stream, split = train_batches(recipe, self.augment.spec, training_device(recipe))
             return DataBundle(train=stream, num_instances=len(split), eval=self.load_eval(recipe), sampler=stream)
         train = self.load_train(recipe)
-        batches = TensorBatches({"x": train.images, "y": train.labels}, recipe.budget.batch_size,
-                                seed=recipe.seed, drop_last=recipe.data.drop_last)
-        return DataBundle(train=batches, num_instances=len(train), eval=self.load_eval(recipe),
-                          sampler=batches)
+        batches = TensorBatches(
+            {"x": train.images, "y": train.labels},
+            recipe.budget.batch_size,
+            seed=recipe.seed,
+            drop_last=recipe.data.drop_last,
+        )
+        return DataBundle(train=batches, num_instances=len(train), eval=self.load_eval(recipe), sampler=batches)
 
     # -- encoder ----------------------------------------------------------------------------
     def build_encoder(self, recipe: Any) -> VisionEncoder:
@@ -200,8 +249,9 @@ class VisionDomain(Domain):
         data: DataConfig = recipe.data
         channels = len(normalization(data.dataset)[0])
         size = (self.augment or build_augment(data)).spec.size
-        backbone, dim = build_backbone(cfg.arch, channels, size, stem=cfg.stem, feature=cfg.feature,
-                                       width=cfg.width, blocks=cfg.blocks)
+        backbone, dim = build_backbone(
+            cfg.arch, channels, size, stem=cfg.stem, feature=cfg.feature, width=cfg.width, blocks=cfg.blocks
+        )
         head = ProjectionHead(dim, cfg.head.hidden, cfg.head.out_dim, cfg.head.batch_norm)
         enc = VisionEncoder(backbone, head, cfg.normalize)
         enc.out_dim = cfg.head.out_dim
@@ -213,8 +263,7 @@ class VisionDomain(Domain):
             raise ValueError("VisionDomain.make_views needs build_data(recipe) first (it sets the view family)")
         return self.augment
 
-    def make_views(self, batch: Mapping[str, Any], num_views: int,
-                   generator: torch.Generator | None = None) -> Tensor:
+    def make_views(self, batch: Mapping[str, Any], num_views: int, generator: torch.Generator | None = None) -> Tensor:
         """``[N, V, C, S, S]``: V independently augmented views of each image of ``batch["x"]``."""
         if not isinstance(num_views, int) or num_views < 1:
             raise ValueError(f"num_views must be an integer >= 1, got {num_views!r}")

@@ -21,9 +21,10 @@ Head: an MLP with ``hidden`` layer sizes (ReLU, optional BN) ending in ``out_dim
 2-layer head is ``hidden: [d]``. The output is L2-normalised (``normalize``), which every
 loss in ``toolkit.losses`` expects.
 """
+
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import torch
 import torch.nn.functional as F
@@ -31,8 +32,7 @@ from torch import Tensor, nn
 
 from domains.base import Encoder
 
-__all__ = ["VisionEncoder", "ProjectionHead", "ResNetBackbone", "SmallAlexNet", "ConvNet",
-           "build_backbone", "ARCHS"]
+__all__ = ["VisionEncoder", "ProjectionHead", "ResNetBackbone", "SmallAlexNet", "ConvNet", "build_backbone", "ARCHS"]
 
 ARCHS = ("resnet18", "resnet50", "small_alexnet", "convnet")
 
@@ -40,8 +40,7 @@ ARCHS = ("resnet18", "resnet50", "small_alexnet", "convnet")
 class ResNetBackbone(nn.Module):
     """A torchvision ResNet without its classifier, with the chosen stem."""
 
-    def __init__(self, depth: int = 18, in_channels: int = 3, stem: str = "cifar",
-                 feature: str = "pooled") -> None:
+    def __init__(self, depth: int = 18, in_channels: int = 3, stem: str = "cifar", feature: str = "pooled") -> None:
         super().__init__()
         import torchvision.models as tvm
 
@@ -58,8 +57,9 @@ class ResNetBackbone(nn.Module):
             net.conv1 = nn.Conv2d(in_channels, 64, kernel_size=7, stride=2, padding=3, bias=False)
         if stem in ("cifar", "no_maxpool"):
             net.maxpool = nn.Identity()
-        self.body = nn.Sequential(net.conv1, net.bn1, net.relu, net.maxpool,
-                                  net.layer1, net.layer2, net.layer3, net.layer4)
+        self.body = nn.Sequential(
+            net.conv1, net.bn1, net.relu, net.maxpool, net.layer1, net.layer2, net.layer3, net.layer4
+        )
         self.feature = feature
         self.channels = 512 if depth == 18 else 2048
 
@@ -71,8 +71,11 @@ class ResNetBackbone(nn.Module):
 
 
 def _conv_block(cin: int, cout: int, pool: bool) -> nn.Sequential:
-    layers: list[nn.Module] = [nn.Conv2d(cin, cout, 3, padding=1, bias=False), nn.BatchNorm2d(cout),
-                               nn.ReLU(inplace=True)]
+    layers: list[nn.Module] = [
+        nn.Conv2d(cin, cout, 3, padding=1, bias=False),
+        nn.BatchNorm2d(cout),
+        nn.ReLU(inplace=True),
+    ]
     if pool:
         layers.append(nn.MaxPool2d(3, 2))
     return nn.Sequential(*layers)
@@ -84,17 +87,26 @@ class SmallAlexNet(nn.Module):
     def __init__(self, in_channels: int = 3, image_size: int = 32) -> None:
         super().__init__()
         self.convs = nn.Sequential(
-            _conv_block(in_channels, 96, True), _conv_block(96, 192, True),
-            _conv_block(192, 384, False), _conv_block(384, 384, False), _conv_block(384, 192, True))
+            _conv_block(in_channels, 96, True),
+            _conv_block(96, 192, True),
+            _conv_block(192, 384, False),
+            _conv_block(384, 384, False),
+            _conv_block(384, 192, True),
+        )
         side = image_size
         for _ in range(3):
             side = (side - 3) // 2 + 1
         if side < 1:
             raise ValueError(f"image_size {image_size!r} is too small for small_alexnet (needs >= 15)")
         self.fc = nn.Sequential(
-            nn.Flatten(), nn.Linear(192 * side * side, 4096, bias=False), nn.BatchNorm1d(4096),
-            nn.ReLU(inplace=True), nn.Linear(4096, 4096, bias=False), nn.BatchNorm1d(4096),
-            nn.ReLU(inplace=True))
+            nn.Flatten(),
+            nn.Linear(192 * side * side, 4096, bias=False),
+            nn.BatchNorm1d(4096),
+            nn.ReLU(inplace=True),
+            nn.Linear(4096, 4096, bias=False),
+            nn.BatchNorm1d(4096),
+            nn.ReLU(inplace=True),
+        )
         self.channels = 4096
         for m in self.modules():
             if isinstance(m, (nn.Conv2d, nn.Linear)):
@@ -119,16 +131,15 @@ class ConvNet(nn.Module):
             raise ValueError(f"convnet blocks must be 2, 3 or 4 (28x28 inputs), got {blocks!r}")
 
         def block(cin: int, cout: int) -> list[nn.Module]:
-            return [nn.Conv2d(cin, cout, 3, padding=1, bias=False), nn.BatchNorm2d(cout),
-                    nn.ReLU(inplace=True)]
+            return [nn.Conv2d(cin, cout, 3, padding=1, bias=False), nn.BatchNorm2d(cout), nn.ReLU(inplace=True)]
 
         layers: list[nn.Module] = []
         cin = in_channels
         for i in range(blocks):
             if i:
                 layers.append(nn.MaxPool2d(2))
-            layers += block(cin, width * 2 ** i)
-            cin = width * 2 ** i
+            layers += block(cin, width * 2**i)
+            cin = width * 2**i
         self.body = nn.Sequential(*layers)
         self.body.to(memory_format=torch.channels_last)  # ~30% faster convolutions on CPU
         self.channels = cin
@@ -141,8 +152,9 @@ class ConvNet(nn.Module):
 class ProjectionHead(nn.Module):
     """MLP ``in -> hidden[0] -> ... -> out_dim`` (ReLU, optional BatchNorm between layers)."""
 
-    def __init__(self, in_dim: int, hidden: Sequence[int] = (512,), out_dim: int = 128,
-                 batch_norm: bool = False) -> None:
+    def __init__(
+        self, in_dim: int, hidden: Sequence[int] = (512,), out_dim: int = 128, batch_norm: bool = False
+    ) -> None:
         super().__init__()
         if out_dim < 1 or any(h < 1 for h in hidden):
             raise ValueError(f"head sizes must be >= 1, got hidden={list(hidden)!r}, out_dim={out_dim!r}")
@@ -182,8 +194,16 @@ class VisionEncoder(Encoder):
         return self.project(self.backbone(x))
 
 
-def build_backbone(arch: str, in_channels: int, image_size: int, *, stem: str = "cifar",
-                   feature: str = "pooled", width: int = 32, blocks: int = 3) -> tuple[nn.Module, int]:
+def build_backbone(
+    arch: str,
+    in_channels: int,
+    image_size: int,
+    *,
+    stem: str = "cifar",
+    feature: str = "pooled",
+    width: int = 32,
+    blocks: int = 3,
+) -> tuple[nn.Module, int]:
     """The backbone named ``arch`` and its feature size for ``image_size`` inputs."""
     if arch in ("resnet18", "resnet50"):
         net = ResNetBackbone(18 if arch == "resnet18" else 50, in_channels, stem, feature)

@@ -19,6 +19,7 @@ Metrics (flat snake_case):
 
 ``monitor`` is the cheap online kNN the loop calls during training (``online_knn_top1``).
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -40,9 +41,15 @@ def _device(encoder: torch.nn.Module) -> torch.device:
         return torch.device("cpu")
 
 
-def probe_sets(sets: dict[str, tuple[torch.Tensor, torch.Tensor, bool]], train_y: torch.Tensor,
-               test_y: torch.Tensor, num_classes: int, cfg: EvaluationConfig, seed: int,
-               device: torch.device | None = None) -> dict[str, float]:
+def probe_sets(
+    sets: dict[str, tuple[torch.Tensor, torch.Tensor, bool]],
+    train_y: torch.Tensor,
+    test_y: torch.Tensor,
+    num_classes: int,
+    cfg: EvaluationConfig,
+    seed: int,
+    device: torch.device | None = None,
+) -> dict[str, float]:
     """Linear probe (and kNN) metrics of several feature sets: ``sets`` maps a name suffix to
     ``(train_x, test_x, knn)``. The ``lbfgs`` probes run at once, one per worker process
     (:func:`toolkit.evaluation.probes.linear_probes`); the kNN and the mini-batch probes run on
@@ -53,21 +60,44 @@ def probe_sets(sets: dict[str, tuple[torch.Tensor, torch.Tensor, bool]], train_y
     if lin.enabled and lin.solver == "lbfgs":
         # the L2 term weight_decay / 2 ||W||^2 on the mean loss is scikit-learn's C = 1 / (wd N)
         c = 1.0 / (lin.weight_decay * len(train_y)) if lin.weight_decay > 0 else 1.0
-        common = dict(train_y=train_y, test_y=test_y, c=c, standardize=lin.standardize,
-                      select=lin.select_c, c_grid=lin.c_grid, holdout=lin.holdout,
-                      search=lin.c_search, max_iter=lin.epochs, seed=seed,
-                      topk=(1, 5) if num_classes > 10 else (1,))
+        common = dict(
+            train_y=train_y,
+            test_y=test_y,
+            c=c,
+            standardize=lin.standardize,
+            select=lin.select_c,
+            c_grid=lin.c_grid,
+            holdout=lin.holdout,
+            search=lin.c_search,
+            max_iter=lin.epochs,
+            seed=seed,
+            topk=(1, 5) if num_classes > 10 else (1,),
+        )
         res = linear_probes([dict(common, train_x=tr, test_x=te) for tr, te, _ in sets.values()])
         results = dict(zip(sets, res))
     elif lin.enabled:
         with torch.enable_grad():  # the loop evaluates under no_grad
             for suffix, (tr, te, _) in sets.items():
                 results[suffix] = minibatch_linear_probe(
-                    tr, train_y, te, test_y, num_classes, solver=lin.solver,
-                    epochs=lin.epochs, lr=lin.lr, weight_decay=lin.weight_decay,
-                    batch_size=lin.batch_size, milestones=lin.milestones, gamma=lin.gamma,
-                    betas=lin.betas, momentum=lin.momentum, final_lr=lin.final_lr,
-                    standardize=lin.standardize, seed=seed, device=device)
+                    tr,
+                    train_y,
+                    te,
+                    test_y,
+                    num_classes,
+                    solver=lin.solver,
+                    epochs=lin.epochs,
+                    lr=lin.lr,
+                    weight_decay=lin.weight_decay,
+                    batch_size=lin.batch_size,
+                    milestones=lin.milestones,
+                    gamma=lin.gamma,
+                    betas=lin.betas,
+                    momentum=lin.momentum,
+                    final_lr=lin.final_lr,
+                    standardize=lin.standardize,
+                    seed=seed,
+                    device=device,
+                )
     for suffix, (tr, te, knn) in sets.items():
         if lin.enabled:
             res = results[suffix]
@@ -78,21 +108,29 @@ def probe_sets(sets: dict[str, tuple[torch.Tensor, torch.Tensor, bool]], train_y
                 out[f"linear_c{suffix}"] = res["c"]
         if knn and cfg.knn.enabled:
             classifiers = [(cfg.knn.k, True)] + ([(5, False)] if cfg.knn.five_nn else [])
-            scores = knn_score_sets(tr, train_y, te, num_classes, classifiers,
-                                    temperature=cfg.knn.temperature, device=device)
+            scores = knn_score_sets(
+                tr, train_y, te, num_classes, classifiers, temperature=cfg.knn.temperature, device=device
+            )
             out[f"knn_top1{suffix}"] = topk_accuracy(scores[0].cpu(), test_y, 1)
             if cfg.knn.five_nn:
                 out[f"knn5_top1{suffix}"] = topk_accuracy(scores[1].cpu(), test_y, 1)
     return out
 
 
-def probe_features(train_x: torch.Tensor, train_y: torch.Tensor, test_x: torch.Tensor,
-                   test_y: torch.Tensor, num_classes: int, cfg: EvaluationConfig, seed: int,
-                   suffix: str = "", knn: bool = True,
-                   device: torch.device | None = None) -> dict[str, float]:
+def probe_features(
+    train_x: torch.Tensor,
+    train_y: torch.Tensor,
+    test_x: torch.Tensor,
+    test_y: torch.Tensor,
+    num_classes: int,
+    cfg: EvaluationConfig,
+    seed: int,
+    suffix: str = "",
+    knn: bool = True,
+    device: torch.device | None = None,
+) -> dict[str, float]:
     """:func:`probe_sets` of one feature set, names suffixed with ``suffix``."""
-    return probe_sets({suffix: (train_x, test_x, knn)}, train_y, test_y, num_classes, cfg, seed,
-                      device=device)
+    return probe_sets({suffix: (train_x, test_x, knn)}, train_y, test_y, num_classes, cfg, seed, device=device)
 
 
 def evaluate(domain: Any, encoder: torch.nn.Module, data: Any, recipe: Any) -> Evaluation:
@@ -109,8 +147,9 @@ def evaluate(domain: Any, encoder: torch.nn.Module, data: Any, recipe: Any) -> E
         result.metrics.update(streamed_probes(encoder.features, data.streams, aug, cfg, data.seed))
         if "random_init" in cfg.baselines:
             fresh = _random_twin(domain, recipe, data.seed, dev)
-            result.metrics.update(streamed_probes(fresh.features, data.streams, aug, cfg, data.seed,
-                                                  suffix="_random_init", knn=False))
+            result.metrics.update(
+                streamed_probes(fresh.features, data.streams, aug, cfg, data.seed, suffix="_random_init", knn=False)
+            )
     else:
         _probe_in_memory(domain, encoder, data, recipe, dev, result)
     if cfg.diagnostics.enabled:
@@ -134,8 +173,9 @@ def _random_twin(domain: Any, recipe: Any, seed: int, dev: torch.device) -> torc
     return fresh
 
 
-def _probe_in_memory(domain: Any, encoder: torch.nn.Module, data: Any, recipe: Any, dev: torch.device,
-                     result: Evaluation) -> None:
+def _probe_in_memory(
+    domain: Any, encoder: torch.nn.Module, data: Any, recipe: Any, dev: torch.device, result: Evaluation
+) -> None:
     """Features of the in-memory splits extracted once, then every probe at once."""
     cfg: EvaluationConfig = recipe.evaluation
     aug = data.augment
@@ -150,13 +190,16 @@ def _probe_in_memory(domain: Any, encoder: torch.nn.Module, data: Any, recipe: A
             rte = extract(fresh.features, data.test.images, aug.natural, cfg.batch_size, dev)
         sets["_random_init"] = (rtr, rte, False)
     if "raw_pixels" in cfg.baselines:
+
         def pixels(x: torch.Tensor) -> torch.Tensor:
             return x.flatten(1)
+
         ptr = extract(pixels, data.probe_train.images, aug.natural, cfg.batch_size)
         pte = extract(pixels, data.test.images, aug.natural, cfg.batch_size)
         sets["_raw_pixels"] = (ptr, pte, True)
-    result.metrics.update(probe_sets(sets, data.probe_train.labels, data.test.labels,
-                                     data.num_classes, cfg, data.seed, device=dev))
+    result.metrics.update(
+        probe_sets(sets, data.probe_train.labels, data.test.labels, data.num_classes, cfg, data.seed, device=dev)
+    )
 
 
 @torch.no_grad()
@@ -173,7 +216,8 @@ def monitor(encoder: torch.nn.Module, data: Any, cfg: MonitorConfig | None = Non
     ite = torch.randperm(len(data.test), generator=g)[:n_te]
     tr = extract(encoder.features, data.probe_train.images[itr], data.augment.natural, 512, dev)
     te = extract(encoder.features, data.test.images[ite], data.augment.natural, 512, dev)
-    scores = knn_scores(tr, data.probe_train.labels[itr], te, data.num_classes, k=cfg.k,
-                        temperature=cfg.temperature, device=dev).cpu()
+    scores = knn_scores(
+        tr, data.probe_train.labels[itr], te, data.num_classes, k=cfg.k, temperature=cfg.temperature, device=dev
+    ).cpu()
     encoder.train(was_training)
     return {"knn_top1": topk_accuracy(scores, data.test.labels[ite], 1)}

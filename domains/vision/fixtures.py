@@ -9,6 +9,7 @@ of ``cifar-10-batches-py`` (``data_batch_1..5``, ``test_batch``, ``batches.meta`
 green then blue, each row-major. The first ``num_train`` images go to the training files (spread
 over the five CIFAR-10 batches), the rest to the test file.
 """
+
 from __future__ import annotations
 
 import pickle
@@ -30,8 +31,10 @@ def find_foolbox_pngs(folder: str | Path, dataset: str) -> list[tuple[int, int, 
         if m and m.group(1) == dataset:
             found.append((int(m.group(2)), int(m.group(3)), path))
     if not found:
-        raise FileNotFoundError(f"no {dataset}_<i>_<label>.png files under {folder} (expected "
-                                "foolbox 3.3.4's data folder; domains.vision.packaged.locate('foolbox-samples'))")
+        raise FileNotFoundError(
+            f"no {dataset}_<i>_<label>.png files under {folder} (expected "
+            "foolbox 3.3.4's data folder; domains.vision.packaged.locate('foolbox-samples'))"
+        )
     return sorted(found)
 
 
@@ -73,23 +76,64 @@ def write_cifar_fixture(png_folder: str | Path, root: str | Path, num_train: int
             out.mkdir(parents=True, exist_ok=True)
             chunks = np.array_split(np.arange(num_train), 5)
             for b, idx in enumerate(chunks, start=1):
-                _dump({"batch_label": f"training batch {b} of 5 (fixture)",
-                       "labels": [labels[i] for i in idx], "data": _rows(images[idx]),
-                       "filenames": [names[i] for i in idx]}, out / f"data_batch_{b}")
-            _dump({"batch_label": "testing batch 1 of 1 (fixture)", "labels": labels[te],
-                   "data": _rows(images[te]), "filenames": names[te]}, out / "test_batch")
-            _dump({"label_names": ["airplane", "automobile", "bird", "cat", "deer", "dog",
-                                   "frog", "horse", "ship", "truck"],
-                   "num_cases_per_batch": 10000, "num_vis": 3072}, out / "batches.meta")
+                _dump(
+                    {
+                        "batch_label": f"training batch {b} of 5 (fixture)",
+                        "labels": [labels[i] for i in idx],
+                        "data": _rows(images[idx]),
+                        "filenames": [names[i] for i in idx],
+                    },
+                    out / f"data_batch_{b}",
+                )
+            _dump(
+                {
+                    "batch_label": "testing batch 1 of 1 (fixture)",
+                    "labels": labels[te],
+                    "data": _rows(images[te]),
+                    "filenames": names[te],
+                },
+                out / "test_batch",
+            )
+            _dump(
+                {
+                    "label_names": [
+                        "airplane",
+                        "automobile",
+                        "bird",
+                        "cat",
+                        "deer",
+                        "dog",
+                        "frog",
+                        "horse",
+                        "ship",
+                        "truck",
+                    ],
+                    "num_cases_per_batch": 10000,
+                    "num_vis": 3072,
+                },
+                out / "batches.meta",
+            )
         else:
             out = root / "cifar-100-python"
             out.mkdir(parents=True, exist_ok=True)
             for part, sl in (("train", tr), ("test", te)):
-                _dump({"batch_label": f"{part} (fixture)", "fine_labels": labels[sl],
-                       "coarse_labels": [0] * len(labels[sl]), "data": _rows(images[sl]),
-                       "filenames": names[sl]}, out / part)
-            _dump({"fine_label_names": [f"class_{i}" for i in range(100)],
-                   "coarse_label_names": [f"superclass_{i}" for i in range(20)]}, out / "meta")
+                _dump(
+                    {
+                        "batch_label": f"{part} (fixture)",
+                        "fine_labels": labels[sl],
+                        "coarse_labels": [0] * len(labels[sl]),
+                        "data": _rows(images[sl]),
+                        "filenames": names[sl],
+                    },
+                    out / part,
+                )
+            _dump(
+                {
+                    "fine_label_names": [f"class_{i}" for i in range(100)],
+                    "coarse_label_names": [f"superclass_{i}" for i in range(20)],
+                },
+                out / "meta",
+            )
         written[dataset] = (images[tr], labels[tr], images[te], labels[te])
     return written
 
@@ -109,13 +153,20 @@ def packaged_photos(foolbox_folder: str | Path | None = None) -> list[Path]:
     photos = [images / "china.jpg", images / "flower.jpg"]
     if foolbox_folder is None:
         from domains.vision.packaged import locate
+
         foolbox_folder = locate("foolbox-samples")
     photos += sorted(Path(foolbox_folder).glob("imagenet_*.jpg"))
     return photos
 
 
-def write_photo_folder(out: str | Path, classes: int = 6, train_per_class: int = 8, val_per_class: int = 3,
-                       seed: int = 0, foolbox_folder: str | Path | None = None) -> dict[str, list[Path]]:
+def write_photo_folder(
+    out: str | Path,
+    classes: int = 6,
+    train_per_class: int = 8,
+    val_per_class: int = 3,
+    seed: int = 0,
+    foolbox_folder: str | Path | None = None,
+) -> dict[str, list[Path]]:
     """Write an ImageFolder layout under ``out``: one class per packaged photo (the first
     ``classes`` of :func:`packaged_photos`), each image a different random crop of its photo
     (40-90% of the area) resized to one of ImageNet's typical sizes (``PHOTO_SIZES``) and

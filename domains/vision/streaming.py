@@ -27,12 +27,14 @@ redraw of another image (the redraw's label goes with it), counted (``data_bad_i
 named in a warning (the first few); past ``bad_image_limit`` of an epoch the run stops with the
 list (:class:`~toolkit.training.batches.DataStop`: the loop checkpoints first).
 """
+
 from __future__ import annotations
 
 import os
 import sys
 import warnings
-from typing import Any, Iterator, Sequence
+from collections.abc import Iterator, Sequence
+from typing import Any
 
 import numpy as np
 import torch
@@ -42,8 +44,17 @@ from domains.vision.decode import CropSpec, crop_boxes, decode_on_device, decode
 from domains.vision.folders import FolderSplit
 from toolkit.training.batches import Batches, DataStop
 
-__all__ = ["CropSpec", "StreamedImages", "StreamBatches", "crop_boxes", "decode_views",
-           "auto_workers", "choose_decode", "materialize", "READ_ERRORS"]
+__all__ = [
+    "CropSpec",
+    "StreamedImages",
+    "StreamBatches",
+    "crop_boxes",
+    "decode_views",
+    "auto_workers",
+    "choose_decode",
+    "materialize",
+    "READ_ERRORS",
+]
 
 # what reading a bad file raises: PIL's UnidentifiedImageError is an OSError, a truncated JPEG
 # raises OSError on load, a vanished file FileNotFoundError; odd headers ValueError / SyntaxError
@@ -81,8 +92,9 @@ class StreamedImages(torch.utils.data.Dataset):
             if natural is not None:
                 out["natural_x"] = natural
             return out
-        raise DataStop(f"{_REDRAWS + 1} images in a row could not be read: "
-                       + "; ".join(f"{p} ({why})" for p, why in bad))
+        raise DataStop(
+            f"{_REDRAWS + 1} images in a row could not be read: " + "; ".join(f"{p} ({why})" for p, why in bad)
+        )
 
     def _raw(self, path: str, rng: np.random.Generator) -> dict[str, Any]:
         """The file's bytes and the crop boxes on its full-size pixels (decoded on the device)."""
@@ -124,8 +136,9 @@ def auto_workers(setting: int | str) -> int:
     return max(1, min(16, cores))
 
 
-def decode_rates(split: FolderSplit, spec: CropSpec, device: torch.device, workers: int,
-                 samples: int = 48) -> dict[str, float]:
+def decode_rates(
+    split: FolderSplit, spec: CropSpec, device: torch.device, workers: int, samples: int = 48
+) -> dict[str, float]:
     """Images/s of the two decoders on ``samples`` files of ``split`` (after a warm-up): ``cpu``,
     one worker's in-process rate times ``workers`` (their ideal scaling), and ``device``,
     reading the bytes here and decoding them as one batch on ``device``."""
@@ -149,8 +162,9 @@ def decode_rates(split: FolderSplit, spec: CropSpec, device: torch.device, worke
     return {"cpu": cpu_rate, "device": n / (time.perf_counter() - start)}
 
 
-def choose_decode(setting: str, device: torch.device, split: FolderSplit | None = None,
-                  spec: CropSpec | None = None, workers: int = 1) -> tuple[str, str]:
+def choose_decode(
+    setting: str, device: torch.device, split: FolderSplit | None = None, spec: CropSpec | None = None, workers: int = 1
+) -> tuple[str, str]:
     """``loader.decode`` and why: ``cpu`` (workers decode) or ``device`` (torchvision's
     decode_jpeg on the training device). ``auto``: ``cpu`` off CUDA; on CUDA the faster of the
     two on a sample of the files (:func:`decode_rates`), ``device`` where nothing is given to time."""
@@ -162,18 +176,33 @@ def choose_decode(setting: str, device: torch.device, split: FolderSplit | None 
         return "device", "auto: nvJPEG on CUDA"
     rates = decode_rates(split, spec, device, workers)
     best = max(rates, key=rates.__getitem__)
-    return best, (f"auto: measured {rates['device']:,.0f} images/s on {device} against ~{rates['cpu']:,.0f} "
-                  f"with {workers} CPU workers")
+    return best, (
+        f"auto: measured {rates['device']:,.0f} images/s on {device} against ~{rates['cpu']:,.0f} "
+        f"with {workers} CPU workers"
+    )
 
 
 class StreamBatches(Batches):
     """An epoch of a folder dataset in global batches of ``batch_size``, this rank's share of
     each, decoded by ``workers`` processes (see the module doc)."""
 
-    def __init__(self, split: FolderSplit, spec: CropSpec, batch_size: int, *, seed: int = 0,
-                 shuffle: bool = True, drop_last: bool = True, workers: int = 0, prefetch: int = 2,
-                 decode: str = "cpu", device: torch.device | None = None, bad_image_limit: float = 0.001,
-                 rank: int | None = None, world_size: int | None = None) -> None:
+    def __init__(
+        self,
+        split: FolderSplit,
+        spec: CropSpec,
+        batch_size: int,
+        *,
+        seed: int = 0,
+        shuffle: bool = True,
+        drop_last: bool = True,
+        workers: int = 0,
+        prefetch: int = 2,
+        decode: str = "cpu",
+        device: torch.device | None = None,
+        bad_image_limit: float = 0.001,
+        rank: int | None = None,
+        world_size: int | None = None,
+    ) -> None:
         if rank is None or world_size is None:
             dist = torch.distributed
             on = dist.is_available() and dist.is_initialized()
@@ -238,8 +267,8 @@ class StreamBatches(Batches):
         if self.workers > 0:
             extra = {"num_workers": self.workers, "prefetch_factor": self.prefetch, "persistent_workers": True}
         return torch.utils.data.DataLoader(
-            self.dataset, batch_sampler=_Keys(), collate_fn=_collate,
-            pin_memory=self.device.type == "cuda", **extra)
+            self.dataset, batch_sampler=_Keys(), collate_fn=_collate, pin_memory=self.device.type == "cuda", **extra
+        )
 
     def iter_from(self, start: int) -> Iterator[dict[str, Any]]:
         self._start = int(start)
@@ -265,10 +294,12 @@ class StreamBatches(Batches):
         self.bad_epoch += len(bad)
         limit = self.bad_image_limit * len(self.split) / self.world_size
         if self.bad_epoch > limit:
-            listing = "\n  ".join(self.bad_paths[-self.bad_epoch:])
-            raise DataStop(f"{self.bad_epoch} unreadable images in epoch {self.epoch} on this rank, over the "
-                           f"limit of {self.bad_image_limit:g} of an epoch ({limit:.1f} images; "
-                           f"data.loader.bad_image_limit):\n  {listing}")
+            listing = "\n  ".join(self.bad_paths[-self.bad_epoch :])
+            raise DataStop(
+                f"{self.bad_epoch} unreadable images in epoch {self.epoch} on this rank, over the "
+                f"limit of {self.bad_image_limit:g} of an epoch ({limit:.1f} images; "
+                f"data.loader.bad_image_limit):\n  {listing}"
+            )
 
     def metrics(self) -> dict[str, float]:
         return {"data_bad_images": float(self.bad_total)}
@@ -281,19 +312,28 @@ class StreamBatches(Batches):
         self._loader = None
 
 
-def materialize(split: FolderSplit, spec: CropSpec, batch_size: int = 256, workers: int = 0,
-                seed: int = 0) -> tuple[Tensor, Tensor]:
+def materialize(
+    split: FolderSplit, spec: CropSpec, batch_size: int = 256, workers: int = 0, seed: int = 0
+) -> tuple[Tensor, Tensor]:
     """A small split decoded into memory: ``([N, 3, S, S] uint8, labels)`` (centre views; for the
     online monitor and the geometry diagnostics, which read a few thousand images)."""
-    loader = StreamBatches(split, spec, batch_size=min(batch_size, max(1, len(split))), seed=seed,
-                           shuffle=False, drop_last=False, workers=workers, rank=0, world_size=1,
-                           bad_image_limit=1.0)
+    loader = StreamBatches(
+        split,
+        spec,
+        batch_size=min(batch_size, max(1, len(split))),
+        seed=seed,
+        shuffle=False,
+        drop_last=False,
+        workers=workers,
+        rank=0,
+        world_size=1,
+        bad_image_limit=1.0,
+    )
     xs, ys = [], []
     for batch in loader.iter_from(0):
         xs.append(batch["x"][:, 0])
         ys.append(batch["y"])
     loader.close()
     if loader.bad_total:
-        print(f"[ctk] {loader.bad_total} unreadable images replaced while decoding {split.name}",
-              file=sys.stderr)
+        print(f"[ctk] {loader.bad_total} unreadable images replaced while decoding {split.name}", file=sys.stderr)
     return torch.cat(xs), torch.cat(ys)

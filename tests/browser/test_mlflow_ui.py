@@ -6,6 +6,7 @@ pages show and saves screenshots (to ``$CTK_SCREENS`` when set, else a temporary
 
 Chromium is the Debian package (``apt-get install chromium``); without it the test is skipped.
 """
+
 from __future__ import annotations
 
 import json
@@ -37,11 +38,27 @@ def _chromium(url: str, screenshot: Path, height: int = 1000) -> str:
     screenshot of the page at ``screenshot`` and return its DOM as it was then."""
     with tempfile.TemporaryDirectory() as profile:
         out = subprocess.run(
-            [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
-             "--disable-background-networking", "--disable-component-update", "--disable-sync",
-             f"--user-data-dir={profile}", f"--window-size=1600,{height}",
-             "--virtual-time-budget=15000", f"--screenshot={screenshot}", "--dump-dom", url],
-            capture_output=True, text=True, timeout=180, check=False)
+            [
+                CHROMIUM,
+                "--headless",
+                "--no-sandbox",
+                "--disable-gpu",
+                "--no-first-run",
+                "--disable-background-networking",
+                "--disable-component-update",
+                "--disable-sync",
+                f"--user-data-dir={profile}",
+                f"--window-size=1600,{height}",
+                "--virtual-time-budget=15000",
+                f"--screenshot={screenshot}",
+                "--dump-dom",
+                url,
+            ],
+            capture_output=True,
+            text=True,
+            timeout=180,
+            check=False,
+        )
     assert screenshot.stat().st_size > 10_000, (url, out.stderr[-2000:])
     return out.stdout
 
@@ -62,11 +79,23 @@ def _sweep_store(tmp_path_factory, worker_id: str) -> Path:
     with file_lock(shared / "ui-sweep.lock"):
         if not (work / "made").exists():
             work.mkdir(exist_ok=True)
-            made = run_here(work, {"MLFLOW_TRACKING_URI": f"sqlite:///{work / 'mlflow.db'}", "CTK_CHECKPOINTS": None},
-                            "sweep", str(ROOT / "recipes/toy/lmcl_three_bars_cl.yaml"),
-                            "--grid", "objective.loss.temperature=0.1,1.0", "--grid", "seed=0,1",
-                            "--set", "budget.steps=60", "--set", "tracking.log_model=true",
-                            "--experiment", "ui-demo", "--quiet")  # in this process: the store is under test
+            made = run_here(
+                work,
+                {"MLFLOW_TRACKING_URI": f"sqlite:///{work / 'mlflow.db'}", "CTK_CHECKPOINTS": None},
+                "sweep",
+                str(ROOT / "recipes/toy/lmcl_three_bars_cl.yaml"),
+                "--grid",
+                "objective.loss.temperature=0.1,1.0",
+                "--grid",
+                "seed=0,1",
+                "--set",
+                "budget.steps=60",
+                "--set",
+                "tracking.log_model=true",
+                "--experiment",
+                "ui-demo",
+                "--quiet",
+            )  # in this process: the store is under test
             assert made.returncode == 0, made.stderr[-3000:]
             (work / "made").touch()
     return work
@@ -76,13 +105,18 @@ def _sweep_store(tmp_path_factory, worker_id: str) -> Path:
 def ui(tmp_path_factory, worker_id):
     """The toy sweep's store (:func:`_sweep_store`), served by a ``ctk ui`` of this module's own."""
     work = _sweep_store(tmp_path_factory, worker_id)
-    env = {**os.environ, "MLFLOW_TRACKING_URI": f"sqlite:///{work / 'mlflow.db'}",
-           "OMP_NUM_THREADS": "1"}
+    env = {**os.environ, "MLFLOW_TRACKING_URI": f"sqlite:///{work / 'mlflow.db'}", "OMP_NUM_THREADS": "1"}
     port = _free_port()
     logged = tmp_path_factory.mktemp("ui") / "ui.log"
     log = open(logged, "w")
-    proc = subprocess.Popen([sys.executable, str(ROOT / "cli.py"), "ui", "--port", str(port)], cwd=work, env=env,
-                            stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    proc = subprocess.Popen(
+        [sys.executable, str(ROOT / "cli.py"), "ui", "--port", str(port)],
+        cwd=work,
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
     base = f"http://127.0.0.1:{port}"
     try:
         # ready once ctk ui has printed its links, which it does only after the UI answers (the
@@ -137,12 +171,14 @@ def test_runs_table_shows_metric_and_swept_param_columns(ui, screens):
     assert "best temperature=" in parent.data.tags["mlflow.note.content"]
     # the grid draws a row in pieces (pinned name column, scrolled metric columns), each a
     # role="row" element with the run id as its row-id
-    pieces = re.findall(rf'<div[^>]*role="row"[^>]*row-id="{parent.info.run_id}"[^>]*>(.*?)(?=<div[^>]*role="row"|$)',
-                        dom, flags=re.S)
+    pieces = re.findall(
+        rf'<div[^>]*role="row"[^>]*row-id="{parent.info.run_id}"[^>]*>(.*?)(?=<div[^>]*role="row"|$)', dom, flags=re.S
+    )
     row = "".join(pieces)
     assert "sweep-lmcl_three_bars_cl" in row, "the parent run is not a row of the first screen"
-    cell = re.search(r'role="gridcell" col-id="metrics\.`kmeans_accuracy`".*?class="ag-cell-value">([^<]*)<',
-                     row, flags=re.S)
+    cell = re.search(
+        r'role="gridcell" col-id="metrics\.`kmeans_accuracy`".*?class="ag-cell-value">([^<]*)<', row, flags=re.S
+    )
     shown = cell.group(1).strip() if cell else ""
     assert re.fullmatch(r"\d+(\.\d+)?", shown) and float(shown) == pytest.approx(best, abs=0.01), (shown, best)
 
@@ -152,12 +188,17 @@ def test_compare_page_and_run_artifacts(ui, screens):
     base, uri, _ = ui
     client = client_for(uri)
     exp = client.get_experiment_by_name("ui-demo")
-    runs = [r for r in client.search_runs([exp.experiment_id], order_by=["attributes.run_name"])
-            if "mlflow.parentRunId" in r.data.tags]  # the points, not the sweep's parent
+    runs = [
+        r
+        for r in client.search_runs([exp.experiment_id], order_by=["attributes.run_name"])
+        if "mlflow.parentRunId" in r.data.tags
+    ]  # the points, not the sweep's parent
     a, b = runs[0].info.run_id, runs[-1].info.run_id
     assert client.get_run(a).data.tags["mlflow.note.content"].startswith("sweep ui-demo: ")
-    compare = (f"{base}/#/compare-runs?runs={json.dumps([a, b], separators=(',', ':'))}"
-               f"&experiments={json.dumps([exp.experiment_id])}&workflowType=machine_learning")
+    compare = (
+        f"{base}/#/compare-runs?runs={json.dumps([a, b], separators=(',', ':'))}"
+        f"&experiments={json.dumps([exp.experiment_id])}&workflowType=machine_learning"
+    )
     dom = _chromium(compare, screens / "ui-compare-two-runs.png", height=2600)
     assert 'artifact-name="recipe.yaml"' in dom  # the common artifacts pane lists the recipe
     assert "kmeans_accuracy" in dom

@@ -1,8 +1,9 @@
 """Shared fixtures of the core loss tests: seeded inputs, float32 / float64 parametrisation and
 the tolerance each dtype is held to against the float64 loop references."""
+
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import pytest
 import torch
@@ -26,13 +27,19 @@ def tolerance(dtype: torch.dtype) -> dict[str, float]:
 def close() -> Callable[..., None]:
     """close(actual, expected, dtype): torch.testing.assert_close at the dtype's tolerance,
     comparing in float64 (the reference is float64)."""
+
     def check(actual, expected, dtype: torch.dtype, **extra) -> None:
         # python floats must not pass through the float32 default dtype
-        actual = torch.as_tensor(actual, dtype=torch.float64) if not torch.is_tensor(actual) \
-            else actual.detach().double()
-        expected = torch.as_tensor(expected, dtype=torch.float64) if not torch.is_tensor(expected) \
+        actual = (
+            torch.as_tensor(actual, dtype=torch.float64) if not torch.is_tensor(actual) else actual.detach().double()
+        )
+        expected = (
+            torch.as_tensor(expected, dtype=torch.float64)
+            if not torch.is_tensor(expected)
             else expected.detach().double()
+        )
         torch.testing.assert_close(actual, expected, **{**tolerance(dtype), **extra})
+
     return check
 
 
@@ -40,14 +47,23 @@ def close() -> Callable[..., None]:
 def rows() -> Callable[..., torch.Tensor]:
     """rows(n, d, seed=0, dtype=float64, unit=True, scale=1.0, grad=True): seeded embeddings
     (drawn in float64, then cast, so float32 and float64 runs see the same numbers)."""
-    def make(n: int, d: int, seed: int = 0, dtype: torch.dtype = torch.float64, unit: bool = True,
-             scale: float = 1.0, grad: bool = True) -> torch.Tensor:
+
+    def make(
+        n: int,
+        d: int,
+        seed: int = 0,
+        dtype: torch.dtype = torch.float64,
+        unit: bool = True,
+        scale: float = 1.0,
+        grad: bool = True,
+    ) -> torch.Tensor:
         g = torch.Generator().manual_seed(seed)
         x = torch.randn(n, d, generator=g, dtype=torch.float64)
         if unit:
             x = x / x.norm(dim=1, keepdim=True)
         x = (x * scale).to(dtype)
         return x.requires_grad_(grad)
+
     return make
 
 
@@ -55,6 +71,8 @@ def rows() -> Callable[..., torch.Tensor]:
 def leaves() -> Callable[..., list[torch.Tensor]]:
     """leaves(*xs): float64 leaf copies of the inputs, for the loop references (their own
     autograd graph, so reference gradients come from the reference alone)."""
+
     def make(*xs: torch.Tensor) -> list[torch.Tensor]:
         return [x.detach().double().requires_grad_(True) for x in xs]
+
     return make

@@ -2,6 +2,7 @@
 ``torch.autocast``: half-precision embeddings (and a float32 queue or second view) give a
 float32 loss whose gradients are as accurate as a plain ``cross_entropy`` under the same
 autocast, and float16 at tau = 0.05 (where exp would overflow float16) does as well."""
+
 from __future__ import annotations
 
 import inspect
@@ -35,9 +36,13 @@ def unit(*shape: int, seed: int) -> torch.Tensor:
 def inputs(low: torch.dtype, seed: int = 0) -> dict[str, torch.Tensor]:
     """The batch fields, rounded to ``low`` where an autocast encoder would produce them: views,
     keys and the natural view; the queue / bank rows stay float32 (a buffer)."""
-    return {"views": unit(N, V, D, seed=seed).to(low), "keys": unit(N, V, D, seed=seed + 1).to(low),
-            "natural": unit(N, D, seed=seed + 2).to(low), "negatives": unit(M, D, seed=seed + 3),
-            "indices": torch.arange(N)}
+    return {
+        "views": unit(N, V, D, seed=seed).to(low),
+        "keys": unit(N, V, D, seed=seed + 1).to(low),
+        "natural": unit(N, D, seed=seed + 2).to(low),
+        "negatives": unit(M, D, seed=seed + 3),
+        "indices": torch.arange(N),
+    }
 
 
 def run(module, fields: dict, needs, dtype: torch.dtype | None, autocast: torch.dtype | None):
@@ -46,18 +51,20 @@ def run(module, fields: dict, needs, dtype: torch.dtype | None, autocast: torch.
     known = {"views", "keys", "natural", "negatives", "indices"}
     missing = set(needs) - known
     assert not missing, f"extend this test's batch with {missing} (needed by {module})"
-    grads = {k: fields[k].detach().clone().to(dtype or fields[k].dtype).requires_grad_()
-             for k in ("views", "natural")}
-    batch = ContrastiveBatch(views=grads["views"], natural=grads["natural"],
-                             keys=fields["keys"].to(dtype or fields["keys"].dtype),
-                             negatives=fields["negatives"], indices=fields["indices"])
+    grads = {k: fields[k].detach().clone().to(dtype or fields[k].dtype).requires_grad_() for k in ("views", "natural")}
+    batch = ContrastiveBatch(
+        views=grads["views"],
+        natural=grads["natural"],
+        keys=fields["keys"].to(dtype or fields["keys"].dtype),
+        negatives=fields["negatives"],
+        indices=fields["indices"],
+    )
     torch.manual_seed(0)  # losses that draw noise draw the same in both runs
     with torch.autocast("cpu", dtype=autocast or BF16, enabled=autocast is not None):
         loss = module(batch).loss
     used = [g for g in grads.values()]
     out = torch.autograd.grad(loss, used, allow_unused=True)
-    flat = torch.cat([(o if o is not None else torch.zeros_like(u)).float().flatten()
-                      for o, u in zip(out, used)])
+    flat = torch.cat([(o if o is not None else torch.zeros_like(u)).float().flatten() for o, u in zip(out, used)])
     return loss, flat
 
 
@@ -68,6 +75,7 @@ def rel_err(a: torch.Tensor, b: torch.Tensor) -> float:
 def ce_reference_error(fields: dict, tau: float = 0.1, half: torch.dtype = BF16) -> float:
     """Relative gradient error of a plain InfoNCE (cross_entropy over z1 z2^T / tau) on the
     same half-precision inputs under autocast to ``half``, against its float32 value."""
+
     def ce(z1, z2):
         return cross_entropy(z1 @ z2.t() / tau, torch.arange(N))
 
@@ -174,8 +182,8 @@ def test_half_view_with_float32_view_or_queue(name, call, autocast):
     ref = call(ref_a, b)
     assert loss.dtype == torch.float32
     torch.testing.assert_close(loss, ref, rtol=1e-5, atol=1e-6)
-    g, = torch.autograd.grad(loss, a)
-    g_ref, = torch.autograd.grad(ref, ref_a)
+    (g,) = torch.autograd.grad(loss, a)
+    (g_ref,) = torch.autograd.grad(ref, ref_a)
     assert g.dtype == BF16  # back to the input in its own dtype
     torch.testing.assert_close(g.float(), g_ref.to(BF16).float(), rtol=0, atol=0)
 
@@ -191,8 +199,9 @@ def test_score_forms_take_half_scores(fn):
     ref = fn(ref_s, pos, None, temperature=0.05)
     assert loss.dtype == torch.float32
     torch.testing.assert_close(loss, ref, rtol=1e-5, atol=1e-6)
-    torch.testing.assert_close(torch.autograd.grad(loss, s)[0].float(),
-                               torch.autograd.grad(ref, ref_s)[0].to(BF16).float(), rtol=0, atol=0)
+    torch.testing.assert_close(
+        torch.autograd.grad(loss, s)[0].float(), torch.autograd.grad(ref, ref_s)[0].to(BF16).float(), rtol=0, atol=0
+    )
 
 
 def test_float32_inputs_pass_through_uncopied():
@@ -220,8 +229,7 @@ def test_selectors_on_half_similarities(low):
         kept = exact.masked_fill(~mask, float("nan"))
         ref = ring_mask(exact, lower, upper)
         # the same multiset of kept values per row (ties may swap equal columns)
-        assert torch.equal(kept.nan_to_num(-9).sort(dim=1).values,
-                           exact.masked_fill(~ref, -9).sort(dim=1).values)
+        assert torch.equal(kept.nan_to_num(-9).sort(dim=1).values, exact.masked_fill(~ref, -9).sort(dim=1).values)
 
 
 @pytest.mark.parametrize("name", ["nt_xent", "moco_infonce", "wl_contrastive"])
@@ -234,8 +242,7 @@ def test_module_selector_ranks_float32_similarities(name):
     for autocast in (BF16, None):
         module = cls()
         module.attach_selector(lambda sims, step: hard_mask(sims, num_hard=5))
-        losses.append(run(module, fields, cls.needs, None if autocast else torch.float32,
-                          autocast)[0])
+        losses.append(run(module, fields, cls.needs, None if autocast else torch.float32, autocast)[0])
     torch.testing.assert_close(losses[0], losses[1], rtol=1e-5, atol=1e-6)
 
 

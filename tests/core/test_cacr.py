@@ -1,5 +1,6 @@
 """CACR forms against loop references written from Eq. 2-5, App. B / Alg. 3 and the authors'
 small-scale pairing, plus the identities of METHODS rows 12-15 (K = 1, UAUR, V = 2)."""
+
 from __future__ import annotations
 
 import itertools
@@ -41,11 +42,17 @@ def ref_cacr(q, pos, negs, tp, tn, detach_pos=False, detach_neg=False):
 def ref_multiview(v, tp, tn, alpha, beta):
     """our_loss1 + our_loss2: v[x][i] is view x of instance i."""
     nv, n = len(v), len(v[0])
-    l1 = sum(alpha * weighted([sqd(v[x][i], v[y][i]) for y in range(nv) if y != x], tp, 1.0)
-             for x in range(nv) for i in range(n)) / (nv * n)
+    l1 = sum(
+        alpha * weighted([sqd(v[x][i], v[y][i]) for y in range(nv) if y != x], tp, 1.0)
+        for x in range(nv)
+        for i in range(n)
+    ) / (nv * n)
     pairs = [(x, y) for x in range(nv) for y in range(x + 1, nv)]
-    l2 = sum(-beta * weighted([sqd(v[x][i], v[y][j]) for j in range(n) if j != i], tn, -1.0)
-             for x, y in pairs for i in range(n)) / (len(pairs) * n)
+    l2 = sum(
+        -beta * weighted([sqd(v[x][i], v[y][j]) for j in range(n) if j != i], tn, -1.0)
+        for x, y in pairs
+        for i in range(n)
+    ) / (len(pairs) * n)
     return l1 + l2
 
 
@@ -56,7 +63,7 @@ def ref_moco(qv, kv, queue, tp, tn, intra=True, detach_q=True, reuse=False):
     for x in range(nv):
         for i in range(n):
             c = [sqd(qv[i, x], kv[i, y]) for y in range(nv) if y != x]
-            ca = ca + weighted(c, tp, 1.0, detach=True)           # pi+ under no_grad
+            ca = ca + weighted(c, tp, 1.0, detach=True)  # pi+ under no_grad
             src = qv[i, 0] if reuse else qv[i, x]
             cq = [sqd(src, queue[j]) for j in range(len(queue))]
             ci = [sqd(qv[i, x], qv[j, x]) for j in range(n) if j != i] if intra else []
@@ -71,8 +78,9 @@ def grads(loss, *xs):
 
 
 def views(rows, n, v, d, seed, dtype, unit=True, scale=1.0):
-    return torch.stack([rows(n, d, seed=seed + k, dtype=dtype, unit=unit, scale=scale, grad=False)
-                        for k in range(v)], dim=1).requires_grad_()
+    return torch.stack(
+        [rows(n, d, seed=seed + k, dtype=dtype, unit=unit, scale=scale, grad=False) for k in range(v)], dim=1
+    ).requires_grad_()
 
 
 # ----------------------------------------------------------------------------- generic form
@@ -82,13 +90,11 @@ def test_cacr_matches_loop(dtype, close, rows, leaves, shared, tp, tn):
     n, k, m, d = 4, 3, 5, 3
     q = rows(n, d, seed=1, dtype=dtype, unit=False, scale=0.8)
     pos = views(rows, n, k, d, 10, dtype, unit=False, scale=0.8)
-    neg = rows(m, d, seed=2, dtype=dtype, grad=False) if shared else \
-        views(rows, n, m, d, 20, dtype).detach()
+    neg = rows(m, d, seed=2, dtype=dtype, grad=False) if shared else views(rows, n, m, d, 20, dtype).detach()
     rq, rp = leaves(q, pos)
     negs = [list(neg) for _ in range(n)] if shared else [list(neg[i]) for i in range(n)]
     loss = cacr(q, pos, neg, tp, tn)
-    ref = ref_cacr(rq, [list(rp[i]) for i in range(n)],
-                   [[x.double() for x in row] for row in negs], tp, tn)
+    ref = ref_cacr(rq, [list(rp[i]) for i in range(n)], [[x.double() for x in row] for row in negs], tp, tn)
     close(loss, ref, dtype)
     for g, rg in zip(grads(loss, q, pos), grads(ref, rq, rp)):
         close(g, rg, dtype)
@@ -100,8 +106,7 @@ def test_cacr_detach_options_change_only_the_gradient(close, rows, leaves, detac
     pos = views(rows, 4, 3, 3, 30, torch.float64)
     rq, rp = leaves(q, pos)
     loss = cacr(q, pos, neg, 1.0, 2.0, detach_pos_weights=detach_pos, detach_neg_weights=detach_neg)
-    ref = ref_cacr(rq, [list(rp[i]) for i in range(4)], [list(neg)] * 4, 1.0, 2.0,
-                   detach_pos, detach_neg)
+    ref = ref_cacr(rq, [list(rp[i]) for i in range(4)], [list(neg)] * 4, 1.0, 2.0, detach_pos, detach_neg)
     close(loss, ref, torch.float64)
     got = grads(loss, q, pos)
     for g, rg in zip(got, grads(ref, rq, rp)):
@@ -141,8 +146,7 @@ def test_small_t_neg_is_uaur(close, rows):
     assert float(stats["weight_entropy"]) == pytest.approx(math.log(6))
     # the in-batch form: uniform over the other queries j != i
     zp = pos[:, 0]
-    ref = sum(sqd(q[i], zp[i]) - sum(sqd(q[i], q[j]) for j in range(4) if j != i) / 3
-              for i in range(4)) / 4
+    ref = sum(sqd(q[i], zp[i]) - sum(sqd(q[i], q[j]) for j in range(4) if j != i) / 3 for i in range(4)) / 4
     close(cacr_minibatch(q, zp, t_neg=0.0), ref, torch.float64)
 
 
@@ -171,8 +175,9 @@ def test_minibatch_matches_loop(dtype, close, rows, leaves, k):
     zpos = views(rows, n, k, d, 60, dtype)
     rz, rp = leaves(z, zpos)
     loss = cacr_minibatch(z, zpos, 1.0, 3.0)
-    ref = ref_cacr(rz, [list(rp[i]) for i in range(n)],
-                   [[rz[j] for j in range(n) if j != i] for i in range(n)], 1.0, 3.0)
+    ref = ref_cacr(
+        rz, [list(rp[i]) for i in range(n)], [[rz[j] for j in range(n) if j != i] for i in range(n)], 1.0, 3.0
+    )
     close(loss, ref, dtype)
     for g, rg in zip(grads(loss, z, zpos), grads(ref, rz, rp)):
         close(g, rg, dtype)
@@ -229,15 +234,13 @@ def test_moco_float32_and_conventions(close, rows, leaves):
     kv = views(rows, 4, 2, 3, 105, torch.float32).detach()
     queue = rows(6, 3, seed=109, dtype=torch.float32, grad=False)
     (rq,) = leaves(qv)
-    close(cacr_moco(qv, kv, queue), ref_moco(rq, kv.double(), queue.double(), 1.0, 2.0),
-          torch.float32)
+    close(cacr_moco(qv, kv, queue), ref_moco(rq, kv.double(), queue.double(), 1.0, 2.0), torch.float32)
     # detach_queue_weights: same value, different gradient (official vs Alg. 3)
     a, b = cacr_moco(qv, kv, queue), cacr_moco(qv, kv, queue, detach_queue_weights=False)
     close(a, b, torch.float32)
     assert (grads(a, qv)[0] - grads(b, qv)[0]).abs().max() > 1e-5
     # the caching quirk changes the value
-    assert abs(float(cacr_moco(qv, kv, queue, reuse_first_view_queue_dists=True).detach())
-               - float(a.detach())) > 1e-4
+    assert abs(float(cacr_moco(qv, kv, queue, reuse_first_view_queue_dists=True).detach()) - float(a.detach())) > 1e-4
 
 
 def test_moco_no_gradient_into_keys_or_queue(rows):
@@ -265,22 +268,27 @@ def test_gradcheck_float64(rows):
     # Detached weights are not the derivative of the value, so gradcheck applies to the
     # paper form only: two views (pi+ = 1) and queue weights with gradient.
     for reuse, intra in [(False, True), (True, True), (False, False)]:
-        assert gc(lambda a: cacr_moco(a, kv, neg.detach(), 1.0, 2.0, intra, False, reuse), (pos,))
+        assert gc(
+            lambda a, intra=intra, reuse=reuse: cacr_moco(a, kv, neg.detach(), 1.0, 2.0, intra, False, reuse), (pos,)
+        )
 
 
 # ----------------------------------------------------------------------------- errors
-@pytest.mark.parametrize("call,match", [
-    (lambda q, p, n: cacr(q, p, n, t_pos=-1.0), "t_pos"),
-    (lambda q, p, n: cacr(q, p, n, t_neg=float("nan")), "t_neg"),
-    (lambda q, p, n: cacr(q, p[:2], n), "pos"),
-    (lambda q, p, n: cacr(q, p, n[:, :2]), "embedding size"),
-    (lambda q, p, n: cacr(q, p, n.unsqueeze(0)), "neg"),
-    (lambda q, p, n: cacr_minibatch(q[:1], p[:1]), "z"),
-    (lambda q, p, n: cacr_multiview(q.unsqueeze(1)), "at least 2 views"),
-    (lambda q, p, n: cacr_multiview(p, alpha=-1.0), "alpha"),
-    (lambda q, p, n: cacr_moco(p, p[:2], n), "same shape"),
-    (lambda q, p, n: cacr_moco(p, p, n[:, :1]), "embedding size"),
-])
+@pytest.mark.parametrize(
+    "call,match",
+    [
+        (lambda q, p, n: cacr(q, p, n, t_pos=-1.0), "t_pos"),
+        (lambda q, p, n: cacr(q, p, n, t_neg=float("nan")), "t_neg"),
+        (lambda q, p, n: cacr(q, p[:2], n), "pos"),
+        (lambda q, p, n: cacr(q, p, n[:, :2]), "embedding size"),
+        (lambda q, p, n: cacr(q, p, n.unsqueeze(0)), "neg"),
+        (lambda q, p, n: cacr_minibatch(q[:1], p[:1]), "z"),
+        (lambda q, p, n: cacr_multiview(q.unsqueeze(1)), "at least 2 views"),
+        (lambda q, p, n: cacr_multiview(p, alpha=-1.0), "alpha"),
+        (lambda q, p, n: cacr_moco(p, p[:2], n), "same shape"),
+        (lambda q, p, n: cacr_moco(p, p, n[:, :1]), "embedding size"),
+    ],
+)
 def test_bad_input_raises(rows, call, match):
     q, n = rows(3, 3, seed=140), rows(5, 3, seed=141, grad=False)
     p = views(rows, 3, 2, 3, 145, torch.float64)

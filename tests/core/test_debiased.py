@@ -1,5 +1,6 @@
 """DCL and HCL against loop references of the authors' formulas (METHODS rows 4-5), their limit
 identities, and the score-matrix forms."""
+
 from __future__ import annotations
 
 import math
@@ -28,8 +29,7 @@ def ref_ng(pos, negs, sims, n, tau, tau_plus, beta, clamp, exp=torch.exp):
     return ng
 
 
-def ref_in_batch(z1, z2, tau, tau_plus, beta=None, clamp=True, dot=torch.dot, exp=torch.exp,
-                 log=torch.log):
+def ref_in_batch(z1, z2, tau, tau_plus, beta=None, clamp=True, dot=torch.dot, exp=torch.exp, log=torch.log):
     """The 2B-form loop; ``dot, exp, log`` from mpmath (rows as lists of mpf) give the loss at
     any precision, where e^{s/tau} overflows float64."""
     z = list(z1) + list(z2)
@@ -54,12 +54,13 @@ def ref_in_batch_mp(z1, z2, tau, tau_plus, beta=None):
         b, d = z1.shape
 
         def loss(values):
-            rows = [values[i * d:(i + 1) * d] for i in range(2 * b)]
-            return ref_in_batch(rows[:b], rows[b:], tau, tau_plus, beta, dot=mpmath.fdot,
-                                exp=mpmath.exp, log=mpmath.log)
+            rows = [values[i * d : (i + 1) * d] for i in range(2 * b)]
+            return ref_in_batch(
+                rows[:b], rows[b:], tau, tau_plus, beta, dot=mpmath.fdot, exp=mpmath.exp, log=mpmath.log
+            )
 
         def partial(j):
-            return mpmath.diff(lambda t: loss(flat[:j] + [t] + flat[j + 1:]), flat[j])
+            return mpmath.diff(lambda t: loss(flat[:j] + [t] + flat[j + 1 :]), flat[j])
 
         value = float(loss(flat))
         g = torch.tensor([float(partial(j)) for j in range(len(flat))], dtype=torch.float64)
@@ -91,8 +92,7 @@ def clamped_pair(dtype=torch.float64):
     """Positives almost identical, negatives spread: with tau+ = 0.5 the debiased estimate is
     negative for every anchor, so the clamp decides (the case the authors' clamp exists for)."""
     g = torch.Generator().manual_seed(3)
-    base = torch.eye(6, dtype=torch.float64)[:5] + 0.05 * torch.randn(5, 6, generator=g,
-                                                                         dtype=torch.float64)
+    base = torch.eye(6, dtype=torch.float64)[:5] + 0.05 * torch.randn(5, 6, generator=g, dtype=torch.float64)
     noisy = base + 0.02 * torch.randn(5, 6, generator=g, dtype=torch.float64)
     z1 = base / base.norm(dim=1, keepdim=True)
     z2 = noisy / noisy.norm(dim=1, keepdim=True)
@@ -124,8 +124,7 @@ def test_hcl_matches_loop_reference(dtype, close, rows, leaves, beta):
 def test_clamp_active_matches_reference(dtype, close, leaves, beta):
     z1, z2 = clamped_pair(dtype)
     stats: dict = {}
-    loss = (dcl(z1, z2, 0.5, 0.5, stats=stats) if beta is None
-            else hcl(z1, z2, 0.5, 0.5, beta, stats=stats))
+    loss = dcl(z1, z2, 0.5, 0.5, stats=stats) if beta is None else hcl(z1, z2, 0.5, 0.5, beta, stats=stats)
     assert stats["clamp_active"] == 1.0
     r1, r2 = leaves(z1, z2)
     ref = dcl_reference(r1, r2, 0.5, 0.5, beta)
@@ -141,8 +140,7 @@ def test_clamp_off_raises_instead_of_nan():
     # where the estimate stays positive, clamp=False is the unclamped formula
     z1, z2 = torch.randn(4, 3, dtype=torch.float64), torch.randn(4, 3, dtype=torch.float64)
     z1, z2 = z1 / z1.norm(dim=1, keepdim=True), z2 / z2.norm(dim=1, keepdim=True)
-    torch.testing.assert_close(dcl(z1, z2, 0.5, 0.01, clamp=False),
-                               dcl_reference(z1, z2, 0.5, 0.01, clamp=False))
+    torch.testing.assert_close(dcl(z1, z2, 0.5, 0.01, clamp=False), dcl_reference(z1, z2, 0.5, 0.01, clamp=False))
 
 
 def test_extreme_logits_match_the_loop_at_60_digits(close, rows):
@@ -244,11 +242,12 @@ def test_score_forms_multi_positive_match_loop_reference(dtype, close, leaves, b
     pos_l, valid_l = pos.tolist(), valid.tolist()
     (rs,) = leaves(s)
     if beta is None:
-        loss, ref = (dcl_scores(s, pos, valid, 0.5, tau_plus),
-                     ref_scores(rs, pos_l, valid_l, 0.5, tau_plus))
+        loss, ref = (dcl_scores(s, pos, valid, 0.5, tau_plus), ref_scores(rs, pos_l, valid_l, 0.5, tau_plus))
     else:
-        loss, ref = (hcl_scores(s, pos, valid, 0.5, tau_plus, beta),
-                     ref_scores(rs, pos_l, valid_l, 0.5, tau_plus, beta=beta))
+        loss, ref = (
+            hcl_scores(s, pos, valid, 0.5, tau_plus, beta),
+            ref_scores(rs, pos_l, valid_l, 0.5, tau_plus, beta=beta),
+        )
     close(loss, ref, dtype)
     close(grads(loss, s)[0], grads(ref, rs)[0], dtype)
 

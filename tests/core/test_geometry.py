@@ -1,5 +1,6 @@
 """Alignment / uniformity, spectral, CPCL and ACA against loop references (METHODS rows 6, 7,
 23-25)."""
+
 from __future__ import annotations
 
 import math
@@ -7,8 +8,7 @@ import math
 import pytest
 import torch
 
-from toolkit.losses.functional import (aca, align, align_uniform, cpcl_a, cpcl_full, spectral,
-                                       uniform)
+from toolkit.losses.functional import aca, align, align_uniform, cpcl_a, cpcl_full, spectral, uniform
 from toolkit.losses.functional.geometry import uniform_reference
 
 
@@ -75,7 +75,7 @@ def ref_aca(zbar, z1, z2, k, lamb, temp, normalize_projection=False):
                 if j != i:
                     neg.append(torch.dot(u[view][i], u[view][j]) / temp)
     assert len(pos) == 2 * b and len(neg) == 2 * b * (2 * b - 2)
-    pc = -2 * sum(pos) / len(pos) + k * sum(v ** 2 for v in neg) / len(neg)
+    pc = -2 * sum(pos) / len(pos) + k * sum(v**2 for v in neg) / len(neg)
     proj = 0.0
     for i in range(b):
         target = ((z1[i] + z2[i]) / 2).detach()
@@ -127,15 +127,13 @@ def test_uniform_far_apart_points_underflowing_float32(rows):
     loss, ref = uniform(x, 2.0), uniform_reference(rx, 2.0)
     assert float(ref.detach()) < -100.0  # the regime the test is about
     torch.testing.assert_close(loss.double(), ref.detach(), rtol=1e-5, atol=1e-4)
-    torch.testing.assert_close(grads(loss, x)[0].double(), grads(ref, rx)[0], rtol=1e-4,
-                               atol=1e-5)
+    torch.testing.assert_close(grads(loss, x)[0].double(), grads(ref, rx)[0], rtol=1e-4, atol=1e-5)
 
 
 def test_align_uniform_combines_the_terms(dtype, close, rows, leaves):
     x, y = rows(6, 3, seed=5, dtype=dtype), rows(6, 3, seed=6, dtype=dtype)
     stats: dict = {}
-    loss = align_uniform(x, y, align_weight=0.5, uniform_weight=2.0, alpha=2.0, t=2.0,
-                         stats=stats)
+    loss = align_uniform(x, y, align_weight=0.5, uniform_weight=2.0, alpha=2.0, t=2.0, stats=stats)
     rx, ry = leaves(x, y)
     la, lu = ref_align(rx, ry, 2.0), (uniform_reference(rx, 2.0) + uniform_reference(ry, 2.0)) / 2
     ref = 0.5 * la + 2.0 * lu
@@ -197,8 +195,9 @@ def test_cpcl_a_k1_equals_spectral_mu1_on_unit_vectors(dtype, close, rows):
     z1, z2 = rows(8, 5, seed=11, dtype=dtype), rows(8, 5, seed=12, dtype=dtype)
     a, b = z1.detach().double().tolist(), z2.detach().double().tolist()
     dot = [[sum(x * y for x, y in zip(a[i], b[j])) for j in range(8)] for i in range(8)]
-    plain = (-2.0 / 8 * sum(dot[i][i] for i in range(8))
-             + sum(dot[i][j] ** 2 for i in range(8) for j in range(8) if i != j) / (8 * 7))
+    plain = -2.0 / 8 * sum(dot[i][i] for i in range(8)) + sum(
+        dot[i][j] ** 2 for i in range(8) for j in range(8) if i != j
+    ) / (8 * 7)
     close(cpcl_a(z1, z2, K=1.0), plain, dtype)
     close(spectral(z1, z2, mu=1.0), plain, dtype)
 
@@ -218,11 +217,9 @@ def test_cpcl_full_matches_loop_reference(dtype, close, rows, leaves, detach_tar
 
 @pytest.mark.parametrize("normalize_projection", [False, True])
 @pytest.mark.parametrize("k,lamb,temp", [(1.0, 1.0, 0.5), (2.0, 0.1, 0.2)])
-def test_aca_matches_released_code_reference(dtype, close, rows, leaves, normalize_projection,
-                                             k, lamb, temp):
+def test_aca_matches_released_code_reference(dtype, close, rows, leaves, normalize_projection, k, lamb, temp):
     zbar, z1, z2 = (rows(4, 3, seed=s, dtype=dtype, unit=False) for s in (16, 17, 18))
-    loss = aca(zbar, z1, z2, K=k, lamb=lamb, temperature=temp,
-               normalize_projection=normalize_projection)
+    loss = aca(zbar, z1, z2, K=k, lamb=lamb, temperature=temp, normalize_projection=normalize_projection)
     rb, r1, r2 = leaves(zbar, z1, z2)
     ref = ref_aca(rb, r1, r2, k, lamb, temp, normalize_projection)
     close(loss, ref, dtype)
@@ -236,8 +233,7 @@ def test_stats_of_cross_view_losses(close, rows):
     cpcl_a(z1, z2, stats=stats)
     sims = (z1 @ z2.t()).detach()
     close(stats["pos_sim"], float(sims.diagonal().mean()), torch.float64)
-    close(stats["neg_sim"], float(sum(sims[i, j] for i in range(5) for j in range(5) if i != j)) / 20,
-          torch.float64)
+    close(stats["neg_sim"], float(sum(sims[i, j] for i in range(5) for j in range(5) if i != j)) / 20, torch.float64)
 
 
 # ----------------------------------------------------------------------------- gradcheck

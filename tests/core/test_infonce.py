@@ -1,4 +1,5 @@
 """InfoNCE family against loop references written from the equations (METHODS rows 1-3)."""
+
 from __future__ import annotations
 
 import math
@@ -40,8 +41,7 @@ def ref_moco(q, k, queue, tau, keep=None):
     total = 0.0
     for i in range(len(q)):
         pos = torch.dot(q[i], k[i]) / tau
-        terms = [pos] + [torch.dot(q[i], queue[j]) / tau for j in range(len(queue))
-                         if keep is None or keep[i][j]]
+        terms = [pos] + [torch.dot(q[i], queue[j]) / tau for j in range(len(queue)) if keep is None or keep[i][j]]
         total = total + (-pos + lse(terms))
     return total / len(q)
 
@@ -63,9 +63,14 @@ def ref_cmc(views, tau, reduction):
         for j in range(i + 1, len(views)):
             for a, b in ((views[i], views[j]), (views[j], views[i])):
                 n = len(a)
-                total = total + sum(-torch.dot(a[r], b[r]) / tau
-                                    + lse([torch.dot(a[r], b[m]) / tau for m in range(n)])
-                                    for r in range(n)) / n
+                total = (
+                    total
+                    + sum(
+                        -torch.dot(a[r], b[r]) / tau + lse([torch.dot(a[r], b[m]) / tau for m in range(n)])
+                        for r in range(n)
+                    )
+                    / n
+                )
             pairs += 1
     return total if reduction == "sum" else total / pairs
 
@@ -131,8 +136,7 @@ def test_nt_xent_stats_without_mask(close, rows):
     stats: dict = {}
     nt_xent(z1, z2, stats=stats)
     z = torch.cat([z1, z2]).detach()
-    negs = [float(z[a] @ z[c]) for a in range(2 * b) for c in range(2 * b)
-            if c != a and c != (a + b) % (2 * b)]
+    negs = [float(z[a] @ z[c]) for a in range(2 * b) for c in range(2 * b) if c != a and c != (a + b) % (2 * b)]
     close(stats["neg_sim"], sum(negs) / len(negs), torch.float64)
     close(stats["pos_sim"], float((z1 * z2).detach().sum()) / b, torch.float64)
     assert stats["neg_kept"] == 1.0
@@ -160,8 +164,7 @@ def test_moco_infonce_matches_loop_reference(dtype, close, rows, leaves, masked)
     stats: dict = {}
     loss = moco_infonce(q, k, queue, 0.07, neg_mask=keep, stats=stats)
     rq, rk = leaves(q, k)
-    ref = ref_moco(rq, rk.detach(), queue.detach().double(), 0.07,
-                   None if keep is None else keep.tolist())
+    ref = ref_moco(rq, rk.detach(), queue.detach().double(), 0.07, None if keep is None else keep.tolist())
     close(loss, ref, dtype)
     (gq,), (gr,) = grads(loss, q), grads(ref, rq)
     close(gq, gr, dtype)
@@ -173,12 +176,12 @@ def test_moco_infonce_matches_loop_reference(dtype, close, rows, leaves, masked)
     assert stats["neg_kept"] == pytest.approx(n_kept / 45)
 
 
-def test_masked_rows_far_below_the_row_max_are_recomputed_exactly(close, rows, leaves,
-                                                                   monkeypatch):
+def test_masked_rows_far_below_the_row_max_are_recomputed_exactly(close, rows, leaves, monkeypatch):
     """float32, tau = 0.01, and masks that keep only dissimilar candidates: against the
     unmasked row max (a dropped near-duplicate, e^{-200} = 0 in float32) every kept term
     underflows, so the kernel must recompute those rows with the max over the kept entries."""
     import toolkit.losses.functional._kernel as module
+
     calls = []
     real = module._exact_rows
     monkeypatch.setattr(module, "_exact_rows", lambda idx, *a: (calls.append(idx), real(idx, *a)))
@@ -219,7 +222,7 @@ def test_moco_large_logits_match_the_loop(close, rows, leaves):
     q, k = rows(3, 4, seed=14, unit=False, scale=4.0), rows(3, 4, seed=15, unit=False, scale=4.0)
     queue = rows(6, 4, seed=16, unit=False, scale=4.0, grad=False)
     loss = moco_infonce(q, k, queue, 0.01)
-    rq, = leaves(q)
+    (rq,) = leaves(q)
     ref = ref_moco(rq, k.detach(), queue, 0.01)
     close(loss, ref, torch.float64)
     close(grads(loss, q)[0], grads(ref, rq)[0], torch.float64)
@@ -261,8 +264,11 @@ def test_info_nce_scores_on_simclr_matrix_equals_nt_xent(dtype, close, rows):
 
 
 def test_info_nce_scores_on_queue_logits_equals_moco(dtype, close, rows):
-    q, k, queue = (rows(4, 3, seed=19, dtype=dtype), rows(4, 3, seed=20, dtype=dtype, grad=False),
-                   rows(7, 3, seed=21, dtype=dtype, grad=False))
+    q, k, queue = (
+        rows(4, 3, seed=19, dtype=dtype),
+        rows(4, 3, seed=20, dtype=dtype, grad=False),
+        rows(7, 3, seed=21, dtype=dtype, grad=False),
+    )
     scores = torch.cat([(q * k).sum(1, keepdim=True), q @ queue.t()], dim=1)
     pos = torch.zeros(4, 8, dtype=torch.bool)
     pos[:, 0] = True
@@ -302,8 +308,7 @@ def test_gradcheck_infonce_family(rows):
     qmask = torch.rand(4, 6, generator=torch.Generator().manual_seed(4)) > 0.4
     qmask[:, 0] = True
     s = torch.randn(4, 5, dtype=torch.float64, requires_grad=True)
-    pos = torch.tensor([[1, 0, 1, 0, 0], [0, 1, 0, 0, 0], [0, 0, 0, 0, 0], [0, 0, 0, 1, 1]],
-                       dtype=torch.bool)
+    pos = torch.tensor([[1, 0, 1, 0, 0], [0, 1, 0, 0, 0], [0, 0, 0, 0, 0], [0, 0, 0, 1, 1]], dtype=torch.bool)
     gc = torch.autograd.gradcheck
     assert gc(lambda a, b: nt_xent(a, b, 0.3), (z1, z2))
     assert gc(lambda a, b: nt_xent(a, b, 0.3, neg_mask=keep), (z1, z2))
@@ -335,12 +340,18 @@ BAD = [
     ("moco width", lambda: moco_infonce(_z(), _z(), torch.randn(6, 5)), "queue"),
     ("moco k", lambda: moco_infonce(_z(), _z(3), torch.randn(6, 3)), "q and k"),
     ("moco tau", lambda: moco_infonce(_z(), _z(), torch.randn(6, 3), 0), "temperature"),
-    ("moco mask", lambda: moco_infonce(_z(), _z(), torch.randn(6, 3),
-                                       neg_mask=torch.zeros(4, 6, dtype=torch.bool)), "neg_mask"),
+    (
+        "moco mask",
+        lambda: moco_infonce(_z(), _z(), torch.randn(6, 3), neg_mask=torch.zeros(4, 6, dtype=torch.bool)),
+        "neg_mask",
+    ),
     ("moco empty queue", lambda: moco_infonce(_z(), _z(), torch.randn(0, 3)), "queue"),
     ("scores no pos", lambda: info_nce_scores(_z(), torch.zeros(4, 3, dtype=torch.bool)), "positive_mask"),
-    ("scores pos invalid", lambda: info_nce_scores(_z(), torch.eye(4, 3, dtype=torch.bool),
-                                                   torch.zeros(4, 3, dtype=torch.bool)), "valid_mask"),
+    (
+        "scores pos invalid",
+        lambda: info_nce_scores(_z(), torch.eye(4, 3, dtype=torch.bool), torch.zeros(4, 3, dtype=torch.bool)),
+        "valid_mask",
+    ),
     ("scores mask shape", lambda: info_nce_scores(_z(), torch.ones(3, 3, dtype=torch.bool)), "positive_mask"),
     ("scores tau", lambda: info_nce_scores(_z(), torch.eye(4, 3, dtype=torch.bool), None, -1.0), "temperature"),
     ("cmc one view", lambda: cmc([_z()]), "views"),

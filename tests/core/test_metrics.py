@@ -1,6 +1,7 @@
 """Metrics against pair-by-pair loop references (Wang & Isola / Wang & Liu Eq. 10-11, CACR
 Eq. 8, LMCL Eq. 3 histograms, Wang & Liu Fig. 8 profile, K-means accuracy) and plot smoke
 checks (the figures carry the elements the papers' figures have)."""
+
 from __future__ import annotations
 
 import math
@@ -31,7 +32,8 @@ def dot(a, b):
 def test_alignment_and_uniformity_match_loops():
     x, y = emb(12, 4, 1), emb(12, 4, 2)
     assert metrics.alignment(x, y, alpha=1.5) == pytest.approx(
-        sum(math.sqrt(dist2(x[i], y[i])) ** 1.5 for i in range(12)) / 12)
+        sum(math.sqrt(dist2(x[i], y[i])) ** 1.5 for i in range(12)) / 12
+    )
     assert metrics.alignment(x, y) == pytest.approx(sum(dist2(x[i], y[i]) for i in range(12)) / 12)
     pairs = [math.exp(-2.0 * dist2(x[i], x[j])) for i in range(12) for j in range(i + 1, 12)]
     assert metrics.uniformity(x) == pytest.approx(math.log(sum(pairs) / len(pairs)), rel=1e-12)
@@ -44,15 +46,14 @@ def test_alignment_and_uniformity_match_loops():
 def test_uniformity_in_blocks_equals_one_block(monkeypatch):
     x = emb(40, 3, 3)
     whole = metrics.uniformity(x)
-    monkeypatch.setattr(metrics, "_BLOCK", 50)       # forces single-row blocks
+    monkeypatch.setattr(metrics, "_BLOCK", 50)  # forces single-row blocks
     assert metrics.uniformity(x) == pytest.approx(whole, rel=1e-12)
 
 
 def test_tolerance_is_the_conditional_same_class_mean():
     f = emb(15, 4, 4)
     labels = torch.tensor([0, 1, 2, 0, 1, 2, 0, 0, 1, 3, 2, 2, 0, 1, 4])
-    same = [dot(f[i], f[j]) for i in range(15) for j in range(15)
-            if i != j and int(labels[i]) == int(labels[j])]
+    same = [dot(f[i], f[j]) for i in range(15) for j in range(15) if i != j and int(labels[i]) == int(labels[j])]
     assert metrics.tolerance(f, labels) == pytest.approx(sum(same) / len(same), rel=1e-12)
     assert metrics.tolerance(f, labels.numpy()) == pytest.approx(sum(same) / len(same))
     with pytest.raises(ValueError, match="two samples"):
@@ -78,7 +79,7 @@ def test_conditional_entropy_matches_loop():
     per = torch.stack([neg[(torch.arange(7) + i) % 7][:4] for i in range(5)])
     rows = [[-2.0 * dist2(q[i], per[i, j]) for j in range(4)] for i in range(5)]
     assert metrics.conditional_entropy(q, per, 2.0) == pytest.approx(entropy(rows), rel=1e-10)
-    assert metrics.conditional_entropy(q, neg, 0.0) == pytest.approx(math.log(7))   # maximum
+    assert metrics.conditional_entropy(q, neg, 0.0) == pytest.approx(math.log(7))  # maximum
     assert metrics.conditional_entropy(q, neg, 2.0) < math.log(7)
 
 
@@ -97,12 +98,10 @@ def test_distance_histogram_matches_loop():
 def test_class_histograms_split_pairs(monkeypatch):
     f = emb(24, 3, 8)
     labels = torch.arange(24) % 3
-    monkeypatch.setattr(metrics, "_BLOCK", 48)      # several row blocks
+    monkeypatch.setattr(metrics, "_BLOCK", 48)  # several row blocks
     h = metrics.class_distance_histograms(f, labels, bins=5, d_plus=0.2, d_minus=0.6)
-    same = [(1 - dot(f[i], f[j])) / 2 for i in range(24) for j in range(i + 1, 24)
-            if i % 3 == j % 3]
-    diff = [(1 - dot(f[i], f[j])) / 2 for i in range(24) for j in range(i + 1, 24)
-            if i % 3 != j % 3]
+    same = [(1 - dot(f[i], f[j])) / 2 for i in range(24) for j in range(i + 1, 24) if i % 3 == j % 3]
+    diff = [(1 - dot(f[i], f[j])) / 2 for i in range(24) for j in range(i + 1, 24) if i % 3 != j % 3]
     assert h["same"].tolist() == np.histogram(same, bins=5, range=(0, 1))[0].tolist()
     assert h["different"].tolist() == np.histogram(diff, bins=5, range=(0, 1))[0].tolist()
     assert h["same_margin_occupancy"] == pytest.approx(sum(0.2 < v < 0.6 for v in same) / len(same))
@@ -135,10 +134,11 @@ def test_similarity_profile_matches_loop():
         return math.sqrt(sum((v - mean) ** 2 for v in values) / len(values))
 
     assert p2["positive_std"] == pytest.approx(pstd(pos2), rel=1e-12)
-    np.testing.assert_allclose(p2["negatives_std"], [pstd([r[k] for r in rows]) for k in range(20)],
-                               rtol=1e-10, atol=1e-14)
+    np.testing.assert_allclose(
+        p2["negatives_std"], [pstd([r[k] for r in rows]) for k in range(20)], rtol=1e-10, atol=1e-14
+    )
     with pytest.raises(ValueError, match="top"):
-        metrics.similarity_profile(q, cand, idx, top=20)     # only 19 negatives per anchor
+        metrics.similarity_profile(q, cand, idx, top=20)  # only 19 negatives per anchor
 
 
 def test_cluster_accuracy_is_permutation_invariant():
@@ -146,10 +146,10 @@ def test_cluster_accuracy_is_permutation_invariant():
     centers = torch.tensor([[0.0, 0.0], [10.0, 0.0], [0.0, 10.0], [10.0, 10.0]])
     y = torch.arange(80) % 4
     x = centers[y] + 0.3 * torch.randn(80, 2, generator=g)
-    permuted = torch.tensor([2, 0, 3, 1])[y]            # cluster ids carry no class order
+    permuted = torch.tensor([2, 0, 3, 1])[y]  # cluster ids carry no class order
     assert metrics.cluster_accuracy(x, permuted) == 1.0
     assert metrics.cluster_accuracy(x.numpy(), (permuted + 7).numpy(), seed=3) == 1.0
-    merged = torch.where(y == 3, torch.tensor(2), y)    # 3 classes, 4 clusters: one unmatched
+    merged = torch.where(y == 3, torch.tensor(2), y)  # 3 classes, 4 clusters: one unmatched
     assert metrics.cluster_accuracy(x, merged, n_clusters=4) == pytest.approx(0.75)
     with pytest.raises(ValueError, match="n_clusters"):
         metrics.cluster_accuracy(x, y, n_clusters=0)
@@ -162,7 +162,7 @@ def test_distance_histogram_figure_marks_the_margin():
     assert isinstance(fig, Figure)
     ax = fig.axes[0]
     xs = sorted({round(float(line.get_xdata()[0]), 6) for line in ax.lines})
-    assert xs == [0.15, 0.45]                                  # delta+ and delta- lines
+    assert xs == [0.15, 0.45]  # delta+ and delta- lines
     labels = [t.get_text() for t in ax.get_legend().get_texts()]
     assert any("margin occupancy" in t for t in labels)
     fig2 = plots.distance_histogram_figure(f, labels=torch.arange(40) % 2)
@@ -180,8 +180,7 @@ def test_profile_and_curve_figures(tmp_path):
     assert len(many.axes[0].lines) == 2
     curve = plots.loss_curve_figure(list(range(10)), [1.0 / (s + 1) for s in range(10)], smooth=3)
     assert len(curve.axes[0].lines) == 2
-    generic = plots.curve_figure([0.07, 0.2, 0.5], {"uniformity": [3.8, 3.6, 3.2]}, "tau",
-                                 "-L_uniformity", logx=True)
+    generic = plots.curve_figure([0.07, 0.2, 0.5], {"uniformity": [3.8, 3.6, 3.2]}, "tau", "-L_uniformity", logx=True)
     generic.savefig(tmp_path / "curve.png")
     assert (tmp_path / "curve.png").stat().st_size > 0
     with pytest.raises(ValueError, match="values"):

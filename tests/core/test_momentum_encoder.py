@@ -1,5 +1,6 @@
 """MomentumEncoder against a plain loop of theta_k <- m theta_k + (1 - m) theta_q, buffers copied
 (MoCo, He et al. 2020, Eq. 2), and its state_dict as a submodule of the Objective."""
+
 from __future__ import annotations
 
 import torch

@@ -1,5 +1,6 @@
 """LMCL distance polarization against a loop over the full n x n distance matrix (METHODS
 row 21)."""
+
 from __future__ import annotations
 
 import pytest
@@ -25,8 +26,7 @@ def ref_dp(f, d_plus, d_minus, pairs="full"):
 
 def occupancy(f, d_plus, d_minus):
     n = len(f)
-    hits = sum(1 for i in range(n) for j in range(n)
-               if i != j and d_plus < float((1 - f[i] @ f[j]) / 2) < d_minus)
+    hits = sum(1 for i in range(n) for j in range(n) if i != j and d_plus < float((1 - f[i] @ f[j]) / 2) < d_minus)
     return hits / (n * (n - 1))
 
 
@@ -47,8 +47,7 @@ def test_dp_matches_loop_reference(dtype, close, rows, leaves, d_plus, d_minus, 
 
 def test_dp_full_sum_is_twice_the_upper_triangle(close, rows):
     f = rows(8, 4, seed=2)
-    close(distance_polarization(f), 2 * ref_dp(f.detach(), 0.1, 0.5, pairs="upper"),
-          torch.float64)
+    close(distance_polarization(f), 2 * ref_dp(f.detach(), 0.1, 0.5, pairs="upper"), torch.float64)
 
 
 def test_dp_zero_when_no_distance_inside_the_margin():
@@ -90,8 +89,9 @@ def test_bad_arguments_raise_value_error(kwargs, needle):
         distance_polarization(torch.randn(4, 3), **kwargs)
 
 
-@pytest.mark.parametrize("f", [torch.randn(4), torch.randn(0, 3), torch.ones(3, 2, dtype=torch.long)],
-                         ids=["1-D", "empty", "int"])
+@pytest.mark.parametrize(
+    "f", [torch.randn(4), torch.randn(0, 3), torch.ones(3, 2, dtype=torch.long)], ids=["1-D", "empty", "int"]
+)
 def test_bad_embeddings_raise_value_error(f):
     with pytest.raises(ValueError, match="f"):
         distance_polarization(f)

@@ -1,5 +1,6 @@
 """toolkit.evaluation.probes against plain references: scikit-learn's LogisticRegression fitted directly,
 and a hand-written loop kNN (Wu et al. 2018, Sec. 3.4)."""
+
 from __future__ import annotations
 
 import math
@@ -13,8 +14,15 @@ from sklearn.linear_model import LogisticRegression
 from sklearn.model_selection import StratifiedShuffleSplit
 
 import toolkit.evaluation.probes as probes
-from toolkit.evaluation.probes import (fit_linear_probe, knn_score_sets, knn_scores, linear_probe, linear_probes,
-                                       topk_accuracy, workers)
+from toolkit.evaluation.probes import (
+    fit_linear_probe,
+    knn_score_sets,
+    knn_scores,
+    linear_probe,
+    linear_probes,
+    topk_accuracy,
+    workers,
+)
 
 
 def _problem(n=400, d=12, classes=4, spread=2.0, seed=0):
@@ -24,7 +32,7 @@ def _problem(n=400, d=12, classes=4, spread=2.0, seed=0):
     x = centres[y] + spread * torch.randn(len(y), d, generator=g)
     perm = torch.randperm(len(y), generator=g)
     x, y = x[perm] * torch.linspace(0.1, 10, d) + 3.0, y[perm]  # columns on very different scales
-    return x[: n // 2].double(), y[: n // 2], x[n // 2:].double(), y[n // 2:]
+    return x[: n // 2].double(), y[: n // 2], x[n // 2 :].double(), y[n // 2 :]
 
 
 def _plain(xtr, ytr, xte, c, standardize=True, tol=1e-10):
@@ -108,8 +116,8 @@ def test_ascending_search_chooses_the_grids_c_where_the_held_out_curve_has_one_p
     accs = _held_out_curve(x, y, GRID)
     peak = int(np.argmax(accs))
     assert 0 < peak < len(GRID) - 1  # the curve rises to one peak, then falls: the precondition
-    assert all(a <= b for a, b in zip(accs[:peak], accs[1:peak + 1]))
-    assert all(a >= b for a, b in zip(accs[peak:], accs[peak + 1:]))
+    assert all(a <= b for a, b in zip(accs[:peak], accs[1 : peak + 1]))
+    assert all(a >= b for a, b in zip(accs[peak:], accs[peak + 1 :]))
     fitted = []
     real = probes._held_out_accuracy
     monkeypatch.setattr(probes, "_held_out_accuracy", lambda x, y, c, *a: fitted.append(c) or real(x, y, c, *a))
@@ -117,7 +125,7 @@ def test_ascending_search_chooses_the_grids_c_where_the_held_out_curve_has_one_p
     assert grid.c == GRID[peak] and fitted == list(GRID)
     fitted.clear()
     ascend = fit_linear_probe(x, y, select=True, c_grid=GRID[::-1], holdout=0.25, n_jobs=1, search="ascend")
-    assert ascend.c == GRID[peak] and fitted == list(GRID[:peak + 2])  # stops one past the peak
+    assert ascend.c == GRID[peak] and fitted == list(GRID[: peak + 2])  # stops one past the peak
     np.testing.assert_array_equal(ascend.scores(x), grid.scores(x))
 
 
@@ -132,17 +140,31 @@ def test_ascending_search_stops_at_the_first_fall_whatever_the_workers():
             best, top = c, a
     assert best != GRID[int(np.argmax(accs))]  # here the curve has two peaks: the rule, not the grid
     for n_jobs in (1, 2, 3):
-        assert fit_linear_probe(x, y, select=True, c_grid=GRID, holdout=0.25, n_jobs=n_jobs,
-                                search="ascend").c == best
+        assert fit_linear_probe(x, y, select=True, c_grid=GRID, holdout=0.25, n_jobs=n_jobs, search="ascend").c == best
 
 
 def test_several_probes_at_once_equal_one_after_another():
     xtr, ytr, xte, yte = _problem(spread=3.0)
-    jobs = [dict(train_x=xtr, train_y=ytr, test_x=xte, test_y=yte, c=0.1),
-            dict(train_x=xtr[:, :4], train_y=ytr, test_x=xte[:, :4], test_y=yte, select=True,
-                 c_grid=(0.01, 1.0), search="ascend"),
-            dict(train_x=xtr.numpy(), train_y=ytr.numpy(), test_x=xte.numpy(), test_y=yte.numpy(),
-                 select=True, c_grid=(0.01, 1.0))]
+    jobs = [
+        dict(train_x=xtr, train_y=ytr, test_x=xte, test_y=yte, c=0.1),
+        dict(
+            train_x=xtr[:, :4],
+            train_y=ytr,
+            test_x=xte[:, :4],
+            test_y=yte,
+            select=True,
+            c_grid=(0.01, 1.0),
+            search="ascend",
+        ),
+        dict(
+            train_x=xtr.numpy(),
+            train_y=ytr.numpy(),
+            test_x=xte.numpy(),
+            test_y=yte.numpy(),
+            select=True,
+            c_grid=(0.01, 1.0),
+        ),
+    ]
     alone = [linear_probe(**job) for job in jobs]
     assert linear_probes(jobs, n_jobs=2) == alone == linear_probes(jobs, n_jobs=1)
 
@@ -196,8 +218,7 @@ def _loop_knn(bank, labels, queries, classes, k, t, weighted):
         sims = []
         for i, b in enumerate(bank.tolist()):  # cosine similarity, written out
             dot = sum(a * c for a, c in zip(q, b))
-            sims.append((dot / (math.sqrt(sum(a * a for a in q)) * math.sqrt(sum(c * c for c in b))),
-                         int(labels[i])))
+            sims.append((dot / (math.sqrt(sum(a * a for a in q)) * math.sqrt(sum(c * c for c in b))), int(labels[i])))
         sims.sort(reverse=True)
         votes = [0.0] * classes
         for s, lab in sims[:k]:

@@ -1,6 +1,7 @@
 """The fused kernels against the plain-torch references that sit next to them (each loss's
 readable definition), and those references against the hand-written loops of the other test
 files for the main losses, so that a wrong reference is caught too."""
+
 from __future__ import annotations
 
 import pytest
@@ -9,11 +10,21 @@ import torch
 from tests.core.test_cacr import ref_cacr
 from tests.core.test_debiased import ref_in_batch, ref_scores
 from tests.core.test_infonce import ref_moco, ref_nt_xent
-from toolkit.losses.functional import (cacr, cacr_minibatch, dcl, dcl_scores, distance_polarization,
-                                       hcl, hcl_scores, moco_infonce, nt_xent, uniform,
-                                       wl_sims_from_bank)
+from toolkit.losses.functional import (
+    cacr,
+    cacr_minibatch,
+    dcl,
+    dcl_scores,
+    distance_polarization,
+    hcl,
+    hcl_scores,
+    moco_infonce,
+    nt_xent,
+    uniform,
+    wl_sims_from_bank,
+)
 from toolkit.losses.functional.cacr import cacr_reference
-from toolkit.losses.functional.debiased import debiased_scores_reference, dcl_reference
+from toolkit.losses.functional.debiased import dcl_reference, debiased_scores_reference
 from toolkit.losses.functional.geometry import uniform_reference
 from toolkit.losses.functional.infonce import moco_infonce_reference, nt_xent_reference
 from toolkit.losses.functional.polarization import distance_polarization_reference
@@ -40,13 +51,24 @@ def test_infonce_references_match_loops(close, rows, leaves, masked):
     z1, z2 = rows(5, 4, seed=1), rows(5, 4, seed=2)
     keep = in_batch_mask(5, 3) if masked else None
     r1, r2 = leaves(z1, z2)
-    agree(close, torch.float64, nt_xent_reference(z1, z2, 0.3, neg_mask=keep),
-          ref_nt_xent(r1, r2, 0.3, None if keep is None else keep.tolist()), (z1, z2), (r1, r2))
+    agree(
+        close,
+        torch.float64,
+        nt_xent_reference(z1, z2, 0.3, neg_mask=keep),
+        ref_nt_xent(r1, r2, 0.3, None if keep is None else keep.tolist()),
+        (z1, z2),
+        (r1, r2),
+    )
     queue = rows(7, 4, seed=4, grad=False)
     qkeep = (torch.rand(5, 7, generator=torch.Generator().manual_seed(5)) > 0.5) if masked else None
-    agree(close, torch.float64, moco_infonce_reference(z1, z2, queue, 0.2, neg_mask=qkeep),
-          ref_moco(r1, r2.detach(), queue, 0.2, None if qkeep is None else qkeep.tolist()),
-          (z1,), (r1,))
+    agree(
+        close,
+        torch.float64,
+        moco_infonce_reference(z1, z2, queue, 0.2, neg_mask=qkeep),
+        ref_moco(r1, r2.detach(), queue, 0.2, None if qkeep is None else qkeep.tolist()),
+        (z1,),
+        (r1,),
+    )
 
 
 @pytest.mark.parametrize("beta", [None, 0.5, 1.0])
@@ -54,20 +76,38 @@ def test_infonce_references_match_loops(close, rows, leaves, masked):
 def test_debiased_references_match_loops(close, rows, leaves, beta, tau_plus, clamp):
     z1, z2 = rows(5, 4, seed=6), rows(5, 4, seed=7)
     r1, r2 = leaves(z1, z2)
-    agree(close, torch.float64, dcl_reference(z1, z2, 0.5, tau_plus, beta, clamp),
-          ref_in_batch(r1, r2, 0.5, tau_plus, beta=beta, clamp=clamp), (z1, z2), (r1, r2))
+    agree(
+        close,
+        torch.float64,
+        dcl_reference(z1, z2, 0.5, tau_plus, beta, clamp),
+        ref_in_batch(r1, r2, 0.5, tau_plus, beta=beta, clamp=clamp),
+        (z1, z2),
+        (r1, r2),
+    )
     s, pos, valid = _multi_positive_scores()
     (rs,) = leaves(s)
-    agree(close, torch.float64, debiased_scores_reference(s, pos, valid, 0.5, tau_plus, beta),
-          ref_scores(rs, pos.tolist(), valid.tolist(), 0.5, tau_plus, beta=beta), (s,), (rs,))
+    agree(
+        close,
+        torch.float64,
+        debiased_scores_reference(s, pos, valid, 0.5, tau_plus, beta),
+        ref_scores(rs, pos.tolist(), valid.tolist(), 0.5, tau_plus, beta=beta),
+        (s,),
+        (rs,),
+    )
 
 
 def test_cacr_reference_matches_loop(close, rows, leaves):
     q, pos = rows(4, 3, seed=8), rows(4 * 2, 3, seed=9).view(4, 2, 3)
     neg = rows(5, 3, seed=10)
     rq, rp, rn = leaves(q, pos, neg)
-    agree(close, torch.float64, cacr_reference(q, pos, neg, 1.0, 2.0),
-          ref_cacr(rq, rp, [rn] * 4, 1.0, 2.0), (q, pos, neg), (rq, rp, rn))
+    agree(
+        close,
+        torch.float64,
+        cacr_reference(q, pos, neg, 1.0, 2.0),
+        ref_cacr(rq, rp, [rn] * 4, 1.0, 2.0),
+        (q, pos, neg),
+        (rq, rp, rn),
+    )
 
 
 def _multi_positive_scores(dtype=torch.float64):
@@ -87,8 +127,14 @@ def test_nt_xent_kernel_matches_reference(dtype, close, rows, leaves, tau, maske
     z1, z2 = rows(12, 6, seed=12, dtype=dtype), rows(12, 6, seed=13, dtype=dtype)
     keep = in_batch_mask(12, 14) if masked else None
     r1, r2 = leaves(z1, z2)
-    agree(close, dtype, nt_xent(z1, z2, tau, neg_mask=keep),
-          nt_xent_reference(r1, r2, tau, neg_mask=keep), (z1, z2), (r1, r2))
+    agree(
+        close,
+        dtype,
+        nt_xent(z1, z2, tau, neg_mask=keep),
+        nt_xent_reference(r1, r2, tau, neg_mask=keep),
+        (z1, z2),
+        (r1, r2),
+    )
 
 
 @pytest.mark.parametrize("tau", [0.05, 0.2])
@@ -101,8 +147,14 @@ def test_moco_kernel_matches_reference(dtype, close, rows, leaves, tau, masked):
         keep = torch.rand(10, 40, generator=torch.Generator().manual_seed(18)) > 0.7
         keep[:, 0] = True
     (rq,) = leaves(q)
-    agree(close, dtype, moco_infonce(q, k, queue, tau, neg_mask=keep),
-          moco_infonce_reference(rq, k.double(), queue.double(), tau, neg_mask=keep), (q,), (rq,))
+    agree(
+        close,
+        dtype,
+        moco_infonce(q, k, queue, tau, neg_mask=keep),
+        moco_infonce_reference(rq, k.double(), queue.double(), tau, neg_mask=keep),
+        (q,),
+        (rq,),
+    )
 
 
 @pytest.mark.parametrize("beta", [None, 0.0, 0.5, 1.0, 2.0])
@@ -116,10 +168,8 @@ def test_debiased_kernels_match_reference(dtype, close, rows, leaves, beta, tau,
     agree(close, dtype, loss, dcl_reference(r1, r2, tau, tau_plus, beta), (z1, z2), (r1, r2))
     s, pos, valid = _multi_positive_scores(dtype)
     (rs,) = leaves(s)
-    loss = (dcl_scores(s, pos, valid, tau, tau_plus) if beta is None
-            else hcl_scores(s, pos, valid, tau, tau_plus, beta))
-    agree(close, dtype, loss, debiased_scores_reference(rs, pos, valid, tau, tau_plus, beta),
-          (s,), (rs,))
+    loss = dcl_scores(s, pos, valid, tau, tau_plus) if beta is None else hcl_scores(s, pos, valid, tau, tau_plus, beta)
+    agree(close, dtype, loss, debiased_scores_reference(rs, pos, valid, tau, tau_plus, beta), (s,), (rs,))
 
 
 @pytest.mark.parametrize("t", [0.5, 2.0, 8.0])
@@ -139,22 +189,39 @@ def test_cacr_repulsion_kernel_matches_reference(dtype, close, rows, leaves, t_p
     for neg in (rows(9, 4, seed=24, dtype=dtype), rows(6 * 9, 4, seed=25, dtype=dtype).view(6, 9, 4)):
         rq, rp, rn = leaves(q, pos, neg)
         kw = dict(detach_pos_weights=detach, detach_neg_weights=detach)
-        agree(close, dtype, cacr(q, pos, neg, t_pos, t_neg, **kw),
-              cacr_reference(rq, rp, rn, t_pos, t_neg, **kw), (q, pos, neg), (rq, rp, rn))
+        agree(
+            close,
+            dtype,
+            cacr(q, pos, neg, t_pos, t_neg, **kw),
+            cacr_reference(rq, rp, rn, t_pos, t_neg, **kw),
+            (q, pos, neg),
+            (rq, rp, rn),
+        )
     rq, rp = leaves(q, pos)
-    others = torch.stack([torch.cat([rq[:i], rq[i + 1:]]) for i in range(6)])
-    agree(close, dtype, cacr_minibatch(q, pos, t_pos, t_neg),
-          cacr_reference(rq, rp, others, t_pos, t_neg), (q, pos), (rq, rp))
+    others = torch.stack([torch.cat([rq[:i], rq[i + 1 :]]) for i in range(6)])
+    agree(
+        close,
+        dtype,
+        cacr_minibatch(q, pos, t_pos, t_neg),
+        cacr_reference(rq, rp, others, t_pos, t_neg),
+        (q, pos),
+        (rq, rp),
+    )
 
 
 @pytest.mark.parametrize("d_plus,d_minus", [(0.1, 0.5), (0.0, 0.3)])
 @pytest.mark.parametrize("reduction", ["sum", "mean"])
-def test_polarization_kernel_matches_reference(dtype, close, rows, leaves, d_plus, d_minus,
-                                               reduction):
+def test_polarization_kernel_matches_reference(dtype, close, rows, leaves, d_plus, d_minus, reduction):
     f = rows(10, 3, seed=26, dtype=dtype)
     (rf,) = leaves(f)
-    agree(close, dtype, distance_polarization(f, d_plus, d_minus, reduction),
-          distance_polarization_reference(rf, d_plus, d_minus, reduction), (f,), (rf,))
+    agree(
+        close,
+        dtype,
+        distance_polarization(f, d_plus, d_minus, reduction),
+        distance_polarization_reference(rf, d_plus, d_minus, reduction),
+        (f,),
+        (rf,),
+    )
 
 
 def test_bank_split_matches_reference(dtype, close, rows, leaves):
@@ -164,5 +231,11 @@ def test_bank_split_matches_reference(dtype, close, rows, leaves):
     s_pos, s_neg = wl_sims_from_bank(q, bank, idx)
     r_pos, r_neg = wl_sims_from_bank_reference(rq, bank.double(), idx)
     weights = torch.randn(5, 7, generator=torch.Generator().manual_seed(29), dtype=torch.float64)
-    agree(close, dtype, (s_pos * 1.5).sum() + (s_neg * weights.to(dtype)).sum(),
-          (r_pos * 1.5).sum() + (r_neg * weights).sum(), (q,), (rq,))
+    agree(
+        close,
+        dtype,
+        (s_pos * 1.5).sum() + (s_neg * weights.to(dtype)).sum(),
+        (r_pos * 1.5).sum() + (r_neg * weights).sum(),
+        (q,),
+        (rq,),
+    )

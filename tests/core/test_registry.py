@@ -1,5 +1,6 @@
 """``ctk list`` reads the registrations from the source (toolkit.registry.declared, no torch):
 what it reads must be what importing the components registers, names and descriptions."""
+
 from __future__ import annotations
 
 import pytest
@@ -10,7 +11,12 @@ from toolkit.registry import LISTED, Registry, declared, summary_line
 from toolkit.regularizers import REGULARIZERS
 from toolkit.samplers import SELECTOR_SCHEDULES, SELECTORS
 
-IMPORTED = {"LOSSES": LOSSES, "SELECTORS": SELECTORS, "REGULARIZERS": REGULARIZERS, "SELECTOR_SCHEDULES": SELECTOR_SCHEDULES}
+IMPORTED = {
+    "LOSSES": LOSSES,
+    "SELECTORS": SELECTORS,
+    "REGULARIZERS": REGULARIZERS,
+    "SELECTOR_SCHEDULES": SELECTOR_SCHEDULES,
+}
 
 
 @pytest.mark.parametrize("what", sorted(LISTED))
@@ -29,5 +35,6 @@ def test_a_default_description_is_the_docstrings_first_paragraph():
         goes on here.
 
         Details."""
+
     assert reg.entry("wrapped").description == "First line goes on here."
     assert summary_line(None) == ""

@@ -1,13 +1,13 @@
 """Ring / CNCE against loop references written from Alg. 1, Eq. 3 and the authors' official
 parametrisation (sorted lists, explicit slices); identities of METHODS rows 16-18."""
+
 from __future__ import annotations
 
 import pytest
 import torch
 import torch.nn.functional as F
 
-from toolkit.losses.functional import (ir_nce, ir_ring, moco_infonce, ring_nce,
-                                       ring_official_thresholds_to_percentiles)
+from toolkit.losses.functional import ir_nce, ir_ring, moco_infonce, ring_nce, ring_official_thresholds_to_percentiles
 
 
 # ----------------------------------------------------------------------------- loop references
@@ -26,7 +26,7 @@ def ref_ring(q, k, queue, tau, lower, upper, include_positive=True):
     for i in range(len(q)):
         pos = torch.dot(q[i], k[i]) / tau
         ring = ascending([torch.dot(q[i], queue[j]) / tau for j in range(m)])
-        ring = ring[int(lower * m / 100): int(upper * m / 100)]
+        ring = ring[int(lower * m / 100) : int(upper * m / 100)]
         total = total + (-pos + lse(([pos] if include_positive else []) + ring))
     return total / len(q)
 
@@ -38,8 +38,8 @@ def ref_ring_official(q, k, queue, tau, theta_outer, theta_inner):
     for i in range(len(q)):
         pos = torch.dot(q[i], k[i]) / tau
         desc = ascending([torch.dot(q[i], queue[j]) / tau for j in range(m)])[::-1]
-        outer = desc[:int(theta_outer * m)]
-        ring = outer[int(theta_inner * len(outer)):]
+        outer = desc[: int(theta_outer * m)]
+        ring = outer[int(theta_inner * len(outer)) :]
         total = total + (-pos + lse([pos] + ring))
     return total / len(q)
 
@@ -65,15 +65,18 @@ def ref_ir_ring(q, bank, idx, noise, tau, lower, upper, include_positive=True):
     for i in range(len(q)):
         pos = torch.dot(q[i], bank[idx[i]]) / tau
         ring = ascending([torch.dot(q[i], bank[j]) / tau for j in range(n)])
-        ring = ring[int(lower * n / 100): int(upper * n / 100)][::-1]
+        ring = ring[int(lower * n / 100) : int(upper * n / 100)][::-1]
         drawn = [ring[p] for p in noise[i].tolist()]
         total = total + (-pos + lse(([pos] if include_positive else []) + drawn))
     return total / len(q)
 
 
 def inputs(rows, n, m, d, dtype, seed=0):
-    return (rows(n, d, seed=seed, dtype=dtype), rows(n, d, seed=seed + 1, dtype=dtype, grad=False),
-            rows(m, d, seed=seed + 2, dtype=dtype, grad=False))
+    return (
+        rows(n, d, seed=seed, dtype=dtype),
+        rows(n, d, seed=seed + 1, dtype=dtype, grad=False),
+        rows(m, d, seed=seed + 2, dtype=dtype, grad=False),
+    )
 
 
 def grads(loss, *xs):
@@ -81,8 +84,7 @@ def grads(loss, *xs):
 
 
 # ----------------------------------------------------------------------------- MoCoRing
-@pytest.mark.parametrize("lower,upper", [(0, 100), (90, 99), (50, 90), (75, 100), (10, 60),
-                                         (0, 90), (30, 80)])
+@pytest.mark.parametrize("lower,upper", [(0, 100), (90, 99), (50, 90), (75, 100), (10, 60), (0, 90), (30, 80)])
 @pytest.mark.parametrize("include_positive", [True, False])
 def test_ring_nce_matches_loop(dtype, close, rows, leaves, lower, upper, include_positive):
     q, k, queue = inputs(rows, 4, 40, 5, dtype)
@@ -139,7 +141,7 @@ def test_no_gradient_into_keys_or_queue(rows):
 
 
 # ----------------------------------------------------------------------------- memory bank
-@pytest.mark.parametrize("bank_size", [6, 60])     # full-bank matmul and distinct-rows paths
+@pytest.mark.parametrize("bank_size", [6, 60])  # full-bank matmul and distinct-rows paths
 def test_ir_nce_matches_loop(dtype, close, rows, leaves, bank_size):
     q = rows(3, 4, seed=11, dtype=dtype)
     bank = rows(bank_size, 4, seed=12, dtype=dtype, grad=False)
@@ -162,7 +164,7 @@ def test_ir_ring_matches_loop(dtype, close, rows, leaves, lower, upper, include_
     ring_size = int(upper * n_bank / 100) - int(lower * n_bank / 100)
     g = torch.Generator().manual_seed(1)
     idx = torch.randint(0, n_bank, (3,), generator=g)
-    noise = torch.randint(0, ring_size, (3, 7), generator=g)     # draws with replacement
+    noise = torch.randint(0, ring_size, (3, 7), generator=g)  # draws with replacement
     (rq,) = leaves(q)
     loss = ir_ring(q, bank, idx, noise, lower, upper, 0.07, include_positive)
     ref = ref_ir_ring(rq, bank.double(), idx, noise, 0.07, lower, upper, include_positive)
@@ -175,23 +177,28 @@ def test_gradcheck_float64(rows):
     q, k, queue = inputs(rows, 3, 20, 4, torch.float64, seed=15)
     bank = rows(10, 4, seed=16, grad=False)
     idx, noise = torch.tensor([0, 4, 9]), torch.tensor([[1, 2], [3, 3], [0, 5]])
-    for fn in (lambda a: ring_nce(a, k, queue, 0.2, 0, 100),
-               lambda a: ring_nce(a, k, queue, 0.2, 50, 90),
-               lambda a: ring_nce(a, k, queue, 0.2, 10, 60, include_positive=False),
-               lambda a: ir_nce(a, bank, idx, noise, 0.2),
-               lambda a: ir_ring(a, bank, idx, noise[:, :1], 30, 90, 0.2)):
+    for fn in (
+        lambda a: ring_nce(a, k, queue, 0.2, 0, 100),
+        lambda a: ring_nce(a, k, queue, 0.2, 50, 90),
+        lambda a: ring_nce(a, k, queue, 0.2, 10, 60, include_positive=False),
+        lambda a: ir_nce(a, bank, idx, noise, 0.2),
+        lambda a: ir_ring(a, bank, idx, noise[:, :1], 30, 90, 0.2),
+    ):
         assert torch.autograd.gradcheck(fn, (q,), fast_mode=True)
 
 
 # ----------------------------------------------------------------------------- errors
-@pytest.mark.parametrize("kwargs,match", [
-    ({"lower": 90, "upper": 90}, "lower must be < upper"),
-    ({"lower": 95, "upper": 40}, "lower must be < upper"),
-    ({"lower": -5, "upper": 40}, "lower"),
-    ({"lower": 5, "upper": 140}, "upper"),
-    ({"lower": 50, "upper": 52}, "empty"),          # int(10) == int(10.4): no negative left
-    ({"temperature": 0.0}, "temperature"),
-])
+@pytest.mark.parametrize(
+    "kwargs,match",
+    [
+        ({"lower": 90, "upper": 90}, "lower must be < upper"),
+        ({"lower": 95, "upper": 40}, "lower must be < upper"),
+        ({"lower": -5, "upper": 40}, "lower"),
+        ({"lower": 5, "upper": 140}, "upper"),
+        ({"lower": 50, "upper": 52}, "empty"),  # int(10) == int(10.4): no negative left
+        ({"temperature": 0.0}, "temperature"),
+    ],
+)
 def test_ring_nce_rejects_bad_arguments(rows, kwargs, match):
     q, k, queue = inputs(rows, 2, 20, 3, torch.float64, seed=17)
     with pytest.raises(ValueError, match=match):
@@ -209,7 +216,7 @@ def test_shape_and_index_errors(rows):
         ir_nce(q, bank, torch.tensor([0, 1]), torch.tensor([[8], [0]]))
     with pytest.raises(ValueError, match="indices"):
         ir_nce(q, bank, torch.tensor([0.0, 1.0]), torch.tensor([[1], [0]]))
-    with pytest.raises(ValueError, match="noise_idx"):     # ring of 8 at (50, 100) has 4 slots
+    with pytest.raises(ValueError, match="noise_idx"):  # ring of 8 at (50, 100) has 4 slots
         ir_ring(q, bank, torch.tensor([0, 1]), torch.tensor([[4], [0]]), 50, 100)
 
 

@@ -1,5 +1,6 @@
 """Selectors (hard / ring / all) against sorted-list references, and the step schedules against
 values computed by hand (Wang & Liu Eq. 9; Ring Alg. 1, App. E; METHODS rows 10, 16-19)."""
+
 from __future__ import annotations
 
 import math
@@ -7,11 +8,28 @@ import math
 import pytest
 import torch
 
-from toolkit.samplers.schedules import (AdaptiveSchedule, ScheduledSelector, adaptive, constant,
-                                        exponential, linear, make_schedule, staircase, step)
-from toolkit.samplers.masks import (_ring_mask_topk, all_mask, hard_count, hard_mask, ring_bounds,
-                                    ring_mask, ring_mask_and_sums, ring_official_thresholds_to_percentiles,
-                                    ring_percentiles_to_official_thresholds)
+from toolkit.samplers.masks import (
+    _ring_mask_topk,
+    all_mask,
+    hard_count,
+    hard_mask,
+    ring_bounds,
+    ring_mask,
+    ring_mask_and_sums,
+    ring_official_thresholds_to_percentiles,
+    ring_percentiles_to_official_thresholds,
+)
+from toolkit.samplers.schedules import (
+    AdaptiveSchedule,
+    ScheduledSelector,
+    adaptive,
+    constant,
+    exponential,
+    linear,
+    make_schedule,
+    staircase,
+    step,
+)
 
 
 def sims(n: int, m: int, seed: int = 0) -> torch.Tensor:
@@ -28,13 +46,21 @@ def ref_hard(row: list[float], k: int) -> list[bool]:
 def ref_ring_values(row: list[float], lo_pct: float, hi_pct: float) -> list[float]:
     """The ascending-sorted slice [int(lo/100*M), int(hi/100*M)) of Ring Alg. 1."""
     m = len(row)
-    return sorted(row)[int(lo_pct * m / 100): int(hi_pct * m / 100)]
+    return sorted(row)[int(lo_pct * m / 100) : int(hi_pct * m / 100)]
 
 
 # ----------------------------------------------------------------------------- hard_mask
-@pytest.mark.parametrize("kwargs,k", [({"num_hard": 1}, 1), ({"num_hard": 5}, 5),
-                                      ({"alpha": 0.25}, 5), ({"alpha": 0.26}, 6),
-                                      ({"alpha": 1.0}, 20), ({}, 20)])
+@pytest.mark.parametrize(
+    "kwargs,k",
+    [
+        ({"num_hard": 1}, 1),
+        ({"num_hard": 5}, 5),
+        ({"alpha": 0.25}, 5),
+        ({"alpha": 0.26}, 6),
+        ({"alpha": 1.0}, 20),
+        ({}, 20),
+    ],
+)
 def test_hard_mask_matches_kth_largest(kwargs, k):
     s = sims(4, 20)
     mask = hard_mask(s, **kwargs)
@@ -47,7 +73,7 @@ def test_hard_mask_matches_kth_largest(kwargs, k):
 def test_hard_mask_keeps_ties():
     s = torch.tensor([[0.9, 0.5, 0.5, 0.5, 0.1], [0.3, 0.2, 0.1, 0.0, -0.1]], dtype=torch.float64)
     mask = hard_mask(s, num_hard=2)
-    assert mask[0].tolist() == [True, True, True, True, False]   # three-way tie at the 2nd value
+    assert mask[0].tolist() == [True, True, True, True, False]  # three-way tie at the 2nd value
     assert mask[1].tolist() == [True, True, False, False, False]
 
 
@@ -58,11 +84,17 @@ def test_hard_count_is_robust_to_float_products():
     assert hard_count(3, alpha=0.01) == 1
 
 
-@pytest.mark.parametrize("kwargs,match", [({"alpha": 0.0}, "alpha"), ({"alpha": 1.5}, "alpha"),
-                                          ({"num_hard": 0}, "num_hard"),
-                                          ({"num_hard": 21}, "num_hard"),
-                                          ({"num_hard": 2.0}, "num_hard"),
-                                          ({"alpha": 0.5, "num_hard": 3}, "exactly one")])
+@pytest.mark.parametrize(
+    "kwargs,match",
+    [
+        ({"alpha": 0.0}, "alpha"),
+        ({"alpha": 1.5}, "alpha"),
+        ({"num_hard": 0}, "num_hard"),
+        ({"num_hard": 21}, "num_hard"),
+        ({"num_hard": 2.0}, "num_hard"),
+        ({"alpha": 0.5, "num_hard": 3}, "exactly one"),
+    ],
+)
 def test_hard_mask_rejects_bad_arguments(kwargs, match):
     with pytest.raises(ValueError, match=match):
         hard_mask(sims(2, 20), **kwargs)
@@ -77,8 +109,9 @@ def test_selectors_reject_bad_sims():
 
 
 # ----------------------------------------------------------------------------- ring_mask
-@pytest.mark.parametrize("lower,upper", [(0, 100), (0, 90), (10, 60), (50, 90), (90, 99),
-                                         (90, 100), (30, 100), (45, 55), (75, 100)])
+@pytest.mark.parametrize(
+    "lower,upper", [(0, 100), (0, 90), (10, 60), (50, 90), (90, 99), (90, 100), (30, 100), (45, 55), (75, 100)]
+)
 def test_ring_mask_is_the_sorted_slice(lower, upper):
     s = sims(5, 40, seed=3)
     mask = ring_mask(s, lower, upper)
@@ -92,11 +125,11 @@ def test_ring_mask_is_the_sorted_slice(lower, upper):
 @pytest.mark.parametrize("lower,upper", [(0, 50), (25, 75), (60, 80), (50, 100)])
 def test_ring_mask_keeps_exact_count_under_ties(lower, upper):
     s = torch.zeros(3, 16, dtype=torch.float64)
-    s[1, :8] = 1.0                       # two tied blocks
+    s[1, :8] = 1.0  # two tied blocks
     mask = ring_mask(s, lower, upper)
     lo, hi = ring_bounds(16, lower, upper)
     assert mask.sum(dim=1).tolist() == [hi - lo] * 3
-    for i in range(3):                   # the kept values are those of the sorted slice
+    for i in range(3):  # the kept values are those of the sorted slice
         kept = sorted(v for v, k in zip(s[i].tolist(), mask[i].tolist()) if k)
         assert kept == sorted(s[i].tolist())[lo:hi]
 
@@ -108,9 +141,9 @@ WIDE = 12_000
 def _wide_rows() -> torch.Tensor:
     """Random rows, a row of ties and rows with a tied block across the cuts."""
     s = sims(5, WIDE, seed=21).float()
-    s[1, ::8] = -5.0                     # a tied block at the bottom
-    s[2] = 0.25                          # all tied
-    s[3, 4000:9000] = 0.5                # a tied block across the cuts
+    s[1, ::8] = -5.0  # a tied block at the bottom
+    s[2] = 0.25  # all tied
+    s[3, 4000:9000] = 0.5  # a tied block across the cuts
     return s
 
 
@@ -127,18 +160,18 @@ def test_wide_ring_mask_is_the_sorted_slice(lower, upper):
 @pytest.mark.parametrize("num_hard", [1, 4095, WIDE // 2])
 def test_wide_hard_mask_matches_kth_largest(num_hard):
     s = _wide_rows()
-    threshold = s.sort(dim=1, descending=True).values[:, num_hard - 1:num_hard]
+    threshold = s.sort(dim=1, descending=True).values[:, num_hard - 1 : num_hard]
     assert torch.equal(hard_mask(s, num_hard=num_hard), s >= threshold)
 
 
 def _mixed_rows(dtype: torch.dtype) -> torch.Tensor:
     """64 x 8192 (the rows split over two threads): random rows, ties across the cuts, NaNs."""
     s = sims(64, 8192, seed=5).to(dtype)
-    s[1] = 0.25                          # all tied
-    s[2, ::2] = 0.5                      # a tied block across every cut
-    s[40] = s[40].mul(8).round()         # few distinct values (ties at the cuts)
+    s[1] = 0.25  # all tied
+    s[2, ::2] = 0.5  # a tied block across every cut
+    s[40] = s[40].mul(8).round()  # few distinct values (ties at the cuts)
     s[41, 7] = float("nan")
-    s[42, :5000] = float("nan")          # NaN at a cut
+    s[42, :5000] = float("nan")  # NaN at a cut
     return s
 
 
@@ -157,14 +190,14 @@ def test_ring_mask_partition_path_is_the_topk_path(dtype, lower, upper):
         assert torch.equal(mask, ring_mask(s, lower, upper))
     finally:
         torch.set_num_threads(threads)
-    ok = ~s.isnan().any(dim=1)           # the sums are those of the sorted slice's values
+    ok = ~s.isnan().any(dim=1)  # the sums are those of the sorted slice's values
     ref = s.double().sort(dim=1).values[:, lo:hi].sum(1)
     assert torch.allclose(sums.double()[ok], ref[ok], rtol=1e-5, atol=1e-3)
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
 def test_ring_mask_of_other_dtypes_is_the_sorted_slice(dtype):
-    s = _wide_rows().to(dtype)           # the topk path (no partition for these dtypes)
+    s = _wide_rows().to(dtype)  # the topk path (no partition for these dtypes)
     lo, hi = ring_bounds(WIDE, 50, 90)
     mask, sums = ring_mask_and_sums(s, 50, 90)
     assert mask.sum(dim=1).tolist() == [hi - lo] * 5
@@ -176,14 +209,20 @@ def test_ring_mask_of_other_dtypes_is_the_sorted_slice(dtype):
 def test_ring_bounds_truncation():
     assert ring_bounds(100, 50, 90) == (50, 90)
     assert ring_bounds(65536, 90, 99) == (int(0.9 * 65536), int(0.99 * 65536))
-    assert ring_bounds(7, 10, 50) == (0, 3)            # int(0.7) = 0, int(3.5) = 3
-    assert ring_bounds(100, 29, 58) == (29, 58)         # not 28 (0.29 * 100 = 28.999...)
+    assert ring_bounds(7, 10, 50) == (0, 3)  # int(0.7) = 0, int(3.5) = 3
+    assert ring_bounds(100, 29, 58) == (29, 58)  # not 28 (0.29 * 100 = 28.999...)
 
 
-@pytest.mark.parametrize("lower,upper,match", [(50, 50, "lower must be < upper"),
-                                               (60, 40, "lower must be < upper"),
-                                               (-1, 50, "lower"), (0, 101, "upper"),
-                                               (10, 12, "empty")])
+@pytest.mark.parametrize(
+    "lower,upper,match",
+    [
+        (50, 50, "lower must be < upper"),
+        (60, 40, "lower must be < upper"),
+        (-1, 50, "lower"),
+        (0, 101, "upper"),
+        (10, 12, "empty"),
+    ],
+)
 def test_ring_mask_rejects_bad_percentiles(lower, upper, match):
     with pytest.raises(ValueError, match=match):
         ring_mask(sims(2, 20), lower, upper)
@@ -202,7 +241,7 @@ def test_official_threshold_map():
 
 # ----------------------------------------------------------------------------- schedules
 def test_linear_schedule_ring_policy():
-    s = linear(1.0, 0.1, 10)        # init - (init - final) * s / (S - 1), then final
+    s = linear(1.0, 0.1, 10)  # init - (init - final) * s / (S - 1), then final
     assert s(0) == pytest.approx(1.0)
     assert s(3) == pytest.approx(0.7)
     assert s(9) == pytest.approx(0.1)
@@ -214,34 +253,34 @@ def test_step_exponential_staircase_constant_values():
     assert step(1.0, 0.5, 10)(9) == pytest.approx(1.0)
     assert step(1.0, 0.5, 10)(25) == pytest.approx(0.25)
     assert step(1.0, 0.5, 10, final=0.3)(25) == pytest.approx(0.3)
-    e = exponential(1.0, 0.01, 3)                    # geometric: 1, 0.1, 0.01
+    e = exponential(1.0, 0.01, 3)  # geometric: 1, 0.1, 0.01
     assert [e(i) for i in range(4)] == pytest.approx([1.0, 0.1, 0.01, 0.01])
-    d = exponential(1.0, 0.1, 5, decay=0.5)          # (1 - 0.1) e^{-0.5 s} + 0.1, then 0.1
+    d = exponential(1.0, 0.1, 5, decay=0.5)  # (1 - 0.1) e^{-0.5 s} + 0.1, then 0.1
     assert d(2) == pytest.approx(0.9 * math.exp(-1.0) + 0.1)
     assert d(5) == pytest.approx(0.1)
-    c = staircase(1.0, 0.1, 0.3, 8)                  # levels 1.0, 0.7, 0.4, 0.1, 2 steps each
+    c = staircase(1.0, 0.1, 0.3, 8)  # levels 1.0, 0.7, 0.4, 0.1, 2 steps each
     assert [c(i) for i in range(9)] == pytest.approx([1.0, 1.0, 0.7, 0.7, 0.4, 0.4, 0.1, 0.1, 0.1])
     assert constant(0.3)(12345) == pytest.approx(0.3)
 
 
 def test_adaptive_schedule_follows_the_window_mean():
     a = adaptive(init=0.5, low=0.1, high=1.0, delta=0.1, window=2, lower_is_better=True)
-    a.record(1.0)                 # nothing to compare with
+    a.record(1.0)  # nothing to compare with
     assert a(0) == pytest.approx(0.5)
-    a.record(0.8)                 # better than 1.0 -> harder (lower threshold)
+    a.record(0.8)  # better than 1.0 -> harder (lower threshold)
     assert a(1) == pytest.approx(0.4)
-    a.record(2.0)                 # worse than mean(1.0, 0.8) -> easier
+    a.record(2.0)  # worse than mean(1.0, 0.8) -> easier
     assert a(2) == pytest.approx(0.5)
-    a.record(1.4)                 # equal to mean(0.8, 2.0) -> unchanged
+    a.record(1.4)  # equal to mean(0.8, 2.0) -> unchanged
     assert a(3) == pytest.approx(0.5)
     state = a.state_dict()
     b = AdaptiveSchedule(init=0.5, low=0.1, high=1.0, delta=0.1, window=2)
     b.load_state_dict(state)
-    b.record(0.0)                 # better than mean(2.0, 1.4) -> 0.4
+    b.record(0.0)  # better than mean(2.0, 1.4) -> 0.4
     assert b(0) == pytest.approx(0.4)
     acc = adaptive(init=0.15, low=0.1, delta=0.1, lower_is_better=False)
     acc.record(0.5)
-    acc.record(0.9)               # higher accuracy is better -> clipped at low
+    acc.record(0.9)  # higher accuracy is better -> clipped at low
     assert acc(0) == pytest.approx(0.1)
 
 
@@ -275,7 +314,7 @@ def test_ring_annealing_anneals_theta_outer():
 
 def test_scheduled_selector_defaults_and_errors():
     s = sims(3, 50, seed=6)
-    fixed = ScheduledSelector("ring")                        # official config 0.1 / 0.1
+    fixed = ScheduledSelector("ring")  # official config 0.1 / 0.1
     assert torch.equal(fixed(s, 0), ring_mask(s, 90.0, 99.0))
     hard = ScheduledSelector("hard", {}, linear(1.0, 0.2, 5))  # alpha annealed
     assert torch.equal(hard(s, 4), hard_mask(s, alpha=0.2))
@@ -291,7 +330,7 @@ def test_scheduled_selector_defaults_and_errors():
         ScheduledSelector("ring", {"lower": 90, "upper": 90})
     with pytest.raises(ValueError, match="alpha"):
         ScheduledSelector("hard", {"alpha": 1.5})
-    with pytest.raises(ValueError, match="lower must be < upper"):   # the schedule ends at 95
+    with pytest.raises(ValueError, match="lower must be < upper"):  # the schedule ends at 95
         ScheduledSelector("ring", {"upper": 90}, linear(0, 95, 10))
     with pytest.raises(ValueError, match="missing"):
         ScheduledSelector("ring", {"lower": 10})

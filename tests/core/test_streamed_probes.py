@@ -1,6 +1,7 @@
 """toolkit.evaluation.streamed against the in-memory probes on real features: scikit-learn's
 handwritten digits (1,797 8x8 images) through a fixed random ReLU layer, the kNN against
 knn_score_sets, the SGD probe against the L-BFGS linear_probe, top-5 against a hand count."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -10,9 +11,15 @@ from sklearn.datasets import load_digits
 
 import toolkit.evaluation.streamed as streamed
 from toolkit.evaluation.probes import knn_score_sets, linear_probe, topk_accuracy
-from toolkit.evaluation.streamed import (chunked_knn_scores, feature_stats, fit_streamed_linear,
-                                         streamed_linear_probe_tensors, streamed_topk, tensor_chunks,
-                                         tensor_epochs)
+from toolkit.evaluation.streamed import (
+    chunked_knn_scores,
+    feature_stats,
+    fit_streamed_linear,
+    streamed_linear_probe_tensors,
+    streamed_topk,
+    tensor_chunks,
+    tensor_epochs,
+)
 
 N_TRAIN = 1200
 
@@ -74,8 +81,11 @@ def test_chunked_knn_never_holds_a_similarity_block_wider_than_a_chunk(digits, m
     assert len(shapes) == (N_TRAIN // 100) * -(-xte.shape[0] // 200)  # every block, once
     # the chunks are pulled one at a time, each used up before the next one is read
     chunk_at = [i for i, e in enumerate(events) if e[0] == "chunk"]
-    assert all(events[j] == ("sims", n) for n, (i, k) in enumerate(zip(chunk_at, chunk_at[1:] + [len(events)]))
-               for j in range(i + 1, k))
+    assert all(
+        events[j] == ("sims", n)
+        for n, (i, k) in enumerate(zip(chunk_at, chunk_at[1:] + [len(events)]))
+        for j in range(i + 1, k)
+    )
 
 
 def test_feature_statistics_of_a_stream_equal_the_whole_matrix(digits):
@@ -94,9 +104,20 @@ def test_streamed_sgd_probe_agrees_with_the_lbfgs_probe(digits, c):
     xtr, ytr, xte, yte = digits
     ref = linear_probe(xtr, ytr, xte, yte, c=c)["top1"]
     for seed in (0, 1, 2):  # the same objective: weight decay 1 / (c N) on W, standardised features
-        got = streamed_linear_probe_tensors(xtr, ytr, xte, yte, 10, batch_size=64, seed=seed, epochs=40, lr=0.1,
-                                            milestones=(20, 30, 36), weight_decay=1 / (c * N_TRAIN),
-                                            test_chunk=100)
+        got = streamed_linear_probe_tensors(
+            xtr,
+            ytr,
+            xte,
+            yte,
+            10,
+            batch_size=64,
+            seed=seed,
+            epochs=40,
+            lr=0.1,
+            milestones=(20, 30, 36),
+            weight_decay=1 / (c * N_TRAIN),
+            test_chunk=100,
+        )
         assert abs(got["top1"] - ref) <= 0.5, (seed, got, ref)
 
 
@@ -157,8 +178,19 @@ def test_streamed_probes_on_the_gpu_match_the_cpu(digits):
     for a, b in zip(got, ref):
         assert a.is_cuda and topk_accuracy(a, yte) == topk_accuracy(b, yte)
         assert float(((a.cpu() - b).abs().amax(1) / b.amax(1)).max()) < 1e-5
-    cpu = streamed_linear_probe_tensors(xtr, ytr, xte, yte, 10, batch_size=64, epochs=40, lr=0.1,
-                                        milestones=(20, 30, 36), weight_decay=1 / N_TRAIN)
-    gpu = streamed_linear_probe_tensors(xtr.cuda(), ytr.cuda(), xte.cuda(), yte.cuda(), 10, batch_size=64,
-                                        epochs=40, lr=0.1, milestones=(20, 30, 36), weight_decay=1 / N_TRAIN)
+    cpu = streamed_linear_probe_tensors(
+        xtr, ytr, xte, yte, 10, batch_size=64, epochs=40, lr=0.1, milestones=(20, 30, 36), weight_decay=1 / N_TRAIN
+    )
+    gpu = streamed_linear_probe_tensors(
+        xtr.cuda(),
+        ytr.cuda(),
+        xte.cuda(),
+        yte.cuda(),
+        10,
+        batch_size=64,
+        epochs=40,
+        lr=0.1,
+        milestones=(20, 30, 36),
+        weight_decay=1 / N_TRAIN,
+    )
     assert abs(gpu["top1"] - cpu["top1"]) <= 0.5 and abs(gpu["top5"] - cpu["top5"]) <= 0.5

@@ -1,5 +1,6 @@
 """Wang & Liu losses against loop references written from Eq. 1, 3, 5 and 9, and the paper's
 identities (Eq. 7 temperature limit, alpha = 1, gradient ratio); METHODS rows 8-11."""
+
 from __future__ import annotations
 
 import math
@@ -7,8 +8,14 @@ import math
 import pytest
 import torch
 
-from toolkit.losses.functional import (wl_contrastive, wl_gradient_ratio, wl_hard, wl_hard_simple,
-                                       wl_sims_from_bank, wl_simple)
+from toolkit.losses.functional import (
+    wl_contrastive,
+    wl_gradient_ratio,
+    wl_hard,
+    wl_hard_simple,
+    wl_simple,
+    wl_sims_from_bank,
+)
 
 
 # ----------------------------------------------------------------------------- loop references
@@ -70,8 +77,7 @@ def test_contrastive_matches_loop(dtype, close, leaves, tau):
         close(g, rg, dtype)
 
 
-@pytest.mark.parametrize("kwargs,k", [({"num_hard": 3}, 3), ({"alpha": 0.5}, 5),
-                                      ({"alpha": 0.1}, 1)])
+@pytest.mark.parametrize("kwargs,k", [({"num_hard": 3}, 3), ({"alpha": 0.5}, 5), ({"alpha": 0.1}, 1)])
 def test_hard_matches_loop(dtype, close, leaves, kwargs, k):
     s_pos, s_neg = scores(6, 10, 1, dtype)
     r_pos, r_neg = leaves(s_pos, s_neg)
@@ -84,17 +90,15 @@ def test_hard_matches_loop(dtype, close, leaves, kwargs, k):
 def test_hard_keeps_ties(close, leaves):
     s_pos = torch.tensor([0.9, 0.8], dtype=torch.float64)
     s_neg = torch.tensor([[0.5, 0.5, 0.5, -0.2], [0.4, 0.1, 0.1, 0.0]], dtype=torch.float64)
-    close(wl_hard(s_pos, s_neg, 0.2, num_hard=2), ref_contrastive(s_pos, s_neg, 0.2, 2),
-          torch.float64)
+    close(wl_hard(s_pos, s_neg, 0.2, num_hard=2), ref_contrastive(s_pos, s_neg, 0.2, 2), torch.float64)
     stats = {}
     wl_hard(s_pos, s_neg, 0.2, num_hard=2, stats=stats)
-    assert float(stats["neg_kept"]) == pytest.approx(6 / 8)   # row 0 keeps 3, row 1 keeps 3
+    assert float(stats["neg_kept"]) == pytest.approx(6 / 8)  # row 0 keeps 3, row 1 keeps 3
 
 
 def test_alpha_one_is_eq1(dtype, close):
     s_pos, s_neg = scores(4, 12, 2, dtype)
-    close(wl_hard(s_pos, s_neg, 0.2, alpha=1.0), wl_contrastive(s_pos, s_neg, 0.2), dtype,
-          rtol=0, atol=0)
+    close(wl_hard(s_pos, s_neg, 0.2, alpha=1.0), wl_contrastive(s_pos, s_neg, 0.2), dtype, rtol=0, atol=0)
     close(wl_hard(s_pos, s_neg, 0.2), wl_contrastive(s_pos, s_neg, 0.2), dtype, rtol=0, atol=0)
 
 
@@ -102,9 +106,10 @@ def test_neg_mask_drops_negatives(close, leaves):
     s_pos, s_neg = scores(3, 6, 3, torch.float64)
     mask = torch.tensor([[True, False, True, True, False, True]] * 3)
     ref_neg = s_neg.detach()[:, mask[0]]
-    close(wl_contrastive(s_pos, s_neg, 0.2, neg_mask=mask),
-          ref_contrastive(s_pos.detach(), ref_neg, 0.2), torch.float64)
-    empty = torch.zeros(3, 6, dtype=torch.bool)    # no negative: every term is -log 1 = 0
+    close(
+        wl_contrastive(s_pos, s_neg, 0.2, neg_mask=mask), ref_contrastive(s_pos.detach(), ref_neg, 0.2), torch.float64
+    )
+    empty = torch.zeros(3, 6, dtype=torch.bool)  # no negative: every term is -log 1 = 0
     assert val(wl_contrastive(s_pos, s_neg, 0.2, neg_mask=empty)) == pytest.approx(0.0, abs=1e-15)
 
 
@@ -134,7 +139,7 @@ def test_simple_is_the_large_temperature_limit(tau):
     lhs = tau * (val(wl_contrastive(s_pos, s_neg, tau)) - math.log(m + 1))
     rhs = m / (m + 1) * val(wl_simple(s_pos, s_neg, 1.0 / m))
     assert abs(lhs - rhs) < 5.0 / tau
-    assert abs(rhs) > 0.05            # the identity is not satisfied trivially
+    assert abs(rhs) > 0.05  # the identity is not satisfied trivially
 
 
 def test_gradient_ratio_is_eq5(close):
@@ -147,8 +152,9 @@ def test_gradient_ratio_is_eq5(close):
     mask = torch.ones(4, 6, dtype=torch.bool)
     mask[:, :2] = False
     g_pos, g_neg = grads(wl_contrastive(s_pos, s_neg, 0.3, neg_mask=mask), s_pos, s_neg)
-    close(wl_gradient_ratio(s_neg.detach(), 0.3, neg_mask=mask),
-          g_neg.abs() / g_pos.abs().unsqueeze(1), torch.float64)    # Eq. 8
+    close(
+        wl_gradient_ratio(s_neg.detach(), 0.3, neg_mask=mask), g_neg.abs() / g_pos.abs().unsqueeze(1), torch.float64
+    )  # Eq. 8
 
 
 # ----------------------------------------------------------------------------- memory bank
@@ -178,10 +184,13 @@ def test_sims_from_bank_gradient(rows):
         s_pos, s_neg = wl_sims_from_bank(a, bank, idx)
         return (w_pos * s_pos).sum() + (w_neg * s_neg).sum()
 
-    expected = torch.stack([w_pos[i] * bank[idx[i]]
-                            + sum(w_neg[i, k] * bank[j] for k, j in
-                                  enumerate(j for j in range(6) if j != int(idx[i])))
-                            for i in range(4)])
+    expected = torch.stack(
+        [
+            w_pos[i] * bank[idx[i]]
+            + sum(w_neg[i, k] * bank[j] for k, j in enumerate(j for j in range(6) if j != int(idx[i])))
+            for i in range(4)
+        ]
+    )
     (grad,) = torch.autograd.grad(weighted(q), q)
     torch.testing.assert_close(grad, expected)
     assert torch.autograd.gradcheck(weighted, (q,), fast_mode=True)
@@ -190,10 +199,12 @@ def test_sims_from_bank_gradient(rows):
 # ----------------------------------------------------------------------------- gradcheck
 def test_gradcheck_float64():
     s_pos, s_neg = scores(3, 5, 10, torch.float64)
-    for fn in (lambda a, b: wl_contrastive(a, b, 0.4),
-               lambda a, b: wl_hard(a, b, 0.4, num_hard=2),
-               lambda a, b: wl_simple(a, b, 0.3),
-               lambda a, b: wl_hard_simple(a, b, None, alpha=0.4)):
+    for fn in (
+        lambda a, b: wl_contrastive(a, b, 0.4),
+        lambda a, b: wl_hard(a, b, 0.4, num_hard=2),
+        lambda a, b: wl_simple(a, b, 0.3),
+        lambda a, b: wl_hard_simple(a, b, None, alpha=0.4),
+    ):
         assert torch.autograd.gradcheck(fn, (s_pos, s_neg), fast_mode=True)
 
 
@@ -209,17 +220,20 @@ def test_stats_are_recorded():
     assert not stats["pos_sim"].requires_grad
 
 
-@pytest.mark.parametrize("call,match", [
-    (lambda p, n: wl_contrastive(p, n, 0.0), "temperature"),
-    (lambda p, n: wl_contrastive(p, n, -1.0), "temperature"),
-    (lambda p, n: wl_contrastive(p[:2], n), "one row per anchor"),
-    (lambda p, n: wl_contrastive(p, n[0]), "s_neg"),
-    (lambda p, n: wl_contrastive(p, n, neg_mask=torch.ones(2, 2, dtype=torch.bool)), "neg_mask"),
-    (lambda p, n: wl_hard(p, n, alpha=0.5, num_hard=2), "exactly one"),
-    (lambda p, n: wl_hard(p, n, num_hard=7), "num_hard"),
-    (lambda p, n: wl_hard(p, n, alpha=0.0), "alpha"),
-    (lambda p, n: wl_simple(p, n, -0.1), "lam"),
-])
+@pytest.mark.parametrize(
+    "call,match",
+    [
+        (lambda p, n: wl_contrastive(p, n, 0.0), "temperature"),
+        (lambda p, n: wl_contrastive(p, n, -1.0), "temperature"),
+        (lambda p, n: wl_contrastive(p[:2], n), "one row per anchor"),
+        (lambda p, n: wl_contrastive(p, n[0]), "s_neg"),
+        (lambda p, n: wl_contrastive(p, n, neg_mask=torch.ones(2, 2, dtype=torch.bool)), "neg_mask"),
+        (lambda p, n: wl_hard(p, n, alpha=0.5, num_hard=2), "exactly one"),
+        (lambda p, n: wl_hard(p, n, num_hard=7), "num_hard"),
+        (lambda p, n: wl_hard(p, n, alpha=0.0), "alpha"),
+        (lambda p, n: wl_simple(p, n, -0.1), "lam"),
+    ],
+)
 def test_bad_input_raises(call, match):
     s_pos, s_neg = scores(3, 6, 12, torch.float64)
     with pytest.raises(ValueError, match=match):

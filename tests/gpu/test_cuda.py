@@ -1,8 +1,8 @@
 """What only a GPU can check (``pytest -m gpu``; skipped where torch sees no CUDA device):
 every loss under bf16 and fp16 autocast on CUDA against its fp32 value, a 50-step bf16 vision
 run, a checkpoint written on the GPU resumed on the CPU, geometry metrics on CUDA tensors."""
-from __future__ import annotations
 
+from __future__ import annotations
 
 import pytest
 import torch
@@ -13,22 +13,27 @@ from tests.vision.test_precision import QUICKSTART, TINY, Stop, _stop_at
 from toolkit.losses.base import ContrastiveBatch
 from toolkit.losses.modules import LOSSES
 
-pytestmark = [pytest.mark.gpu,
-              pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")]
+pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")]
 CUDA = torch.device("cuda")
 
 
 def _run(module, fields, dtype):
     """Loss and views / natural gradients on CUDA, under autocast to ``dtype`` (None: fp32)."""
     grads = {k: fields[k].detach().clone().to(CUDA).requires_grad_() for k in ("views", "natural")}
-    batch = ContrastiveBatch(views=grads["views"], natural=grads["natural"], keys=fields["keys"].to(CUDA),
-                             negatives=fields["negatives"].to(CUDA), indices=fields["indices"].to(CUDA))
+    batch = ContrastiveBatch(
+        views=grads["views"],
+        natural=grads["natural"],
+        keys=fields["keys"].to(CUDA),
+        negatives=fields["negatives"].to(CUDA),
+        indices=fields["indices"].to(CUDA),
+    )
     torch.manual_seed(0)
     with torch.autocast("cuda", dtype=dtype or torch.bfloat16, enabled=dtype is not None):
         loss = module(batch).loss
     out = torch.autograd.grad(loss, list(grads.values()), allow_unused=True)
-    flat = torch.cat([(o if o is not None else torch.zeros_like(g)).float().flatten()
-                      for o, g in zip(out, grads.values())])
+    flat = torch.cat(
+        [(o if o is not None else torch.zeros_like(g)).float().flatten() for o, g in zip(out, grads.values())]
+    )
     return loss, flat
 
 
@@ -63,8 +68,10 @@ def test_fifty_step_vision_run_in_bf16(workdir):
     from domains import installed
     from toolkit.runs import execute, load_recipe
     from toolkit.tracking.store import client_for
-    r = load_recipe(QUICKSTART, [*TINY, "budget.steps=50", "budget.log_every=10", "device=cuda",
-                                 "precision=bf16"], installed.get)
+
+    r = load_recipe(
+        QUICKSTART, [*TINY, "budget.steps=50", "budget.log_every=10", "device=cuda", "precision=bf16"], installed.get
+    )
     run_id, metrics = execute(r, progress=False)
     losses = [m.value for m in client_for().get_metric_history(run_id, "train/loss")]
     assert len(losses) == 5 and all(torch.isfinite(torch.tensor(losses)))
@@ -76,6 +83,7 @@ def test_checkpoint_written_on_the_gpu_resumes_on_the_cpu(workdir):
     from toolkit import checkpoint as ckpt
     from toolkit.runs import execute, load_recipe
     from toolkit.tracking.store import client_for
+
     sets = [*TINY, "budget.checkpoint_every=2"]
     gpu = load_recipe(QUICKSTART, [*sets, "device=cuda", "precision=bf16"], installed.get)
     with pytest.raises(Stop):
@@ -93,6 +101,7 @@ def test_checkpoint_written_on_the_gpu_resumes_on_the_cpu(workdir):
 def test_geometry_metrics_take_cuda_tensors():
     """Every geometry metric on CUDA tensors equals the same metric on their CPU copies."""
     from toolkit.evaluation import metrics
+
     g = torch.Generator(device=CUDA).manual_seed(0)
     f = torch.nn.functional.normalize(torch.randn(64, 8, device=CUDA, generator=g), dim=1)
     y = torch.nn.functional.normalize(f + 0.1 * torch.randn(64, 8, device=CUDA, generator=g), dim=1)
@@ -100,16 +109,24 @@ def test_geometry_metrics_take_cuda_tensors():
     ref = metrics.distance_histogram(f.cpu())
     got = metrics.distance_histogram(f)
     assert (got["counts"] == ref["counts"]).all() and got["margin_occupancy"] == ref["margin_occupancy"]
-    split, split_ref = metrics.class_distance_histograms(f, labels), metrics.class_distance_histograms(f.cpu(), labels.cpu())
+    split, split_ref = (
+        metrics.class_distance_histograms(f, labels),
+        metrics.class_distance_histograms(f.cpu(), labels.cpu()),
+    )
     assert (split["same"] == split_ref["same"]).all() and (split["different"] == split_ref["different"]).all()
     profile = metrics.similarity_profile(f[:8], f, torch.arange(8, device=CUDA), top=5)
     assert profile["negatives"].shape == (5,)
     for name, cuda_value, cpu_value in [
-            ("tolerance", metrics.tolerance(f, labels), metrics.tolerance(f.cpu(), labels.cpu())),
-            ("uniformity", metrics.uniformity(f), metrics.uniformity(f.cpu())),
-            ("alignment", metrics.alignment(f, y), metrics.alignment(f.cpu(), y.cpu())),
-            ("conditional_entropy", metrics.conditional_entropy(f), metrics.conditional_entropy(f.cpu())),
-            ("conditional_entropy[neg]", metrics.conditional_entropy(f[:8], y), metrics.conditional_entropy(f[:8].cpu(), y.cpu()))]:
+        ("tolerance", metrics.tolerance(f, labels), metrics.tolerance(f.cpu(), labels.cpu())),
+        ("uniformity", metrics.uniformity(f), metrics.uniformity(f.cpu())),
+        ("alignment", metrics.alignment(f, y), metrics.alignment(f.cpu(), y.cpu())),
+        ("conditional_entropy", metrics.conditional_entropy(f), metrics.conditional_entropy(f.cpu())),
+        (
+            "conditional_entropy[neg]",
+            metrics.conditional_entropy(f[:8], y),
+            metrics.conditional_entropy(f[:8].cpu(), y.cpu()),
+        ),
+    ]:
         assert cuda_value == pytest.approx(cpu_value, abs=1e-5), name
 
 
@@ -123,8 +140,7 @@ def test_jpeg_decoding_on_cuda_matches_the_cpu_workers(tmp_path):
     split = load_folder_split("imagefolder", "val", str(tmp_path))
     spec = CropSpec(64, views=2)
     cpu = next(StreamBatches(split, spec, 8, seed=2, rank=0, world_size=1, device=CUDA).iter_from(0))
-    gpu = next(StreamBatches(split, spec, 8, seed=2, rank=0, world_size=1, decode="device",
-                             device=CUDA).iter_from(0))
+    gpu = next(StreamBatches(split, spec, 8, seed=2, rank=0, world_size=1, decode="device", device=CUDA).iter_from(0))
     assert gpu["x"].is_cuda and cpu["x"].is_pinned()
     assert (gpu["x"].float().cpu() - cpu["x"].float()).abs().mean() < 6.0
     choice, why = choose_decode("auto", CUDA, split, spec, 2)

@@ -1,5 +1,6 @@
 """A file that runs code when unpickled (it creates ``marker``): what a hostile checkpoint or
 model file would be. Loading it through ctk must refuse it and leave no marker."""
+
 from __future__ import annotations
 
 from pathlib import Path

@@ -1,4 +1,5 @@
 """A minimal domain for testing the shared loop: Gaussian blobs, a linear encoder, noise views."""
+
 from __future__ import annotations
 
 import torch
@@ -47,8 +48,11 @@ class PointsDomain(Domain):
         x = torch.randn(n, d, generator=g) + 3 * y[:, None].float()
         self.poison = recipe.data.poison_at_step
         self.noise = recipe.data.noise
-        return DataBundle(TensorBatches({"x": x, "y": y}, recipe.budget.batch_size, seed=recipe.seed),
-                          num_instances=n, eval={"x": x, "y": y})
+        return DataBundle(
+            TensorBatches({"x": x, "y": y}, recipe.budget.batch_size, seed=recipe.seed),
+            num_instances=n,
+            eval={"x": x, "y": y},
+        )
 
     def build_encoder(self, recipe):
         return LinearEncoder(recipe.data.dim, recipe.encoder.out_dim)

@@ -1,4 +1,5 @@
 """The checkpoint module: data only, atomic, portable random states, refusals that name the file."""
+
 from __future__ import annotations
 
 import os
@@ -15,7 +16,7 @@ from .hostile import hostile_file
 
 
 def test_round_trip_of_plain_state(tmp_path):
-    state = {"a": torch.arange(4.0), "b": [1, 2.5, "x", None, (3, 4)], "c": {"d": True, 7: 2 ** 100}}
+    state = {"a": torch.arange(4.0), "b": [1, 2.5, "x", None, (3, 4)], "c": {"d": True, 7: 2**100}}
     path = ckpt.save(tmp_path / "s.pt", state)
     back = ckpt.load(path)
     assert torch.equal(back["a"], state["a"]) and back["b"] == state["b"] and back["c"] == state["c"]
@@ -49,6 +50,7 @@ def test_a_failed_write_leaves_the_previous_checkpoint(tmp_path, monkeypatch):
 
     def broken_replace(src, dst):
         raise OSError(28, "No space left on device")
+
     monkeypatch.setattr(os, "replace", broken_replace)
     with pytest.raises(OSError):
         ckpt.save(path, {"v": torch.tensor(2.0)})
@@ -72,16 +74,20 @@ def test_random_states_round_trip_through_a_file(tmp_path):
     state = ckpt.rng_state({"views": gen})
     state["sampler"] = ckpt.numpy_state(rng.bit_generator.state)
     ckpt.save(tmp_path / "r.pt", state)
-    expect = (random.random(), np.random.rand(), torch.rand(1).item(), torch.rand(1, generator=gen).item(),
-              rng.random())
+    expect = (
+        random.random(),
+        np.random.rand(),
+        torch.rand(1).item(),
+        torch.rand(1, generator=gen).item(),
+        rng.random(),
+    )
     random.seed(9), np.random.seed(9), torch.manual_seed(9)
     gen.manual_seed(9)
     rng = np.random.default_rng(9)
     back = ckpt.load(tmp_path / "r.pt")
     ckpt.set_rng_state(back, {"views": gen})
     rng.bit_generator.state = ckpt.set_numpy_state(back["sampler"])
-    got = (random.random(), np.random.rand(), torch.rand(1).item(), torch.rand(1, generator=gen).item(),
-           rng.random())
+    got = (random.random(), np.random.rand(), torch.rand(1).item(), torch.rand(1, generator=gen).item(), rng.random())
     assert got == expect
 
 
@@ -116,8 +122,13 @@ RECIPE = {"domain": "points", "seed": 0, "budget": {"steps": 8}, "device": "cpu"
 
 def test_a_checkpoint_written_before_the_checkpoint_room_still_reads(tmp_path):
     # what Trainer.save_checkpoint wrote before toolkit/checkpoint/envelope.py existed
-    old = {"format": "ctk-checkpoint/1", "recipe": RECIPE, "recipe_hash": ckpt.recipe_hash(RECIPE),
-           "run_id": "r1", "trainer": {"w": torch.ones(2), "loop": {"step": 4}}}
+    old = {
+        "format": "ctk-checkpoint/1",
+        "recipe": RECIPE,
+        "recipe_hash": ckpt.recipe_hash(RECIPE),
+        "run_id": "r1",
+        "trainer": {"w": torch.ones(2), "loop": {"step": 4}},
+    }
     path = ckpt.save(tmp_path / "step-000000004.pt", old)
     moved = {**RECIPE, "device": "cuda", "tracking": {"experiment": "b"}}  # resume-free keys
     back = ckpt.read(path, moved)
@@ -158,6 +169,7 @@ def test_find_looks_where_the_run_recorded_and_in_this_directory(tmp_path, monke
     def stored_run(run_id):  # the caller's look-up in its store: once per resume
         asked.append(run_id)
         return stored if run_id == "r1" else None
+
     point = ckpt.resume_point("r1", stored_run)
     assert (point.run_id, point.path, point.saved["run_id"], point.run, asked) == ("r1", newer, "r1", stored, ["r1"])
     assert point.recipe == RECIPE
@@ -172,7 +184,9 @@ def test_one_rule_for_a_checkpoint_that_does_not_read(tmp_path, capsys):
     """Damaged, refused (it would run code) or of another format: each is named in a warning and
     the next newest taken; the last one's own error stops."""
     good = ckpt.write(tmp_path / "r1" / "step-000000002.pt", {}, RECIPE, "r1")
-    future = ckpt.save(tmp_path / "r1" / "step-000000004.pt", {**ckpt.seal({}, RECIPE, "r1"), "format": "ctk-checkpoint/2"})
+    future = ckpt.save(
+        tmp_path / "r1" / "step-000000004.pt", {**ckpt.seal({}, RECIPE, "r1"), "format": "ctk-checkpoint/2"}
+    )
     unsafe = tmp_path / "r1" / "step-000000006.pt"
     hostile_file(unsafe, tmp_path / "pwned")
     damaged = ckpt.write(tmp_path / "r1" / "step-000000008.pt", {}, RECIPE, "r1")

@@ -28,6 +28,7 @@ SLOW_EXAMPLES random ones (``$CTK_FUZZ_EXAMPLES``, default 2000; about 85 ms a c
 core). ``pytest --hypothesis-show-statistics`` prints how many cases of each kind were refused
 or accepted.
 """
+
 from __future__ import annotations
 
 import math
@@ -61,6 +62,7 @@ SLOW_EXAMPLES = int(os.environ.get("CTK_FUZZ_EXAMPLES", "2000"))  # longer soaks
 
 # -- every key name a recipe may hold (a misspelling that lands on one may be valid) -----------
 
+
 def _model_fields(model: type[BaseModel], seen: set) -> set[str]:
     if model in seen:
         return set()
@@ -93,6 +95,7 @@ def _known_names() -> set[str]:
         for entry in reg:
             names |= set(constructor_args(reg.get(entry.name)))
     from toolkit.samplers import schedules
+
     for obj in vars(schedules).values():
         if isinstance(obj, type):
             try:
@@ -107,19 +110,22 @@ KNOWN = _known_names()
 
 # -- mutations --------------------------------------------------------------------------------
 
+
 @dataclass
 class Case:
     recipe: Path
     kind: str
-    path: str | None            # the key the mutation aims at (None: the whole file)
+    path: str | None  # the key the mutation aims at (None: the whole file)
     content: bytes
-    invalid: bool               # known invalid: must be refused
+    invalid: bool  # known invalid: must be refused
     overrides: tuple[str, ...] = ()
 
-    def __repr__(self) -> str:   # what hypothesis prints for a failing case
+    def __repr__(self) -> str:  # what hypothesis prints for a failing case
         head = self.content[:400].decode("utf-8", "replace")
-        return (f"Case({self.recipe.relative_to(ROOT)}, {self.kind}, path={self.path!r}, invalid={self.invalid}, "
-                f"overrides={self.overrides!r}, content[:400]={head!r})")
+        return (
+            f"Case({self.recipe.relative_to(ROOT)}, {self.kind}, path={self.path!r}, invalid={self.invalid}, "
+            f"overrides={self.overrides!r}, content[:400]={head!r})"
+        )
 
 
 def _walk(node: Any, path: str = "") -> tuple[list[str], list[str]]:
@@ -176,21 +182,35 @@ def _is_number(value: Any) -> bool:
 
 def _misspell(key: str, how: int, where: int) -> str:
     i = where % max(1, len(key))
-    if how == 0 and len(key) > 1:                      # swap two neighbours
+    if how == 0 and len(key) > 1:  # swap two neighbours
         j = min(i, len(key) - 2)
-        return key[:j] + key[j + 1] + key[j] + key[j + 2:]
-    if how == 1 and len(key) > 2:                      # drop one
-        return key[:i] + key[i + 1:]
-    return key[:i] + key[i] + key[i:]                  # double one
+        return key[:j] + key[j + 1] + key[j] + key[j + 2 :]
+    if how == 1 and len(key) > 2:  # drop one
+        return key[:i] + key[i + 1 :]
+    return key[:i] + key[i] + key[i:]  # double one
 
 
-BOMB = "[" + ", ".join(
-    [f"&a0 [{', '.join(['lol'] * 9)}]"]
-    + [f"&a{k} [{', '.join([f'*a{k - 1}'] * 9)}]" for k in range(1, 9)]) + "]"   # 9^9 leaves expanded
-TAGS_INVALID = ["!!python/object/apply:os.system [echo]", "!!python/name:os.system ''", "!ctk_unknown 1",
-                "!!timestamp 2001-12-14t21:59:43.10-05:00"]
-TAGS_EITHER = ["!!binary aGVsbG8=", "!!str 1", "!!float '0.5'", "!!int '3'", "!!set {a, b}", "!!null ''",
-               "!!bool 'true'", "!!omap [{a: 1}, {b: 2}]"]
+BOMB = (
+    "["
+    + ", ".join([f"&a0 [{', '.join(['lol'] * 9)}]"] + [f"&a{k} [{', '.join([f'*a{k - 1}'] * 9)}]" for k in range(1, 9)])
+    + "]"
+)  # 9^9 leaves expanded
+TAGS_INVALID = [
+    "!!python/object/apply:os.system [echo]",
+    "!!python/name:os.system ''",
+    "!ctk_unknown 1",
+    "!!timestamp 2001-12-14t21:59:43.10-05:00",
+]
+TAGS_EITHER = [
+    "!!binary aGVsbG8=",
+    "!!str 1",
+    "!!float '0.5'",
+    "!!int '3'",
+    "!!set {a, b}",
+    "!!null ''",
+    "!!bool 'true'",
+    "!!omap [{a: 1}, {b: 2}]",
+]
 
 
 @st.composite
@@ -199,11 +219,31 @@ def cases(draw) -> Case:
     data = DATA[recipe]
     leaves, maps = _walk(data)
     maps = [m for m in maps if not _free_form(m)]
-    kind = draw(st.sampled_from([
-        "mapping_for_scalar", "list_for_scalar", "text_for_number", "nan_or_inf", "out_of_range",
-        "huge_number", "unknown_key", "misspelt_key", "deleted_key", "deleted_section",
-        "duplicated_section", "empty_file", "deep_nesting", "alias_bomb", "anchor_reused", "tag_refused",
-        "tag_standard", "non_utf8", "random_override"]))
+    kind = draw(
+        st.sampled_from(
+            [
+                "mapping_for_scalar",
+                "list_for_scalar",
+                "text_for_number",
+                "nan_or_inf",
+                "out_of_range",
+                "huge_number",
+                "unknown_key",
+                "misspelt_key",
+                "deleted_key",
+                "deleted_section",
+                "duplicated_section",
+                "empty_file",
+                "deep_nesting",
+                "alias_bomb",
+                "anchor_reused",
+                "tag_refused",
+                "tag_standard",
+                "non_utf8",
+                "random_override",
+            ]
+        )
+    )
     event(kind)
     data = yaml.safe_load(yaml.safe_dump(data))  # a copy
     numbers = [p for p in leaves if _is_number(_get(data, p)) and not _free_form(p)]
@@ -232,7 +272,7 @@ def cases(draw) -> Case:
         return Case(recipe, kind, path, _dump(data), False)
     if kind == "huge_number":
         path = draw(st.sampled_from(numbers))
-        _set(data, path, draw(st.sampled_from([10 ** 30, -10 ** 30, 1.7e308, 2 ** 63, 2 ** 64 + 1])))
+        _set(data, path, draw(st.sampled_from([10**30, -(10**30), 1.7e308, 2**63, 2**64 + 1])))
         return Case(recipe, kind, path, _dump(data), False)
     if kind == "unknown_key":
         parent = draw(st.sampled_from(maps))
@@ -300,13 +340,31 @@ def cases(draw) -> Case:
         return Case(recipe, kind, None, raw[:at] + junk + raw[at:], True)
     # random_override: a --set with any key path and any value
     key = draw(st.one_of(st.sampled_from(leaves + maps), st.text(alphabet="ab.0_=-", max_size=12)))
-    value = draw(st.one_of(st.sampled_from(["", "[", "{a: [}", "- x", ".nan", "!!python/name:os.system",
-                                            "1e999", "[[[[[[[[1]]]]]]]]", "null", "~", "&a [*a]"]),
-                           st.text(max_size=20)))
+    value = draw(
+        st.one_of(
+            st.sampled_from(
+                [
+                    "",
+                    "[",
+                    "{a: [}",
+                    "- x",
+                    ".nan",
+                    "!!python/name:os.system",
+                    "1e999",
+                    "[[[[[[[[1]]]]]]]]",
+                    "null",
+                    "~",
+                    "&a [*a]",
+                ]
+            ),
+            st.text(max_size=20),
+        )
+    )
     return Case(recipe, kind, key or None, _dump(data), False, (f"{key}={value}",))
 
 
 # -- the properties ---------------------------------------------------------------------------
+
 
 def _related(a: str, b: str) -> bool:
     return a == b or a.startswith(b + ".") or b.startswith(a + ".")
@@ -336,8 +394,9 @@ def check_case(case: Case, folder: Path) -> str:
             assert isinstance(where, str) and isinstance(message, str) and message.strip(), (case, where, message)
         if case.invalid and case.path is not None and not case.overrides:
             # at the key, or a YAML-level problem (a refused tag, too deep brackets) at its line
-            assert any(_related(where, case.path) or (where == "" and " line " in message)
-                       for where, message in problems), (case, problems)
+            assert any(
+                _related(where, case.path) or (where == "" and " line " in message) for where, message in problems
+            ), (case, problems)
         if case.path is None and not case.overrides:  # a file-level problem is at the top level
             assert any(where == "" for where, _ in problems), (case, problems)
         _expect_refused_before_the_store(case, path, folder, problems)
@@ -363,18 +422,24 @@ def _fuzz(case: Case, folder: Path) -> None:
     event(f"{case.kind}: {outcome}")
 
 
-@settings(max_examples=DEFAULT_EXAMPLES, deadline=None, derandomize=True, database=None,
-          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow,
-                                 HealthCheck.data_too_large])
+@settings(
+    max_examples=DEFAULT_EXAMPLES,
+    deadline=None,
+    derandomize=True,
+    database=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow, HealthCheck.data_too_large],
+)
 @given(case=cases())
 def test_mutated_recipes(fuzz_dir, case):
     _fuzz(case, fuzz_dir)
 
 
 @pytest.mark.soak
-@settings(max_examples=SLOW_EXAMPLES, deadline=None,
-          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow,
-                                 HealthCheck.data_too_large])
+@settings(
+    max_examples=SLOW_EXAMPLES,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow, HealthCheck.data_too_large],
+)
 @given(case=cases())
 def test_mutated_recipes_many(fuzz_dir, case):
     _fuzz(case, fuzz_dir)

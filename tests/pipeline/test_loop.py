@@ -1,4 +1,5 @@
 """The shared pretraining loop: determinism, kill-and-resume, the non-finite guard, sources."""
+
 from __future__ import annotations
 
 import os
@@ -7,9 +8,9 @@ import signal
 import pytest
 import torch
 
+from toolkit import checkpoint as ckpt
 from toolkit.runs import execute, load_recipe
 from toolkit.tracking.store import client_for
-from toolkit import checkpoint as ckpt
 from toolkit.training.trainer import NonFiniteLoss, StopAfterStep
 
 
@@ -21,6 +22,7 @@ def _stop_at(step_to_stop):
     def hook(step):
         if step == step_to_stop:
             raise Stop(f"simulated kill at step {step}")
+
     return hook
 
 
@@ -49,8 +51,9 @@ def test_kill_and_resume_matches_uninterrupted(points_domain, points_recipe):
     with pytest.raises(Stop):
         execute(r, progress=False, hooks=[_stop_at(13)])
     client = client_for()
-    runs = client.search_runs([client.get_experiment_by_name("pipeline-test").experiment_id],
-                              order_by=["attributes.start_time DESC"])
+    runs = client.search_runs(
+        [client.get_experiment_by_name("pipeline-test").experiment_id], order_by=["attributes.start_time DESC"]
+    )
     killed = runs[0]
     assert killed.info.status == "FAILED"
     assert "simulated kill" in killed.data.tags["error"]
@@ -76,6 +79,7 @@ def _ctrl_c_at(step_to_stop, times=1):
         if step == step_to_stop:
             for _ in range(times):
                 os.kill(os.getpid(), signal.SIGINT)
+
     return hook
 
 
@@ -158,10 +162,17 @@ def _instance_embeddings(run_id, prefix):
 
 
 def test_queue_gets_keys_after_the_loss(points_domain, points_recipe):
-    r = load_recipe(points_recipe, ["objective.loss={name: moco_infonce, temperature: 0.2}",
-                                    "objective.regularizers=[]",
-                                    "objective.negatives={source: queue, size: 40, momentum: 0.9}",
-                                    "budget.steps=5", *_FROZEN], points_domain)
+    r = load_recipe(
+        points_recipe,
+        [
+            "objective.loss={name: moco_infonce, temperature: 0.2}",
+            "objective.regularizers=[]",
+            "objective.negatives={source: queue, size: 40, momentum: 0.9}",
+            "budget.steps=5",
+            *_FROZEN,
+        ],
+        points_domain,
+    )
     run_id, _ = execute(r, progress=False)
     state = _state(run_id)["objective"]
     assert state["queue.ptr"].item() == (5 * 16) % 40
@@ -177,10 +188,18 @@ def test_queue_gets_keys_after_the_loss(points_domain, points_recipe):
 
 
 def test_memory_bank_updates_the_batch_slots(points_domain, points_recipe):
-    r = load_recipe(points_recipe, ["objective.loss={name: wl_contrastive, temperature: 0.2}",
-                                    "objective.regularizers=[]", "objective.views=1",
-                                    "objective.negatives={source: memory_bank, bank_momentum: 0.0}",
-                                    "budget.steps=4", *_FROZEN], points_domain)
+    r = load_recipe(
+        points_recipe,
+        [
+            "objective.loss={name: wl_contrastive, temperature: 0.2}",
+            "objective.regularizers=[]",
+            "objective.views=1",
+            "objective.negatives={source: memory_bank, bank_momentum: 0.0}",
+            "budget.steps=4",
+            *_FROZEN,
+        ],
+        points_domain,
+    )
     run_id, _ = execute(r, progress=False)
     bank = _state(run_id)["objective"]["bank.bank"]
     assert bank.shape == (64, 3)

@@ -5,6 +5,7 @@ is built once; marking dead runs is a step of the run path, not of entering a tr
 
 Counted with spies on the functions that do each thing (monkeypatch), around the command line
 as a user runs it."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -42,7 +43,9 @@ def counted(monkeypatch):
         def wrapper(*args, **kwargs):
             calls[key] += 1
             return real(*args, **kwargs)
+
         monkeypatch.setattr(owner, name, wrapper)
+
     spy(rc, "validate", "validate")
     spy(ckpt, "resume_point", "resume_point")
     spy(FIND, "candidates", "candidates")
@@ -54,13 +57,16 @@ def counted(monkeypatch):
     def init(self, *args, **kwargs):
         calls["Objective"] += 1
         real_init(self, *args, **kwargs)
+
     monkeypatch.setattr(objective_mod.Objective, "__init__", init)
     return calls
 
 
 def test_a_run_with_set_validates_once_and_builds_its_objective_once(points_domain, points_recipe, counted):
-    result = CliRunner().invoke(cli.main, ["run", str(points_recipe), "--quiet", "--set", "budget.steps=4",
-                                           "--set", "objective.loss.temperature=0.3"])
+    result = CliRunner().invoke(
+        cli.main,
+        ["run", str(points_recipe), "--quiet", "--set", "budget.steps=4", "--set", "objective.loss.temperature=0.3"],
+    )
     assert result.exit_code == 0, result.output
     assert counted["validate"] == 1, counted
     assert counted["Objective"] == 1, counted
@@ -77,11 +83,16 @@ def test_a_resume_asks_for_its_checkpoint_once(points_domain, points_recipe, cou
     assert first.exit_code == 0, first.output
     run_id = first.output.split("run ", 1)[1].split()[0]
     counted.clear()
-    result = CliRunner().invoke(cli.main, ["run", "--resume", run_id, "--extend", "--quiet",
-                                           "--set", "budget.steps=8"])
+    result = CliRunner().invoke(cli.main, ["run", "--resume", run_id, "--extend", "--quiet", "--set", "budget.steps=8"])
     assert result.exit_code == 0, result.output
-    assert counted == {"resume_point": 1, "candidates": 1, "checkpoint file read": 1, "stored run": 1,
-                       "validate": 1, "Objective": 1}, counted
+    assert counted == {
+        "resume_point": 1,
+        "candidates": 1,
+        "checkpoint file read": 1,
+        "stored run": 1,
+        "validate": 1,
+        "Objective": 1,
+    }, counted
     assert client_for().get_run(run_id).info.status == "FINISHED"
 
 
@@ -117,8 +128,9 @@ def _dead_pid() -> int:
 def test_entering_a_tracker_changes_no_other_run_a_new_run_marks_the_dead_ones(points_domain, points_recipe):
     client = client_for()
     eid = experiment_id(client, "pipeline-test")
-    dead = client.create_run(eid, run_name="dead", tags={"ctk.host": socket.gethostname(),
-                                                          "ctk.pid": str(_dead_pid())}).info.run_id
+    dead = client.create_run(
+        eid, run_name="dead", tags={"ctk.host": socket.gethostname(), "ctk.pid": str(_dead_pid())}
+    ).info.run_id
     with Tracker("pipeline-test", "other"):
         pass
     assert client.get_run(dead).info.status == "RUNNING"  # no hidden effect on other runs
@@ -129,20 +141,31 @@ def test_entering_a_tracker_changes_no_other_run_a_new_run_marks_the_dead_ones(p
 
 
 def test_mlflow_environment_is_set_by_the_command_not_by_an_import(tmp_path):
-    env = {k: v for k, v in os.environ.items() if k not in ("DO_NOT_TRACK", "MLFLOW_DISABLE_TELEMETRY",
-                                                           "MLFLOW_HTTP_REQUEST_TIMEOUT", "MLFLOW_TRACKING_URI")}
-    code = ("import os\n"
-            "import toolkit.runs, toolkit.tracking.store as s, toolkit.tracking.tracker\n"
-            "assert 'DO_NOT_TRACK' not in os.environ and 'mlflow' not in __import__('sys').modules\n"
-            "s.client_for()\n"
-            "assert os.environ['DO_NOT_TRACK'] == 'true' and os.environ['MLFLOW_HTTP_REQUEST_TIMEOUT'] == '20'\n"
-            "from click.testing import CliRunner\n"
-            "import cli\n"
-            "os.environ.pop('MLFLOW_DISABLE_TELEMETRY')\n"
-            "assert CliRunner().invoke(cli.main, ['list', 'losses']).exit_code == 0\n"
-            "assert os.environ['MLFLOW_DISABLE_TELEMETRY'] == 'true'\n")
-    proc = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env={**env, "PYTHONPATH": str(ROOT)},
-                          capture_output=True, text=True, timeout=300)
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("DO_NOT_TRACK", "MLFLOW_DISABLE_TELEMETRY", "MLFLOW_HTTP_REQUEST_TIMEOUT", "MLFLOW_TRACKING_URI")
+    }
+    code = (
+        "import os\n"
+        "import toolkit.runs, toolkit.tracking.store as s, toolkit.tracking.tracker\n"
+        "assert 'DO_NOT_TRACK' not in os.environ and 'mlflow' not in __import__('sys').modules\n"
+        "s.client_for()\n"
+        "assert os.environ['DO_NOT_TRACK'] == 'true' and os.environ['MLFLOW_HTTP_REQUEST_TIMEOUT'] == '20'\n"
+        "from click.testing import CliRunner\n"
+        "import cli\n"
+        "os.environ.pop('MLFLOW_DISABLE_TELEMETRY')\n"
+        "assert CliRunner().invoke(cli.main, ['list', 'losses']).exit_code == 0\n"
+        "assert os.environ['MLFLOW_DISABLE_TELEMETRY'] == 'true'\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=tmp_path,
+        env={**env, "PYTHONPATH": str(ROOT)},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
 
 
@@ -150,8 +173,9 @@ def test_a_resume_finds_the_run_in_the_store_its_recipe_names(points_domain, poi
     """Resumed by run id alone, a run that logs to a store of its own (``tracking.uri``) is looked
     up there too once its checkpoint names it: a FINISHED run is refused, not continued."""
     other = f"sqlite:///{points_recipe.parent / 'other.db'}"
-    first = CliRunner().invoke(cli.main, ["run", str(points_recipe), "--quiet", "--set", "budget.steps=2",
-                                          "--set", f"tracking.uri={other}"])
+    first = CliRunner().invoke(
+        cli.main, ["run", str(points_recipe), "--quiet", "--set", "budget.steps=2", "--set", f"tracking.uri={other}"]
+    )
     assert first.exit_code == 0, first.output
     run_id = first.output.split("run ", 1)[1].split()[0]
     counted.clear()

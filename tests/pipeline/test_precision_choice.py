@@ -5,6 +5,7 @@ Both branches of every CPU-dependent decision run on any machine: ``CTK_CPU_BF16
 detection, and torch's / oneDNN's own caps (``ATEN_CPU_CAPABILITY``, ``ONEDNN_MAX_CPU_ISA``) are
 checked in subprocesses (they are read once, when torch loads).
 """
+
 from __future__ import annotations
 
 import os
@@ -62,17 +63,21 @@ def test_detection_without_override_agrees_with_the_cpu_flags(monkeypatch):
     assert got.native == (hardware and dispatch), got
 
 
-@pytest.mark.parametrize("env", [{"ATEN_CPU_CAPABILITY": "avx2"}, {"ONEDNN_MAX_CPU_ISA": "AVX2"}],
-                         ids=["aten-avx2", "onednn-avx2"])
+@pytest.mark.parametrize(
+    "env", [{"ATEN_CPU_CAPABILITY": "avx2"}, {"ONEDNN_MAX_CPU_ISA": "AVX2"}], ids=["aten-avx2", "onednn-avx2"]
+)
 def test_torch_and_onednn_caps_count_as_no_native_bf16(env):
     """Under either cap the CPU counts as without bf16 (true on an AVX2 machine anyway; on an
     AVX512-BF16 machine the cap is what makes it so), and auto resolves to fp32."""
-    code = ("from toolkit.training import precision as p; import torch; "
-            "b = p.cpu_bf16(); c = p.resolve('auto', torch.device('cpu')); "
-            "print(b.native, c.value, '|', b.feature)")
+    code = (
+        "from toolkit.training import precision as p; import torch; "
+        "b = p.cpu_bf16(); c = p.resolve('auto', torch.device('cpu')); "
+        "print(b.native, c.value, '|', b.feature)"
+    )
     child_env = {k: v for k, v in os.environ.items() if k != precision.OVERRIDE_ENV}
-    out = subprocess.run([sys.executable, "-c", code], env={**child_env, **env}, cwd=ROOT,
-                         capture_output=True, text=True, timeout=120)
+    out = subprocess.run(
+        [sys.executable, "-c", code], env={**child_env, **env}, cwd=ROOT, capture_output=True, text=True, timeout=120
+    )
     assert out.returncode == 0, out.stderr
     native, value, _, feature = out.stdout.split(maxsplit=3)
     assert (native, value) == ("False", "fp32"), out.stdout
@@ -103,9 +108,15 @@ def test_explicit_bf16_without_native_bf16_is_refused_with_the_feature_and_the_f
     assert precision.resolve("fp32", CPU).value == "fp32"
 
 
-@pytest.mark.parametrize("bf16, allowed, want", [
-    (True, ("fp32", "bf16", "fp16"), "bf16"), (False, ("fp32", "bf16", "fp16"), "fp16"),
-    (False, ("fp32", "bf16"), "fp32")], ids=["ampere", "older-gpu", "older-gpu-rl"])
+@pytest.mark.parametrize(
+    "bf16, allowed, want",
+    [
+        (True, ("fp32", "bf16", "fp16"), "bf16"),
+        (False, ("fp32", "bf16", "fp16"), "fp16"),
+        (False, ("fp32", "bf16"), "fp32"),
+    ],
+    ids=["ampere", "older-gpu", "older-gpu-rl"],
+)
 def test_auto_on_cuda(monkeypatch, bf16, allowed, want):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda *a: "Test GPU")
@@ -136,10 +147,21 @@ def test_show_and_run_refuse_explicit_bf16_before_touching_the_store(no_bf16, da
     assert result.exit_code == 2 and "no native bf16" in result.output
 
 
-VISION_TINY = ["data.train_subset=256", "budget.steps=4", "budget.batch_size=64", "budget.log_every=2",
-               "budget.monitor_every=null", "budget.minutes=null", "evaluation.probe_train_subset=256",
-               "evaluation.test_subset=128", "evaluation.baselines=[]", "evaluation.diagnostics.samples=64",
-               "evaluation.linear.epochs=5", "evaluation.knn.k=10", "tracking.log_model=false"]
+VISION_TINY = [
+    "data.train_subset=256",
+    "budget.steps=4",
+    "budget.batch_size=64",
+    "budget.log_every=2",
+    "budget.monitor_every=null",
+    "budget.minutes=null",
+    "evaluation.probe_train_subset=256",
+    "evaluation.test_subset=128",
+    "evaluation.baselines=[]",
+    "evaluation.diagnostics.samples=64",
+    "evaluation.linear.epochs=5",
+    "evaluation.knn.k=10",
+    "tracking.log_model=false",
+]
 
 
 @pytest.mark.parametrize("detected", ["none", "native"])
@@ -157,8 +179,10 @@ def test_a_run_logs_the_resolved_precision_and_the_request(monkeypatch, data_wor
 
 
 def test_the_toy_domain_keeps_auto_at_fp32_even_with_native_bf16(native_bf16, data_workdir):
-    result = CliRunner().invoke(cli.main, ["run", str(TOY), "--quiet", "--set", "tracking.experiment=toyprec",
-                                           "--set", "tracking.log_model=false"])
+    result = CliRunner().invoke(
+        cli.main,
+        ["run", str(TOY), "--quiet", "--set", "tracking.experiment=toyprec", "--set", "tracking.log_model=false"],
+    )
     assert result.exit_code == 0, result.output
     assert "precision auto -> fp32: the toy problems are tiny" in result.output, result.output
     client = client_for()
@@ -182,9 +206,9 @@ def test_bf16_convolutions_without_onednn_bf16_take_aten_and_match(monkeypatch):
         assert y.dtype == torch.bfloat16
         (gw,) = torch.autograd.grad(y.float().sum(), [w])
         outs.append((y.double(), gw.double()))
-    for y, gw in outs:
-        assert torch.allclose(y, ref, rtol=2 ** -7, atol=1e-2)
-    assert torch.allclose(outs[0][1], outs[1][1], rtol=2 ** -6, atol=0.5)
+    for y, _ in outs:
+        assert torch.allclose(y, ref, rtol=2**-7, atol=1e-2)
+    assert torch.allclose(outs[0][1], outs[1][1], rtol=2**-6, atol=0.5)
 
 
 @pytest.mark.parametrize("detected, want", [("none", "fp32"), ("native", "bf16")])

@@ -1,4 +1,5 @@
 """Twenty malformed recipes: each exits with code 2, prints no traceback, and names the key."""
+
 from __future__ import annotations
 
 import pytest
@@ -39,15 +40,38 @@ CASES = [
     ("unknown optimizer", _with("optimizer.name", "adagrad"), "optimizer.name", "sgd"),
     ("negative learning rate", _with("optimizer.lr", -1), "optimizer.lr", "greater than 0"),
     ("unknown schedule", _with("schedule.name", "poly"), "schedule.name", "cosine"),
-    ("unknown regularizer", _with("objective.regularizers.0.name", "lmcl"), "objective.regularizers.0.name", "distance_polarization"),
+    (
+        "unknown regularizer",
+        _with("objective.regularizers.0.name", "lmcl"),
+        "objective.regularizers.0.name",
+        "distance_polarization",
+    ),
     ("DP margin reversed", _with("objective.regularizers.0.d_plus", 0.7), "objective.regularizers.0.d_plus", "d_minus"),
-    ("unknown negative source", _with("objective.negatives", {"source": "bank"}), "objective.negatives.source", "memory_bank"),
-    ("queue loss with in-batch negatives", _with("objective.loss", {"name": "moco_infonce"}), "objective.negatives.source", "queue"),
+    (
+        "unknown negative source",
+        _with("objective.negatives", {"source": "bank"}),
+        "objective.negatives.source",
+        "memory_bank",
+    ),
+    (
+        "queue loss with in-batch negatives",
+        _with("objective.loss", {"name": "moco_infonce"}),
+        "objective.negatives.source",
+        "queue",
+    ),
     ("unknown domain data key", _with("data.size", 10), "data.size", "unknown key"),
-    ("ring with lower >= upper", _with("objective.selector", {"name": "ring", "lower": 80, "upper": 20}), "objective.selector.lower", "lower"),
-    ("selector on a loss that takes none",
-     _with("objective", {"loss": {"name": "spectral"}, "selector": {"name": "hard", "num_hard": 4}}),
-     "objective.selector.name", "selector"),
+    (
+        "ring with lower >= upper",
+        _with("objective.selector", {"name": "ring", "lower": 80, "upper": 20}),
+        "objective.selector.lower",
+        "lower",
+    ),
+    (
+        "selector on a loss that takes none",
+        _with("objective", {"loss": {"name": "spectral"}, "selector": {"name": "hard", "num_hard": 4}}),
+        "objective.selector.name",
+        "selector",
+    ),
 ]
 
 

@@ -1,5 +1,6 @@
 """`ctk run --resume RUN_ID` needs nothing but the run: the command a Ctrl-C prints, pasted as
 is, continues with the run's own overrides and precision and ends like an uninterrupted run."""
+
 from __future__ import annotations
 
 import os
@@ -27,8 +28,9 @@ def _final(client, run):
     return {k: v for k, v in data.metrics.items() if not k.startswith(("train/", "system/"))}, data
 
 
-def test_printed_resume_command_alone_matches_the_uninterrupted_run(points_domain, points_recipe, default_signals,
-                                                                     monkeypatch):
+def test_printed_resume_command_alone_matches_the_uninterrupted_run(
+    points_domain, points_recipe, default_signals, monkeypatch
+):
     monkeypatch.setenv(precision.OVERRIDE_ENV, "native")  # bf16 on any CPU (emulated where it must)
     runner = CliRunner()
     ref = runner.invoke(cli.main, ["run", str(points_recipe), *STARTED])
@@ -39,7 +41,9 @@ def test_printed_resume_command_alone_matches_the_uninterrupted_run(points_domai
         def ctrl_c(step):
             if step == 13:
                 os.kill(os.getpid(), signal.SIGINT)
+
         return plain(recipe, **{**kwargs, "hooks": [ctrl_c]})
+
     monkeypatch.setattr(commands, "execute", interrupted)
     stopped = runner.invoke(cli.main, ["run", str(points_recipe), *STARTED])
     assert stopped.exit_code == 130, stopped.output

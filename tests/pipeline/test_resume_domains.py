@@ -1,6 +1,7 @@
 """Interrupted and resumed runs end where uninterrupted ones do, in the real domains: a tiny
 vision run (bitwise) and a tiny text run (to 1e-6), each stopped at a step between two
 checkpoints, as a kill would, and resumed from the newest checkpoint."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -15,16 +16,42 @@ from toolkit.tracking.store import client_for
 
 ROOT = Path(__file__).resolve().parents[2]
 
-VISION = ["data.train_subset=512", "encoder.arch=convnet", "encoder.width=8", "encoder.head.hidden=[32]",
-          "encoder.head.out_dim=16", "budget.epochs=null", "budget.minutes=null", "budget.steps=16", "budget.batch_size=64",
-          "budget.checkpoint_every=5", "budget.log_every=4", "budget.monitor_every=null",
-          "budget.eval_every=null", "evaluation.probe_train_subset=512", "evaluation.test_subset=256",
-          "tracking.log_model=false", "tracking.experiment=resume-vision"]
-TEXT = ["data.max_books=3", "data.tokenizer.vocab_size=1500", "encoder.embedding_dim=16",
-        "encoder.hidden_size=16", "budget.epochs=null", "budget.steps=12", "budget.batch_size=32",
-        "budget.checkpoint_every=4", "budget.log_every=4", "evaluation.tasks=[mr]",
-        "evaluation.max_examples=200", "evaluation.baselines=[]", "evaluation.diagnostics=false",
-        "tracking.log_model=false", "tracking.experiment=resume-text"]
+VISION = [
+    "data.train_subset=512",
+    "encoder.arch=convnet",
+    "encoder.width=8",
+    "encoder.head.hidden=[32]",
+    "encoder.head.out_dim=16",
+    "budget.epochs=null",
+    "budget.minutes=null",
+    "budget.steps=16",
+    "budget.batch_size=64",
+    "budget.checkpoint_every=5",
+    "budget.log_every=4",
+    "budget.monitor_every=null",
+    "budget.eval_every=null",
+    "evaluation.probe_train_subset=512",
+    "evaluation.test_subset=256",
+    "tracking.log_model=false",
+    "tracking.experiment=resume-vision",
+]
+TEXT = [
+    "data.max_books=3",
+    "data.tokenizer.vocab_size=1500",
+    "encoder.embedding_dim=16",
+    "encoder.hidden_size=16",
+    "budget.epochs=null",
+    "budget.steps=12",
+    "budget.batch_size=32",
+    "budget.checkpoint_every=4",
+    "budget.log_every=4",
+    "evaluation.tasks=[mr]",
+    "evaluation.max_examples=200",
+    "evaluation.baselines=[]",
+    "evaluation.diagnostics=false",
+    "tracking.log_model=false",
+    "tracking.experiment=resume-text",
+]
 
 
 class Killed(Exception):
@@ -35,6 +62,7 @@ def _kill_at(step_to_stop):
     def hook(step):
         if step == step_to_stop:
             raise Killed
+
     return hook
 
 
@@ -47,10 +75,14 @@ def _stable(metrics):
     return {k: v for k, v in metrics.items() if not k.endswith("_seconds")}
 
 
-@pytest.mark.parametrize("recipe, sets, kill_at, exact", [
-    ("recipes/vision/quickstart.yaml", VISION, 12, True),
-    ("recipes/text/cpu/qt_austen.yaml", TEXT, 7, False),
-], ids=["vision", "text"])
+@pytest.mark.parametrize(
+    "recipe, sets, kill_at, exact",
+    [
+        ("recipes/vision/quickstart.yaml", VISION, 12, True),
+        ("recipes/text/cpu/qt_austen.yaml", TEXT, 7, False),
+    ],
+    ids=["vision", "text"],
+)
 def test_killed_and_resumed_run_ends_like_the_uninterrupted_one(here, recipe, sets, kill_at, exact):
     r = load_recipe(ROOT / recipe, sets, installed.get)
     ref_id, ref = execute(r, progress=False)

@@ -1,6 +1,7 @@
 """Safe by default: ``ctk ui`` listens on loopback only and warns once when asked for more;
 recipes are data (python YAML tags and module paths are refused with exit 2, one line per
 problem, no traceback)."""
+
 from __future__ import annotations
 
 import os
@@ -31,11 +32,11 @@ def _listening(port: int) -> set[str]:
         for row in rows:
             local, state = row.split()[1], row.split()[3]
             address, hex_port = local.split(":")
-            if state != "0A" or int(hex_port, 16) != port:     # 0A = TCP_LISTEN
+            if state != "0A" or int(hex_port, 16) != port:  # 0A = TCP_LISTEN
                 continue
             raw = bytes.fromhex(address)
             # the kernel prints each 32-bit word in host (little-endian) order
-            words = b"".join(raw[i:i + 4][::-1] for i in range(0, len(raw), 4))
+            words = b"".join(raw[i : i + 4][::-1] for i in range(0, len(raw), 4))
             found.add(socket.inet_ntop(socket.AF_INET if width == 8 else socket.AF_INET6, words))
     return found
 
@@ -61,13 +62,22 @@ def _free_port() -> int:
 @pytest.mark.slow
 def test_ctk_ui_listens_on_loopback_only(tmp_path):
     from toolkit.tracking.store import client_for
+
     client_for(f"sqlite:///{tmp_path / 'mlflow.db'}")  # ctk ui reads a store, never creates one
     port = _free_port()
-    command = [sys.executable, str(ROOT / "cli.py"), "ui", "--port", str(port),
-               "--uri", f"sqlite:///{tmp_path / 'mlflow.db'}"]
+    command = [
+        sys.executable,
+        str(ROOT / "cli.py"),
+        "ui",
+        "--port",
+        str(port),
+        "--uri",
+        f"sqlite:///{tmp_path / 'mlflow.db'}",
+    ]
     env = {**os.environ, "MLFLOW_TRACKING_URI": ""}
-    server = subprocess.Popen(command, cwd=tmp_path, env=env, stdout=subprocess.PIPE,
-                              stderr=subprocess.STDOUT, start_new_session=True)
+    server = subprocess.Popen(
+        command, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True
+    )
     try:
         deadline, bound = time.monotonic() + 120, set()
         while time.monotonic() < deadline and not bound and server.poll() is None:
@@ -79,7 +89,7 @@ def test_ctk_ui_listens_on_loopback_only(tmp_path):
         assert not [c for c in started if "huey" in c], started
         assert any("mlflow ui" in c and "--workers 1 " in c + " " for c in started), started
     finally:
-        os.killpg(server.pid, signal.SIGTERM)            # the group this test started
+        os.killpg(server.pid, signal.SIGTERM)  # the group this test started
         try:
             output = server.communicate(timeout=30)[0].decode(errors="replace")
         except subprocess.TimeoutExpired:
@@ -90,6 +100,7 @@ def test_ctk_ui_listens_on_loopback_only(tmp_path):
 
 def _ui(monkeypatch, *args: str):
     from toolkit.tracking import servers
+
     started = []
     monkeypatch.setattr(servers, "supervise", lambda cmd, *a, **k: started.append(cmd) or 0)
     result = CliRunner().invoke(cli.main, ["ui", *args])
@@ -98,6 +109,7 @@ def _ui(monkeypatch, *args: str):
 
 def test_ui_on_all_interfaces_warns_once_and_passes_basic_auth(monkeypatch, tmp_path):
     from toolkit.tracking.store import client_for
+
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("MLFLOW_TRACKING_URI", "sqlite:///x.db")  # ctk ui reads a store, never creates one
     client_for("sqlite:///x.db")
@@ -128,11 +140,13 @@ def test_basic_auth_without_mlflow_auth_extra_is_refused_before_starting(monkeyp
 def test_web_workers_one_for_the_ui_one_a_core_for_the_server(monkeypatch, tmp_path):
     from toolkit.tracking import servers
     from toolkit.tracking.store import client_for
+
     store = f"sqlite:///{tmp_path / 'x.db'}"
     client_for(store)
 
     def workers(argv: list[str]) -> int:
         return int(argv[argv.index("--workers") + 1])
+
     result, started = _ui(monkeypatch, "--uri", store)
     assert result.exit_code == 0 and workers(started[0]) == 1, result.output
     assert workers(_ui(monkeypatch, "--uri", store, "--workers", "3")[1][0]) == 3
@@ -142,7 +156,7 @@ def test_web_workers_one_for_the_ui_one_a_core_for_the_server(monkeypatch, tmp_p
     served = []
     monkeypatch.setattr(servers, "supervise", lambda cmd, *a, **k: served.append(cmd) or 0)
     for cores, expected in ((1, 1), (2, 2), (16, 4), (None, 1)):
-        monkeypatch.setattr(servers.os, "cpu_count", lambda: cores)
+        monkeypatch.setattr(servers.os, "cpu_count", lambda cores=cores: cores)
         assert CliRunner().invoke(cli.main, ["server", "--backend-store-uri", store]).exit_code == 0
         assert workers(served[-1]) == expected, cores
     CliRunner().invoke(cli.main, ["server", "--backend-store-uri", store, "--workers", "6"])
@@ -151,6 +165,7 @@ def test_web_workers_one_for_the_ui_one_a_core_for_the_server(monkeypatch, tmp_p
 
 def test_the_servers_start_without_mlflow_s_job_runner_unless_asked(monkeypatch):
     from toolkit.tracking import servers
+
     seen = []
 
     class Ended:
@@ -160,6 +175,7 @@ def test_the_servers_start_without_mlflow_s_job_runner_unless_asked(monkeypatch)
 
         def poll(self):
             return 0
+
     monkeypatch.setattr(servers.subprocess, "Popen", Ended)
     monkeypatch.delenv("MLFLOW_SERVER_ENABLE_JOB_EXECUTION", raising=False)
     servers.supervise(["mlflow"], "127.0.0.1", 1, lambda: None, lambda line: None, 1.0)
@@ -169,12 +185,22 @@ def test_the_servers_start_without_mlflow_s_job_runner_unless_asked(monkeypatch)
     assert seen[-1]["MLFLOW_SERVER_ENABLE_JOB_EXECUTION"] == "true"
 
 
-@pytest.mark.parametrize("address,local", [("127.0.0.1", True), ("127.0.0.2", True),
-                                           ("::1", True), ("localhost", True),
-                                           ("0.0.0.0", False), ("::", False),
-                                           ("192.168.1.5", False), ("example.org", False)])
+@pytest.mark.parametrize(
+    "address,local",
+    [
+        ("127.0.0.1", True),
+        ("127.0.0.2", True),
+        ("::1", True),
+        ("localhost", True),
+        ("0.0.0.0", False),
+        ("::", False),
+        ("192.168.1.5", False),
+        ("example.org", False),
+    ],
+)
 def test_loopback_addresses(address, local):
     from toolkit.tracking.servers import is_loopback
+
     assert is_loopback(address) is local
 
 
@@ -193,8 +219,7 @@ def test_python_yaml_tags_are_refused(tmp_path, monkeypatch, command, kind):
     recipe.write_text(EVIL[kind])
     result = CliRunner().invoke(cli.main, [command, str(recipe)])
     assert result.exit_code == 2
-    assert "Traceback" not in result.output and result.exception is None or \
-        isinstance(result.exception, SystemExit)
+    assert "Traceback" not in result.output and result.exception is None or isinstance(result.exception, SystemExit)
     lines = result.output.strip().splitlines()
     assert lines[0] == f"error: {recipe}: 1 problem:"
     assert len(lines) == 2 and "!!python/" in lines[1] and "is refused" in lines[1]

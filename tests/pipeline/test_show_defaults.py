@@ -1,6 +1,7 @@
 """``ctk show`` prints every default it applies: the loss's, each regularizer's and the
 selector's, read here from the constructors' signatures (the plain reference), and none
 where the recipe wrote its own value."""
+
 from __future__ import annotations
 
 import inspect
@@ -25,8 +26,11 @@ def _objective(*args: str) -> dict:
 
 
 def _defaults(cls) -> dict:
-    return {name: p.default for name, p in inspect.signature(cls.__init__).parameters.items()
-            if name != "self" and p.default is not p.empty}
+    return {
+        name: p.default
+        for name, p in inspect.signature(cls.__init__).parameters.items()
+        if name != "self" and p.default is not p.empty
+    }
 
 
 def test_show_prints_the_loss_defaults():
@@ -40,9 +44,14 @@ def test_show_keeps_written_values_and_fills_regularizer_and_selector_defaults()
     obj = _objective(str(ROOT / "recipes/toy/lmcl_three_bars_dp.yaml"), "--set", "objective.loss.temperature=0.5")
     assert obj["loss"] == {"name": "nt_xent", **_defaults(LOSSES.get("nt_xent")), "temperature": 0.5}
     (reg,) = obj["regularizers"]
-    assert reg == {**_defaults(REGULARIZERS.get("distance_polarization")), "name": "distance_polarization",
-                   "weight": 0.1, "d_plus": 0.1, "d_minus": 0.5}
+    assert reg == {
+        **_defaults(REGULARIZERS.get("distance_polarization")),
+        "name": "distance_polarization",
+        "weight": 0.1,
+        "d_plus": 0.1,
+        "d_minus": 0.5,
+    }
     sel = _objective(MOCO, "--set", "objective.selector={name: ring}")["selector"]
     assert (sel["theta_outer"], sel["theta_inner"]) == (0.1, 0.1)
-    scheduled = _objective(MOCO)["selector"]   # theta_outer is driven by the schedule: not filled
+    scheduled = _objective(MOCO)["selector"]  # theta_outer is driven by the schedule: not filled
     assert "theta_outer" not in scheduled and scheduled["theta_inner"] == 0.1

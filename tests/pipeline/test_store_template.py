@@ -1,6 +1,7 @@
 """A new SQLite store starts as a copy of this mlflow version's empty store (toolkit.tracking.store
 .schema_template): the copy must be the store mlflow itself makes, and a damaged template
 is made again, never copied."""
+
 from __future__ import annotations
 
 import contextlib
@@ -61,6 +62,7 @@ def test_a_damaged_template_is_made_again(own_cache):
 
 def test_a_relative_sqlite_uri_is_the_file_of_the_current_folder_each_time(tmp_path, monkeypatch):
     from toolkit.tracking.store import client_for, experiment_id
+
     for name in ("a", "b"):
         (tmp_path / name).mkdir()
         monkeypatch.chdir(tmp_path / name)
@@ -68,6 +70,7 @@ def test_a_relative_sqlite_uri_is_the_file_of_the_current_folder_each_time(tmp_p
         client.create_run(experiment_id(client, f"made-in-{name}"))
         assert (tmp_path / name / "rel.db").exists(), name
     import sqlite3
+
     for name in ("a", "b"):
         with sqlite3.connect(tmp_path / name / "rel.db") as db:
             names = {row[0] for row in db.execute("select name from experiments")}

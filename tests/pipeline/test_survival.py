@@ -1,5 +1,6 @@
 """Runs that survive: kill -9 and SIGTERM then resume, default checkpoints, dead runs marked,
 resume refusals that leave the store unchanged, damaged checkpoints, store outages and races."""
+
 from __future__ import annotations
 
 import os
@@ -25,26 +26,52 @@ DATA = Path(os.environ.get("CTK_DATA") or ROOT / "data").resolve()
 TOY = ROOT / "recipes" / "toy" / "lmcl_three_bars_dp.yaml"
 TOY_SETS = ["budget.steps=600", "budget.checkpoint_every=50", "evaluation.histogram=false"]
 VISION = ROOT / "recipes" / "vision" / "quickstart.yaml"
-VISION_SETS = ["data.train_subset=1024", "encoder.arch=convnet", "encoder.width=8", "encoder.head.hidden=[32]",
-               "encoder.head.out_dim=16", "budget.epochs=null", "budget.minutes=null", "budget.steps=64", "budget.batch_size=64",
-               "budget.checkpoint_every=8", "budget.log_every=8", "budget.monitor_every=null",
-               "budget.eval_every=null", "evaluation.probe_train_subset=512", "evaluation.test_subset=256",
-               "tracking.log_model=false", "tracking.experiment=survive-vision"]
+VISION_SETS = [
+    "data.train_subset=1024",
+    "encoder.arch=convnet",
+    "encoder.width=8",
+    "encoder.head.hidden=[32]",
+    "encoder.head.out_dim=16",
+    "budget.epochs=null",
+    "budget.minutes=null",
+    "budget.steps=64",
+    "budget.batch_size=64",
+    "budget.checkpoint_every=8",
+    "budget.log_every=8",
+    "budget.monitor_every=null",
+    "budget.eval_every=null",
+    "evaluation.probe_train_subset=512",
+    "evaluation.test_subset=256",
+    "tracking.log_model=false",
+    "tracking.experiment=survive-vision",
+]
 
 
 def _cli(cwd: Path, *args: str, store: Path | None = None) -> subprocess.Popen:
     """``ctk ARGS`` in ``cwd`` (its checkpoints go there), logging to ``store`` (default
     ``cwd/mlflow.db``)."""
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", "CTK_DATA": str(DATA),
-           "MLFLOW_TRACKING_URI": f"sqlite:///{store or cwd / 'mlflow.db'}"}
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(ROOT),
+        "OMP_NUM_THREADS": "1",
+        "CTK_DATA": str(DATA),
+        "MLFLOW_TRACKING_URI": f"sqlite:///{store or cwd / 'mlflow.db'}",
+    }
     env.pop("CTK_CHECKPOINTS", None)
-    return subprocess.Popen([sys.executable, str(ROOT / "cli.py"), *args], cwd=cwd, env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            preexec_fn=default_signals_in_child)  # the SIGTERM test's run
+    return subprocess.Popen(
+        [sys.executable, str(ROOT / "cli.py"), *args],
+        cwd=cwd,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        preexec_fn=default_signals_in_child,
+    )  # the SIGTERM test's run
 
 
-def _toy(cwd: Path, *extra: str, recipe: Path = TOY, sets: list[str] = TOY_SETS,
-         store: Path | None = None) -> subprocess.Popen:
+def _toy(
+    cwd: Path, *extra: str, recipe: Path = TOY, sets: list[str] = TOY_SETS, store: Path | None = None
+) -> subprocess.Popen:
     args = [a for s in sets for a in ("--set", s)]
     return _cli(cwd, "run", str(recipe), "--quiet", *args, *extra, store=store)
 
@@ -52,8 +79,15 @@ def _toy(cwd: Path, *extra: str, recipe: Path = TOY, sets: list[str] = TOY_SETS,
 def _here(cwd: Path, recipe: Path, sets: list[str], store: Path, *extra: str) -> str:
     """``ctk run RECIPE --set SETS EXTRA`` in this process (one thread, as the CLI processes),
     in ``cwd`` (its checkpoints go there), logging to ``store``: its output."""
-    res = run_here(cwd, {"MLFLOW_TRACKING_URI": f"sqlite:///{store}", "CTK_DATA": str(DATA), "CTK_CHECKPOINTS": None},
-                   "run", str(recipe), "--quiet", *[a for s in sets for a in ("--set", s)], *extra)
+    res = run_here(
+        cwd,
+        {"MLFLOW_TRACKING_URI": f"sqlite:///{store}", "CTK_DATA": str(DATA), "CTK_CHECKPOINTS": None},
+        "run",
+        str(recipe),
+        "--quiet",
+        *[a for s in sets for a in ("--set", s)],
+        *extra,
+    )
     assert res.returncode == 0, res.stdout + res.stderr
     return res.stdout + res.stderr
 
@@ -81,16 +115,21 @@ def _client(cwd: Path, store: Path | None = None):
 def _final(cwd: Path, run_id: str, store: Path | None = None) -> tuple[dict, dict]:
     run = _client(cwd, store).get_run(run_id)
     weights = ckpt.load(ckpt.latest(cwd / "checkpoints" / run_id))["trainer"]["encoder"]
-    return {k: v for k, v in run.data.metrics.items() if k not in ("train/samples_per_s", "train/wall_seconds")}, weights
+    return {
+        k: v for k, v in run.data.metrics.items() if k not in ("train/samples_per_s", "train/wall_seconds")
+    }, weights
 
 
-@pytest.mark.parametrize("recipe, sets, experiment, points", [
-    (TOY, TOY_SETS, "toy-lmcl", (100, 250, 400)),
-    (VISION, VISION_SETS, "survive-vision", (8, 24, 48)),
-], ids=["toy", "vision"])
+@pytest.mark.parametrize(
+    "recipe, sets, experiment, points",
+    [
+        (TOY, TOY_SETS, "toy-lmcl", (100, 250, 400)),
+        (VISION, VISION_SETS, "survive-vision", (8, 24, 48)),
+    ],
+    ids=["toy", "vision"],
+)
 @pytest.mark.slow
-def test_kill_9_at_three_points_then_resume_matches_the_uninterrupted_run(tmp_path, recipe, sets, experiment,
-                                                                          points):
+def test_kill_9_at_three_points_then_resume_matches_the_uninterrupted_run(tmp_path, recipe, sets, experiment, points):
     """One run killed with SIGKILL at each point in turn (the first kill, then a resumed run
     killed again, twice) and resumed to the end (in this process) equals the run never interrupted
     (run in this process too: the same command, one thread), metric for metric and weight for
@@ -158,30 +197,36 @@ def test_resume_refusals_leave_the_stored_run_unchanged(points_domain, points_re
     client = client_for()
     before = _stored(client, run_id)
     runner = CliRunner()
-    cases = [([], "FINISHED"),
-             (["--set", "objective.loss.temperature=0.3"], "objective.loss.temperature"),
-             (["--set", "budget.steps=40"], "--extend")]
+    cases = [
+        ([], "FINISHED"),
+        (["--set", "objective.loss.temperature=0.3"], "objective.loss.temperature"),
+        (["--set", "budget.steps=40"], "--extend"),
+    ]
     for extra, message in cases:
         result = runner.invoke(cli.main, ["run", str(points_recipe), "--resume", run_id, "--quiet", *extra])
         assert result.exit_code == 2, result.output
         assert message in result.output and "Traceback" not in result.output
         assert _stored(client, run_id) == before
-    result = runner.invoke(cli.main, ["run", str(points_recipe), "--resume", run_id, "--quiet",
-                                      "--set", "budget.steps=40", "--extend"])
+    result = runner.invoke(
+        cli.main, ["run", str(points_recipe), "--resume", run_id, "--quiet", "--set", "budget.steps=40", "--extend"]
+    )
     assert result.exit_code == 0, result.output
     assert ckpt.load(ckpt.latest(ckpt.checkpoint_dir(run_id)))["trainer"]["loop"]["step"] == 40
 
 
 def _killed_after(step: int, r) -> str:
     """Run ``r`` in this process until a simulated Ctrl-C after ``step``; the killed run's id."""
+
     def stop(at):
         if at == step:
             raise KeyboardInterrupt("simulated")
+
     with pytest.raises(KeyboardInterrupt):
         execute(r, progress=False, hooks=[stop])
     client = client_for()
-    return client.search_runs([client.get_experiment_by_name(r.tracking.experiment).experiment_id],
-                              order_by=["attributes.start_time DESC"])[0].info.run_id
+    return client.search_runs(
+        [client.get_experiment_by_name(r.tracking.experiment).experiment_id], order_by=["attributes.start_time DESC"]
+    )[0].info.run_id
 
 
 def test_a_damaged_newest_checkpoint_falls_back_to_the_previous_one(points_domain, points_recipe, capsys):
@@ -196,8 +241,9 @@ def test_a_damaged_newest_checkpoint_falls_back_to_the_previous_one(points_domai
     assert metrics == ref_metrics
 
 
-def test_a_killed_run_is_listed_and_resumed_from_another_working_directory(points_domain, points_recipe,
-                                                                           workdir, monkeypatch):
+def test_a_killed_run_is_listed_and_resumed_from_another_working_directory(
+    points_domain, points_recipe, workdir, monkeypatch
+):
     """The checkpoint folder is recorded on the run before the first checkpoint: a kill right
     after a checkpoint file appears (before its ``ctk.checkpoint`` tag) still lists the step and
     the resume command, and ``--resume RUN_ID`` finds the folder from elsewhere."""
@@ -222,6 +268,7 @@ def test_a_killed_run_is_listed_and_resumed_from_another_working_directory(point
 
 def test_a_store_outage_during_a_run_loses_no_metric(points_domain, points_recipe, monkeypatch, capsys):
     from mlflow.tracking import MlflowClient
+
     real = MlflowClient.log_batch
     calls = {"n": 0}
 
@@ -230,6 +277,7 @@ def test_a_store_outage_during_a_run_loses_no_metric(points_domain, points_recip
         if metrics and 3 <= calls["n"] <= 8:
             raise ConnectionError("connection refused (simulated outage)")
         return real(self, run_id, metrics=metrics, params=params, tags=tags, **kw)
+
     monkeypatch.setattr(MlflowClient, "log_batch", flaky)
     r = load_recipe(points_recipe, [], points_domain)
     run_id, _ = execute(r, progress=False)
@@ -242,7 +290,8 @@ def test_a_store_outage_during_a_run_loses_no_metric(points_domain, points_recip
 def test_an_unreachable_store_is_one_line_within_seconds(points_domain, points_recipe):
     start = time.monotonic()
     result = CliRunner(env={"MLFLOW_TRACKING_URI": "http://127.0.0.1:9"}).invoke(
-        cli.main, ["run", str(points_recipe), "--quiet"])
+        cli.main, ["run", str(points_recipe), "--quiet"]
+    )
     assert time.monotonic() - start < 15
     assert result.exit_code == 2 and "did not answer" in result.output
     assert len(result.output.strip().splitlines()) == 1
@@ -264,8 +313,17 @@ def test_eight_processes_create_one_experiment_at_once(tmp_path):
     with Tracker("warm-up", "w", uri):  # the schema exists; the race is on the experiment
         pass
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    procs = [subprocess.Popen([sys.executable, "-c", _RACE, str(i), uri], env=env, cwd=tmp_path,
-                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for i in range(8)]
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", _RACE, str(i), uri],
+            env=env,
+            cwd=tmp_path,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        for i in range(8)
+    ]
     outs = [p.communicate(timeout=120)[0] for p in procs]
     assert [p.returncode for p in procs] == [0] * 8, outs
     client = client_for(uri)
@@ -275,6 +333,7 @@ def test_eight_processes_create_one_experiment_at_once(tmp_path):
 
 def _free_port() -> int:
     import socket
+
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
@@ -284,10 +343,20 @@ def _start_server(folder: Path, port: int) -> subprocess.Popen:
     import urllib.request
 
     from toolkit.tracking.servers import mlflow_command, server_env
-    cmd = mlflow_command("server", f"sqlite:///{folder / 'server.db'}", host="127.0.0.1", port=port,
-                         artifacts=str(folder / "art"), basic_auth=False, serve_artifacts=True, workers=1)
-    proc = subprocess.Popen(cmd, env=server_env(), stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL, start_new_session=True)  # as ctk server starts it
+
+    cmd = mlflow_command(
+        "server",
+        f"sqlite:///{folder / 'server.db'}",
+        host="127.0.0.1",
+        port=port,
+        artifacts=str(folder / "art"),
+        basic_auth=False,
+        serve_artifacts=True,
+        workers=1,
+    )
+    proc = subprocess.Popen(
+        cmd, env=server_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True
+    )  # as ctk server starts it
     deadline = time.monotonic() + 60
     while True:
         try:
@@ -304,8 +373,9 @@ def _stop_server(proc: subprocess.Popen) -> None:
 
 
 @pytest.mark.slow
-def test_a_real_server_stopped_mid_run_and_restarted_gets_every_metric(points_domain, points_recipe, monkeypatch,
-                                                                         capsys):
+def test_a_real_server_stopped_mid_run_and_restarted_gets_every_metric(
+    points_domain, points_recipe, monkeypatch, capsys
+):
     port = _free_port()
     folder = points_recipe.parent
     uri = f"http://127.0.0.1:{port}"
@@ -317,6 +387,7 @@ def test_a_real_server_stopped_mid_run_and_restarted_gets_every_metric(points_do
             _stop_server(server["proc"])
         if step == 15:
             server["proc"] = _start_server(folder, port)
+
     try:
         r = load_recipe(points_recipe, ["budget.checkpoint_every=0"], points_domain)
         run_id, _ = execute(r, progress=False, hooks=[outage])

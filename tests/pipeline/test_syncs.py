@@ -1,5 +1,6 @@
 """The training step reads nothing back from the device: records and the non-finite check are
 read on log steps and before checkpoints only (counted with ``toolkit.training.syncs``)."""
+
 from __future__ import annotations
 
 from collections import Counter
@@ -23,6 +24,7 @@ def _reads_per_step(lookup, recipe_path, sets):
     def hook(step):
         per_step[step] = Counter(counter.calls)
         counter.calls.clear()
+
     trainer = Pretrainer(recipe, lookup(recipe.domain)(recipe), NoTracker(), RunOptions(progress=False, hooks=[hook]))
     with counter:
         trainer.fit()
@@ -37,12 +39,12 @@ def test_reads_happen_on_log_and_checkpoint_steps_only(points_domain, points_rec
     for step, calls in per_step.items():
         expected = Counter()
         if step % 4 == 1:
-            expected["tolist"] += 1       # the epoch's order, drawn on the host by the sampler
+            expected["tolist"] += 1  # the epoch's order, drawn on the host by the sampler
         if step % 4 == 0:
-            expected["__int__"] += 1      # the first non-finite step, read at the log step
-            expected["tolist"] += 1       # every record at once
+            expected["__int__"] += 1  # the first non-finite step, read at the log step
+            expected["tolist"] += 1  # every record at once
         if step == 8:
-            expected["__int__"] += 1      # checked again before the checkpoint
+            expected["__int__"] += 1  # checked again before the checkpoint
         assert calls == expected, (step, dict(calls))
 
 
@@ -53,6 +55,7 @@ def test_the_loop_adds_no_reads_to_the_objectives(points_domain, points_recipe):
 
     from toolkit import objective as objective_mod
     from toolkit.losses.base import ContrastiveBatch
+
     recipe = load_recipe(points_recipe, ["budget.steps=7"], points_domain)
     objective = objective_mod.from_recipe(recipe)
     views = torch.nn.functional.normalize(torch.randn(16, 2, 3, requires_grad=True), dim=-1)
@@ -69,6 +72,7 @@ def test_moco_queue_enqueues_without_reading_its_pointer():
     import torch
 
     from toolkit.samplers.sources import MoCoQueue
+
     queue = MoCoQueue(10, 3, torch.Generator().manual_seed(0))
     keys = torch.nn.functional.normalize(torch.randn(4, 3), dim=1)
     with SyncCounter() as reads:

@@ -1,5 +1,6 @@
 """The run path through one face: resume checks, hostile files refused at the CLI, the logged
 encoder as data (export round trip), and registries open to code outside the toolkit."""
+
 from __future__ import annotations
 
 import ast
@@ -36,6 +37,7 @@ def test_one_handshake_the_domain_is_looked_up_and_checked_once(points_domain, p
     """load_recipe finds the domain and runs its check once; execute builds the domain from the
     recipe without looking it up or checking it again, and the trainer builds its objective."""
     from tests.pipeline.points_domain import PointsDomain
+
     calls = {"lookup": 0, "check": 0}
     check = PointsDomain.check.__func__
 
@@ -46,6 +48,7 @@ def test_one_handshake_the_domain_is_looked_up_and_checked_once(points_domain, p
     def lookup(name):
         calls["lookup"] += 1
         return points_domain(name)
+
     monkeypatch.setattr(PointsDomain, "check", classmethod(counted_check))
     r = load_recipe(points_recipe, ["budget.steps=4"], lookup)
     assert r.domain_class is PointsDomain and not hasattr(r, "built")
@@ -59,8 +62,20 @@ def test_one_handshake_the_domain_is_looked_up_and_checked_once(points_domain, p
 def test_resume_with_another_recipe_is_refused_naming_the_keys(points_domain, points_recipe):
     r = load_recipe(points_recipe, [], points_domain)
     run_id, _ = execute(r, progress=False)
-    result = CliRunner().invoke(cli.main, ["run", str(points_recipe), "--resume", run_id, "--quiet",
-                                           "--set", "objective.loss.temperature=0.2", "--set", "seed=3"])
+    result = CliRunner().invoke(
+        cli.main,
+        [
+            "run",
+            str(points_recipe),
+            "--resume",
+            run_id,
+            "--quiet",
+            "--set",
+            "objective.loss.temperature=0.2",
+            "--set",
+            "seed=3",
+        ],
+    )
     assert result.exit_code == 2, result.output
     assert "objective.loss.temperature" in result.output and "seed" in result.output
 
@@ -84,6 +99,7 @@ class _NullTracker(RunLog):
 
 def test_logged_encoder_loads_back_as_data_and_gives_the_same_embeddings(points_domain, points_recipe, recwarn):
     from domains.export import load_encoder
+
     r = load_recipe(points_recipe, ["tracking.log_model=true", "budget.steps=6"], points_domain)
     run_id, _ = execute(r, progress=False)
     assert not [w for w in recwarn if "pickle" in str(w.message).lower()]
@@ -101,6 +117,7 @@ def test_logged_encoder_loads_back_as_data_and_gives_the_same_embeddings(points_
 
 def test_a_replaced_model_file_is_refused(points_domain, points_recipe):
     from domains.export import load_encoder
+
     r = load_recipe(points_recipe, ["tracking.log_model=true", "budget.steps=2"], points_domain)
     run_id, _ = execute(r, progress=False)
     client = client_for()
@@ -121,6 +138,7 @@ def test_a_selector_registered_outside_the_toolkit_is_usable_from_a_recipe(point
 
     class KeepFirstHalf(NegativeSelector):
         """keep the less similar half of each row's negatives"""
+
         arguments = ("fraction",)
 
         def mask(self, sims, fraction=0.5):
@@ -131,8 +149,11 @@ def test_a_selector_registered_outside_the_toolkit_is_usable_from_a_recipe(point
 
     SELECTORS.add("test_half", KeepFirstHalf)
     try:
-        r = load_recipe(points_recipe, ["objective.selector={name: test_half, fraction: 0.25}",
-                                        "objective.regularizers=[]", "budget.steps=3"], points_domain)
+        r = load_recipe(
+            points_recipe,
+            ["objective.selector={name: test_half, fraction: 0.25}", "objective.regularizers=[]", "budget.steps=3"],
+            points_domain,
+        )
         obj = objective_mod.from_recipe(r)
         sims = torch.arange(12.0).view(2, 6)
         assert obj.selector(sims, 0).sum(1).tolist() == [1, 1]
@@ -147,8 +168,13 @@ def test_toolkit_never_imports_domains_or_cli():
     offenders = []
     for path in (ROOT / "toolkit").rglob("*.py"):
         for node in ast.walk(ast.parse(path.read_text())):
-            names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
-                [node.module or ""] if isinstance(node, ast.ImportFrom) else []
+            names = (
+                [a.name for a in node.names]
+                if isinstance(node, ast.Import)
+                else [node.module or ""]
+                if isinstance(node, ast.ImportFrom)
+                else []
+            )
             if any(n.split(".")[0] in ("domains", "cli") for n in names):
                 offenders.append(f"{path.relative_to(ROOT)}:{node.lineno}")
     assert not offenders
@@ -162,7 +188,6 @@ def test_no_pickle_loading_in_the_package():
             if "weights_only=False" in text or "allow_pickle=True" in text or "pickle.load" in text:
                 hits.append(str(path.relative_to(ROOT)))
     assert not hits
-
 
 
 def test_time_to_accuracy_is_logged_against_training_wall_time(points_domain, points_recipe):

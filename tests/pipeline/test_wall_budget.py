@@ -1,6 +1,7 @@
 """``budget.minutes``: the run's length is fixed from timed steps that leave no trace, so the
 run equals one given that many steps; the length is logged, capped by the budget's steps, and
 kept by a resume."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -11,14 +12,29 @@ import cli
 from domains import installed
 from toolkit import checkpoint as ckpt
 from toolkit.runs import execute, load_recipe
-from toolkit.training import budget, pretrainer
 from toolkit.tracking.store import client_for
+from toolkit.training import budget, pretrainer
 
 QUICKSTART = Path(cli.__file__).resolve().parent / "recipes" / "vision" / "quickstart.yaml"
-TINY = ["data.train_subset=256", "encoder.width=8", "encoder.head.hidden=[32]", "encoder.head.out_dim=16", "budget.batch_size=64", "budget.log_every=1", "budget.epochs=null",
-        "budget.monitor_every=null", "evaluation.probe_train_subset=256", "evaluation.test_subset=128",
-        "evaluation.baselines=[]", "evaluation.diagnostics.samples=64", "evaluation.linear.epochs=5",
-        "evaluation.knn.k=10", "tracking.log_model=false", "precision=fp32", "schedule.warmup_steps=2"]
+TINY = [
+    "data.train_subset=256",
+    "encoder.width=8",
+    "encoder.head.hidden=[32]",
+    "encoder.head.out_dim=16",
+    "budget.batch_size=64",
+    "budget.log_every=1",
+    "budget.epochs=null",
+    "budget.monitor_every=null",
+    "evaluation.probe_train_subset=256",
+    "evaluation.test_subset=128",
+    "evaluation.baselines=[]",
+    "evaluation.diagnostics.samples=64",
+    "evaluation.linear.epochs=5",
+    "evaluation.knn.k=10",
+    "tracking.log_model=false",
+    "precision=fp32",
+    "schedule.warmup_steps=2",
+]
 
 
 class Stop(Exception):
@@ -45,6 +61,7 @@ def fixed_speed(monkeypatch):
     def step(self, batch, index):
         now[0] += 0.1
         return real(self, batch, index)
+
     monkeypatch.setattr(pretrainer.Pretrainer, "_train_step", step)
     monkeypatch.setattr(budget, "_clock", lambda: now[0])
 
@@ -74,11 +91,12 @@ def test_the_budget_steps_cap_the_minutes(data_workdir):
 def test_a_resume_keeps_the_fixed_length(data_workdir, fixed_speed):
     """With each timed step at 0.1 s, 0.02 minutes (1.2 s) fix 12 steps; the run is stopped at
     step 5 and resumed: it ends at 12, not at the ceiling, and calibrates once."""
+
     def stop_at_5(step):
         if step == 5:
             raise Stop
-    sets = ["budget.steps=300", "budget.minutes=0.02", "budget.checkpoint_every=1",
-            "tracking.experiment=resumed"]
+
+    sets = ["budget.steps=300", "budget.minutes=0.02", "budget.checkpoint_every=1", "tracking.experiment=resumed"]
     with pytest.raises(Stop):
         _run(sets, hooks=[stop_at_5])
     client = client_for()
@@ -92,6 +110,7 @@ def test_a_resume_keeps_the_fixed_length(data_workdir, fixed_speed):
 
 def test_minutes_need_a_ceiling():
     from toolkit.recipe import RecipeError
+
     with pytest.raises(RecipeError) as info:
         load_recipe(QUICKSTART, ["budget.epochs=null", "budget.minutes=3"], installed.get)
     assert "budget" in str(info.value) and "give epochs or steps" in str(info.value)
@@ -108,8 +127,12 @@ def _fits_by_counting(seconds, per_step, every, monitor):
 
 
 @pytest.mark.parametrize("seconds", [0.05, 1.0, 7.3, 40.0, 165.0])
-@pytest.mark.parametrize("per_step,every,monitor", [(0.2, 400, 3.0), (0.07, 400, 2.0), (0.5, 7, 1.3),
-                                                    (0.1, 5, 0.0), (0.1, None, 4.0), (0.3, 1, 0.2)])
+@pytest.mark.parametrize(
+    "per_step,every,monitor",
+    [(0.2, 400, 3.0), (0.07, 400, 2.0), (0.5, 7, 1.3), (0.1, 5, 0.0), (0.1, None, 4.0), (0.3, 1, 0.2)],
+)
 def test_steps_that_fit_count_only_the_monitors_they_reach(seconds, per_step, every, monitor):
     # a slow machine reaching 2 of the ceiling's 9 monitors is charged for those 2, not all 9
-    assert budget.steps_that_fit(seconds, per_step, every, monitor) == _fits_by_counting(seconds, per_step, every, monitor)
+    assert budget.steps_that_fit(seconds, per_step, every, monitor) == _fits_by_counting(
+        seconds, per_step, every, monitor
+    )

@@ -7,6 +7,7 @@ litter in the shared tree). ``DIR`` then holds ``ctk_tabular/`` and its ``*.dist
 the ``ctk.domains`` entry point; a process that has ``DIR`` on ``sys.path`` finds the domain,
 every other process does not.
 """
+
 from __future__ import annotations
 
 import importlib
@@ -22,8 +23,9 @@ from tests.plugin.helpers import EXAMPLE
 
 
 def _forget_plugin_modules() -> None:
-    for name in [m for m in sys.modules if m == "ctk_tabular" or m.startswith("ctk_tabular.")
-                 or m.startswith("ctk_fake_")]:
+    for name in [
+        m for m in sys.modules if m == "ctk_tabular" or m.startswith("ctk_tabular.") or m.startswith("ctk_fake_")
+    ]:
         del sys.modules[name]
     importlib.invalidate_caches()
 
@@ -33,13 +35,32 @@ def installed_plugin(tmp_path_factory) -> Path:
     """A folder holding the installed example package (built once per test session)."""
     base = tmp_path_factory.mktemp("plugin")
     source, target = base / "src", base / "site"
-    shutil.copytree(EXAMPLE, source, ignore=shutil.ignore_patterns(
-        "build", "*.egg-info", "__pycache__", "mlflow.db", "mlartifacts", "checkpoints"))
+    shutil.copytree(
+        EXAMPLE,
+        source,
+        ignore=shutil.ignore_patterns("build", "*.egg-info", "__pycache__", "mlflow.db", "mlartifacts", "checkpoints"),
+    )
     env = {**os.environ, "PIP_DISABLE_PIP_VERSION_CHECK": "1", "PIP_NO_INPUT": "1"}
     env.pop("PIP_CONSTRAINT", None)
-    proc = subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "--no-build-isolation",
-                           "--no-index", "--quiet", "--target", str(target), str(source)],
-                          capture_output=True, text=True, env=env, timeout=300)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "install",
+            "--no-deps",
+            "--no-build-isolation",
+            "--no-index",
+            "--quiet",
+            "--target",
+            str(target),
+            str(source),
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
     assert proc.returncode == 0, f"pip install of the example failed:\n{proc.stdout}\n{proc.stderr}"
     return target
 
@@ -58,4 +79,3 @@ def source_on_path(monkeypatch) -> None:
     monkeypatch.syspath_prepend(str(EXAMPLE))
     yield
     _forget_plugin_modules()
-

@@ -1,4 +1,5 @@
 """Helpers shared by the plug-in tests."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -7,8 +8,9 @@ ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "ctk-tabular"
 
 
-def fake_distribution(folder: Path, dist: str, entry_points: dict[str, str],
-                      module: str | None = None, module_source: str = "") -> Path:
+def fake_distribution(
+    folder: Path, dist: str, entry_points: dict[str, str], module: str | None = None, module_source: str = ""
+) -> Path:
     """Write a minimal installed distribution into ``folder``: ``<dist>-0.0.1.dist-info`` with
     METADATA and an ``entry_points.txt`` in the ``ctk.domains`` group, and optionally a module
     ``<module>.py``. With ``folder`` on ``sys.path``, ``importlib.metadata`` sees it as one more

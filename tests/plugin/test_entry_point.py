@@ -2,6 +2,7 @@
 to ``toolkit/`` or ``cli.py``: the example ``ctk-tabular`` installed into a temporary folder,
 listed by ``ctk list domains`` with its origin, run by ``ctk run`` into an mlflow store; two
 claims on one name and a plug-in that fails to import give clear errors."""
+
 from __future__ import annotations
 
 import os
@@ -21,16 +22,22 @@ EXPECTED_METRICS = ("linear_top1", "linear_top1_random_init", "linear_top1_raw_f
 
 def _cli(*args: str):
     import cli
+
     result = CliRunner().invoke(cli.main, list(args), catch_exceptions=False)
     return result.exit_code, result.output
 
 
 def test_core_knows_nothing_of_the_plugin():
-    files = [ROOT / "cli.py", *(p for p in (ROOT / "toolkit").rglob("*")
-                                if p.is_file() and "__pycache__" not in p.parts)]
+    files = [
+        ROOT / "cli.py",
+        *(p for p in (ROOT / "toolkit").rglob("*") if p.is_file() and "__pycache__" not in p.parts),
+    ]
     assert len(files) > 20
-    named = [str(p.relative_to(ROOT)) for p in files
-             if re.search(r"tabular", p.read_text(encoding="utf-8", errors="ignore"), re.IGNORECASE)]
+    named = [
+        str(p.relative_to(ROOT))
+        for p in files
+        if re.search(r"tabular", p.read_text(encoding="utf-8", errors="ignore"), re.IGNORECASE)
+    ]
     assert named == []
     assert "tabular" not in installed.BUILTIN
 
@@ -50,9 +57,13 @@ def test_registry_and_cli_list_the_plugin_with_its_origin(plugin_on_path, tmp_pa
     cls = installed.get("tabular")
     assert cls.__module__.startswith("ctk_tabular") and Path(cls.recipe_dirs[0]).is_dir()
     assert cls.recipe_dirs[0].startswith(str(plugin_on_path.resolve()))  # the installed copy, not the source
-    broken = fake_distribution(tmp_path / "broken", "ctk-fake-broken", {"broken": "ctk_fake_broken:Domain"},
-                               module="ctk_fake_broken",
-                               module_source="raise ImportError('needs the package ctk-fake-extras')\n")
+    broken = fake_distribution(
+        tmp_path / "broken",
+        "ctk-fake-broken",
+        {"broken": "ctk_fake_broken:Domain"},
+        module="ctk_fake_broken",
+        module_source="raise ImportError('needs the package ctk-fake-extras')\n",
+    )
     monkeypatch.syspath_prepend(str(broken))
     code, out = _cli("list", "domains")
     assert code == 0, out
@@ -68,11 +79,19 @@ def test_registry_and_cli_list_the_plugin_with_its_origin(plugin_on_path, tmp_pa
 
 
 def test_broken_plugin_fails_at_the_domain_key(plugin_on_path, tmp_path, monkeypatch):
-    broken = fake_distribution(tmp_path / "site", "ctk-fake-broken", {"broken": "ctk_fake_broken:Domain"},
-                               module="ctk_fake_broken", module_source="import ctk_fake_missing_dependency\n")
+    broken = fake_distribution(
+        tmp_path / "site",
+        "ctk-fake-broken",
+        {"broken": "ctk_fake_broken:Domain"},
+        module="ctk_fake_broken",
+        module_source="import ctk_fake_missing_dependency\n",
+    )
     monkeypatch.syspath_prepend(str(broken))
-    with pytest.raises(installed.DomainError, match=r"domain 'broken' \(ctk_fake_broken:Domain, "
-                                                   r"ctk-fake-broken 0.0.1\) failed to import: ModuleNotFoundError"):
+    with pytest.raises(
+        installed.DomainError,
+        match=r"domain 'broken' \(ctk_fake_broken:Domain, "
+        r"ctk-fake-broken 0.0.1\) failed to import: ModuleNotFoundError",
+    ):
         installed.get("broken")
     recipe = tmp_path / "r.yaml"
     recipe.write_text("domain: broken\nobjective: {loss: {name: nt_xent}}\nbudget: {steps: 1}\n")
@@ -81,8 +100,13 @@ def test_broken_plugin_fails_at_the_domain_key(plugin_on_path, tmp_path, monkeyp
     assert "domain: domain 'broken'" in out and "ctk_fake_missing_dependency" in out
 
 
-@pytest.mark.parametrize("claimed,first", [("tabular", "ctk-tabular 0.1.0 (ctk_tabular:TabularDomain)"),
-                                           ("vision", "built-in (domains.vision:VisionDomain)")])
+@pytest.mark.parametrize(
+    "claimed,first",
+    [
+        ("tabular", "ctk-tabular 0.1.0 (ctk_tabular:TabularDomain)"),
+        ("vision", "built-in (domains.vision:VisionDomain)"),
+    ],
+)
 def test_two_claims_on_one_name_are_an_error(plugin_on_path, tmp_path, monkeypatch, claimed, first):
     dup = fake_distribution(tmp_path / "dup", "ctk-fake-dup", {claimed: "ctk_fake_dup:Other"})
     monkeypatch.syspath_prepend(str(dup))
@@ -97,20 +121,43 @@ def test_two_claims_on_one_name_are_an_error(plugin_on_path, tmp_path, monkeypat
 
 @pytest.mark.slow
 def test_ctk_run_logs_the_plugin_run_to_mlflow(installed_plugin, tmp_path):
-    env = {k: v for k, v in os.environ.items()
-           if k not in ("MLFLOW_TRACKING_URI", "CTK_CHECKPOINTS", "PYTHONPATH")}
-    env.update(PYTHONPATH=os.pathsep.join([str(installed_plugin), str(ROOT)]), HF_HUB_OFFLINE="1",
-               OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
+    env = {k: v for k, v in os.environ.items() if k not in ("MLFLOW_TRACKING_URI", "CTK_CHECKPOINTS", "PYTHONPATH")}
+    env.update(
+        PYTHONPATH=os.pathsep.join([str(installed_plugin), str(ROOT)]),
+        HF_HUB_OFFLINE="1",
+        OMP_NUM_THREADS="1",
+        MKL_NUM_THREADS="1",
+    )
     recipe = installed_plugin / "ctk_tabular" / "recipes" / "scarf_nt_xent.yaml"
-    proc = subprocess.run([sys.executable, str(ROOT / "cli.py"), "run", str(recipe), "--quiet", "--verbose",
-                           "--experiment", "plugin-e2e", "--set", "budget.steps=3",
-                           "--set", "encoder.hidden=64", "--set", "encoder.head_hidden=64"],
-                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "cli.py"),
+            "run",
+            str(recipe),
+            "--quiet",
+            "--verbose",
+            "--experiment",
+            "plugin-e2e",
+            "--set",
+            "budget.steps=3",
+            "--set",
+            "encoder.hidden=64",
+            "--set",
+            "encoder.head_hidden=64",
+        ],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     printed = proc.stdout.split("(", 1)[1].split(")", 1)[0]  # run ID (NAME) finished in ...
     assert "s3" in printed and "h64" in printed  # the name says what differs from the recipe file
 
     from mlflow.tracking import MlflowClient
+
     client = MlflowClient(tracking_uri=f"sqlite:///{tmp_path / 'mlflow.db'}")
     exp = client.get_experiment_by_name("plugin-e2e")
     assert exp is not None

@@ -1,6 +1,7 @@
 """SCARF corruption (Bahri et al. 2022, Sec. 2) against plain loops over rows, views and
 features: exactly floor(c * M) features replaced per row and view, each replacement taken
 from the same column of the training table, subsets and donors spread uniformly."""
+
 from __future__ import annotations
 
 import math
@@ -12,13 +13,14 @@ import torch
 @pytest.fixture
 def scarf(source_on_path):
     import ctk_tabular
+
     return ctk_tabular
 
 
 def _distinct_table(rows: int, cols: int, offset: float, dtype=torch.float64) -> torch.Tensor:
     """Every entry distinct and every column's values disjoint from every other column's, so a
     value tells which column (and row) it came from."""
-    return (torch.arange(rows * cols, dtype=dtype).view(rows, cols) * 1.0 + offset)
+    return torch.arange(rows * cols, dtype=dtype).view(rows, cols) * 1.0 + offset
 
 
 def _reference_check(x, pool, views, q, clean_first=False):
@@ -38,8 +40,10 @@ def _reference_check(x, pool, views, q, clean_first=False):
             assert len(changed) == expected, (n, v, changed)
 
 
-@pytest.mark.parametrize("m,c,q", [(10, 0.3, 3), (30, 0.6, 18), (13, 0.6, 7), (4, 0.6, 2),
-                                   (64, 0.6, 38), (7, 0.0, 0), (7, 1.0, 7), (5, 0.19, 0)])
+@pytest.mark.parametrize(
+    "m,c,q",
+    [(10, 0.3, 3), (30, 0.6, 18), (13, 0.6, 7), (4, 0.6, 2), (64, 0.6, 38), (7, 0.0, 0), (7, 1.0, 7), (5, 0.19, 0)],
+)
 def test_count_is_floor_of_rate_times_features(scarf, m, c, q):
     assert q == math.floor(c * m + 1e-9)
     assert scarf.corrupted_count(m, c) == q
@@ -64,8 +68,7 @@ def test_views_against_loop_reference(scarf, dtype):
 def test_clean_first_view_is_scarf_pairing(scarf):
     pool = _distinct_table(30, 8, 0.5)
     x = -_distinct_table(5, 8, 1.0)
-    views = scarf.scarf_views(x, pool, 3, 0.5, clean_first_view=True,
-                              generator=torch.Generator().manual_seed(0))
+    views = scarf.scarf_views(x, pool, 3, 0.5, clean_first_view=True, generator=torch.Generator().manual_seed(0))
     assert torch.equal(views[:, 0], x)
     _reference_check(x, pool, views, q=4, clean_first=True)
 
@@ -101,14 +104,17 @@ def test_seeded_generator_repeats(scarf):
     assert torch.equal(a, b) and not torch.equal(a, c)
 
 
-@pytest.mark.parametrize("kwargs,word", [
-    (dict(corruption_rate=1.5), "corruption_rate"),
-    (dict(corruption_rate=-0.1), "corruption_rate"),
-    (dict(num_views=0), "num_views"),
-    (dict(pool=torch.randn(5, 3)), "pool"),
-    (dict(pool=torch.randn(0, 4)), "pool"),
-    (dict(x=torch.ones(3, 4, dtype=torch.long)), "x"),
-])
+@pytest.mark.parametrize(
+    "kwargs,word",
+    [
+        (dict(corruption_rate=1.5), "corruption_rate"),
+        (dict(corruption_rate=-0.1), "corruption_rate"),
+        (dict(num_views=0), "num_views"),
+        (dict(pool=torch.randn(5, 3)), "pool"),
+        (dict(pool=torch.randn(0, 4)), "pool"),
+        (dict(x=torch.ones(3, 4, dtype=torch.long)), "x"),
+    ],
+)
 def test_bad_arguments_name_themselves(scarf, kwargs, word):
     args = dict(x=torch.randn(3, 4), pool=torch.randn(5, 4), num_views=2, corruption_rate=0.6)
     args.update(kwargs)

@@ -1,6 +1,7 @@
 """The tabular example domain on its own: recipe validation, split and standardisation, the
 encoder, the probes (against plain scikit-learn / torch references written here), and every
 recipe and reproduce table the package ships."""
+
 from __future__ import annotations
 
 import math
@@ -11,8 +12,8 @@ import torch
 from torch import nn
 
 from toolkit import recipe as rc
-from toolkit.studies.reproduce import discover_tables
 from toolkit.runs import load_recipe
+from toolkit.studies.reproduce import discover_tables
 
 METRICS = {"linear_top1", "linear_top1_random_init", "linear_top1_raw_features"}
 
@@ -20,6 +21,7 @@ METRICS = {"linear_top1", "linear_top1_random_init", "linear_top1_raw_features"}
 @pytest.fixture
 def tabular(source_on_path):
     import ctk_tabular
+
     return ctk_tabular
 
 
@@ -34,8 +36,9 @@ def _problems(tabular, overrides):
 
 
 def test_domain_sections_report_bad_keys_with_their_path(tabular):
-    problems = _problems(tabular, ["data.dataset=iris", "data.corruption_rate=1.5",
-                                   "encoder.widht=3", "evaluation.probe_c=0"])
+    problems = _problems(
+        tabular, ["data.dataset=iris", "data.corruption_rate=1.5", "encoder.widht=3", "evaluation.probe_c=0"]
+    )
     assert set(problems) == {"data.dataset", "data.corruption_rate", "encoder.widht", "evaluation.probe_c"}
     assert "breast_cancer" in problems["data.dataset"] and "'iris'" in problems["data.dataset"]
     assert "1.5" in problems["data.corruption_rate"]
@@ -67,9 +70,11 @@ def _domain(tabular, *sets):
 def test_split_and_standardisation_match_a_plain_reference(tabular):
     from sklearn.datasets import load_breast_cancer
     from sklearn.model_selection import train_test_split
+
     bunch = load_breast_cancer()
-    xtr, xte, ytr, yte = train_test_split(bunch.data, bunch.target, test_size=0.3, random_state=4,
-                                          stratify=bunch.target)
+    xtr, xte, ytr, yte = train_test_split(
+        bunch.data, bunch.target, test_size=0.3, random_state=4, stratify=bunch.target
+    )
     mean, std = xtr.mean(0), xtr.std(0)
     s = _domain(tabular).splits(tabular.TabularData(dataset="breast_cancer", split_seed=4))
     assert np.allclose(s.train_x.numpy(), (xtr - mean) / std, atol=1e-5)
@@ -82,6 +87,7 @@ def test_split_and_standardisation_match_a_plain_reference(tabular):
 
 def _plain_probe(xtr, ytr, xte, yte, seed=0):
     from sklearn.linear_model import LogisticRegression
+
     mean, std = xtr.mean(0), xtr.std(0)
     std = np.where(std > 0, std, 1.0)
     clf = LogisticRegression(C=1.0, max_iter=2000, random_state=seed).fit((xtr - mean) / std, ytr)
@@ -102,8 +108,19 @@ def _reference_mlp(m, hidden, depth, head_hidden, out_dim):
 def test_evaluation_probes_match_references(tabular):
     from sklearn.datasets import load_wine
     from sklearn.model_selection import train_test_split
-    recipe = _load(tabular, ["data.dataset=wine", "seed=3", "encoder.hidden=32", "encoder.depth=2",
-                             "encoder.head_hidden=16", "encoder.out_dim=8", "budget.batch_size=32"])
+
+    recipe = _load(
+        tabular,
+        [
+            "data.dataset=wine",
+            "seed=3",
+            "encoder.hidden=32",
+            "encoder.depth=2",
+            "encoder.head_hidden=16",
+            "encoder.out_dim=8",
+            "budget.batch_size=32",
+        ],
+    )
     domain = _domain(tabular)
     data = domain.build_data(recipe)
     torch.manual_seed(3)
@@ -116,8 +133,9 @@ def test_evaluation_probes_match_references(tabular):
     assert domain.monitor(trained, data) == {"linear_top1": pytest.approx(result["linear_top1"])}
 
     bunch = load_wine()
-    xtr, xte, ytr, yte = train_test_split(bunch.data, bunch.target, test_size=0.3, random_state=0,
-                                          stratify=bunch.target)
+    xtr, xte, ytr, yte = train_test_split(
+        bunch.data, bunch.target, test_size=0.3, random_state=0, stratify=bunch.target
+    )
     one_row = 100.0 / len(yte) + 1e-9
     assert abs(result["linear_top1_raw_features"] - _plain_probe(xtr, ytr, xte, yte, seed=3)) <= one_row
 
@@ -150,8 +168,9 @@ def test_evaluation_probes_match_references(tabular):
 
 
 def test_encoder_shapes_and_normalisation(tabular):
-    enc = tabular.MLPEncoder(13, hidden=24, depth=3, head_hidden=10, head_depth=2, out_dim=5,
-                             batch_norm=True, dropout=0.1).eval()
+    enc = tabular.MLPEncoder(
+        13, hidden=24, depth=3, head_hidden=10, head_depth=2, out_dim=5, batch_norm=True, dropout=0.1
+    ).eval()
     x = torch.randn(7, 13)
     assert enc.features(x).shape == (7, 24) and enc.out_dim == 5
     z = enc(x)
@@ -178,8 +197,9 @@ def test_views_need_data_and_batch_must_fit(tabular):
 def test_csv_tables(tabular, tmp_path):
     rng = np.random.default_rng(0)
     path = tmp_path / "table.csv"
-    lines = ["a,b,label,c"] + [f"{rng.normal():.4f},{rng.normal():.4f},{'yes' if i % 3 else 'no'},{i}"
-                               for i in range(40)]
+    lines = ["a,b,label,c"] + [
+        f"{rng.normal():.4f},{rng.normal():.4f},{'yes' if i % 3 else 'no'},{i}" for i in range(40)
+    ]
     path.write_text("\n".join(lines) + "\n")
     s = _domain(tabular).splits(tabular.TabularData(dataset="csv", path=str(path), target="label"))
     assert s.num_features == 3 and s.feature_names == ["a", "b", "c"] and s.num_classes == 2

@@ -2,6 +2,7 @@
 the claim verdicts against scipy.stats' paired t-test and a hand-written Holm adjustment on
 the same numbers, the printed precision of a paper's number, and tables measured on another
 dataset than the paper's."""
+
 from __future__ import annotations
 
 import json
@@ -14,8 +15,14 @@ from scipy import stats as sps
 from toolkit import recipe as rc
 from toolkit.studies import stats
 from toolkit.studies.claims import parse_claims
-from toolkit.studies.reproduce import (PaperTable, TableRow, claims_report, load_table,
-                                       render_reproduction, reproduce_report)
+from toolkit.studies.reproduce import (
+    PaperTable,
+    TableRow,
+    claims_report,
+    load_table,
+    render_reproduction,
+    reproduce_report,
+)
 
 SEEDS = [0, 1, 2, 3, 4]
 # a > b by a clear margin; c vs b: a small, noisy gap; d < b clearly (so "d > b" fails)
@@ -30,8 +37,9 @@ VALUES = {
 def _table(claims_raw, rows=("a", "b", "c", "d"), seeds=None, **extra) -> PaperTable:
     claims, problems = parse_claims(claims_raw, list(rows), ["acc"])
     assert not problems
-    table = PaperTable("t", "T", "paper", SEEDS, ["acc"], [TableRow(r, None, [], {}) for r in rows], None,
-                       claims=claims, **extra)
+    table = PaperTable(
+        "t", "T", "paper", SEEDS, ["acc"], [TableRow(r, None, [], {}) for r in rows], None, claims=claims, **extra
+    )
     for r in rows:
         table.measured[r] = {"acc": list(VALUES[r])}
         table.measured_seeds[r] = {"acc": list(seeds or SEEDS)}
@@ -54,9 +62,11 @@ def _reference_verdicts(pairs: list[tuple[str, str]], alpha: float = 0.05) -> li
 
 
 def test_claim_verdicts_match_scipy_paired_t_with_holm():
-    raw = [{"id": "order", "text": "a > b > d", "metric": "acc", "chain": ["a", "b", "d"]},
-           {"id": "small", "text": "c > b", "metric": "acc", "pairs": [["c", "b"]]},
-           {"id": "wrong", "text": "d > b", "metric": "acc", "pairs": [["d", "b"]]}]
+    raw = [
+        {"id": "order", "text": "a > b > d", "metric": "acc", "chain": ["a", "b", "d"]},
+        {"id": "small", "text": "c > b", "metric": "acc", "pairs": [["c", "b"]]},
+        {"id": "wrong", "text": "d > b", "metric": "acc", "pairs": [["d", "b"]]},
+    ]
     records = claims_report(_table(raw)).records
     pairs = [("a", "b"), ("b", "d"), ("c", "b"), ("d", "b")]
     assert [r["verdict"] for r in records] == _reference_verdicts(pairs)
@@ -69,7 +79,10 @@ def test_claim_verdicts_match_scipy_paired_t_with_holm():
         assert r["effect"] == pytest.approx(np.mean(VALUES[a]) - np.mean(VALUES[b]))
         assert r["test"] == "paired"
     assert {r["claim"]: r["claim_verdict"] for r in records} == {
-        "order": "holds", "small": "inconclusive at n=5", "wrong": "fails"}
+        "order": "holds",
+        "small": "inconclusive at n=5",
+        "wrong": "fails",
+    }
 
 
 def test_claims_pair_by_seed_not_by_position():
@@ -90,32 +103,40 @@ def test_a_sign_claim_is_a_one_sample_test_against_the_constant():
 
 
 def test_bad_claims_are_reported_with_their_path():
-    _, problems = parse_claims([{"text": "x", "metric": "acc", "chain": ["a", "nope"]},
-                                {"text": "y", "chain": ["a", "b"], "pairs": []}], ["a", "b"], ["acc"])
+    _, problems = parse_claims(
+        [{"text": "x", "metric": "acc", "chain": ["a", "nope"]}, {"text": "y", "chain": ["a", "b"], "pairs": []}],
+        ["a", "b"],
+        ["acc"],
+    )
     assert problems[0][0] == "claims.0.0" and "nope" in problems[0][1]
     assert problems[1][0] == "claims.1"
 
 
-@pytest.mark.parametrize("printed, value, expected", [
-    ("0.02041", 0.0204110, "contains"),      # Ring Table 5's true MI: equal to its printed digits
-    ("0.02041", 0.0204160, "above"),         # 0.020416 rounds to 0.02042
-    ("7.29e-5", 7.294e-5, "contains"),
-    ("84", 84.4, "contains"),
-    ("84.0", 84.4, "above"),
-])
+@pytest.mark.parametrize(
+    "printed, value, expected",
+    [
+        ("0.02041", 0.0204110, "contains"),  # Ring Table 5's true MI: equal to its printed digits
+        ("0.02041", 0.0204160, "above"),  # 0.020416 rounds to 0.02042
+        ("7.29e-5", 7.294e-5, "contains"),
+        ("84", 84.4, "contains"),
+        ("84.0", 84.4, "above"),
+    ],
+)
 def test_a_value_equal_to_the_printed_number_reads_contains(printed, value, expected):
     """A constant measurement (std 0, the interval a point) against the paper's number as
     printed; also a single measurement (no interval)."""
     for values in ([value] * 5, [value]):
         s = stats.summarize(values)
-        assert stats.verdict(s, float(printed), stats.printed_half_unit(printed)) == \
-            (expected if len(values) > 1 or expected == "contains" else "n<2: no interval")
+        assert stats.verdict(s, float(printed), stats.printed_half_unit(printed)) == (
+            expected if len(values) > 1 or expected == "contains" else "n<2: no interval"
+        )
 
 
 def test_table_yaml_keeps_the_printed_precision(tmp_path):
     (tmp_path / "r.yaml").write_text("name: r\n")
     path = tmp_path / "t.yaml"
-    path.write_text(textwrap.dedent("""\
+    path.write_text(
+        textwrap.dedent("""\
         name: t
         title: T
         metrics: [mi]
@@ -124,12 +145,12 @@ def test_table_yaml_keeps_the_printed_precision(tmp_path):
           - {label: y, recipe: r.yaml, paper: *p}
         claims:
           - {text: "x > y", metric: mi, pairs: [[x, y]]}
-        """))
+        """)
+    )
     table = load_table(path)
     assert [row.printed for row in table.rows] == [{"mi": "0.02041"}] * 2
     table.measured = {"x": {"mi": [0.020411] * 3}, "y": {"mi": [0.0204] * 3}}
-    assert {r["row"]: r["verdict"] for r in reproduce_report(table).records} == \
-        {"x": "contains", "y": "below"}
+    assert {r["row"]: r["verdict"] for r in reproduce_report(table).records} == {"x": "contains", "y": "below"}
     path.write_text(path.read_text().replace("[[x, y]]", "[[x, z]]"))
     with pytest.raises(rc.RecipeError, match="claims.0.0"):
         load_table(path)

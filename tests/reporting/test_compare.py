@@ -1,5 +1,6 @@
 """ctk compare: intervals, tests and Holm's correction against scipy.stats computed directly
 from the known numbers of the fixture; every --format parses back; groups of one say so."""
+
 from __future__ import annotations
 
 import csv
@@ -71,10 +72,10 @@ def test_baseline_paired_welch_and_holm(stats_experiment):
                 b = [-2.0 - v * s / 10 for s, v in base.items()]
             rec = recs[method]
             if set(by_seed) == set(base):  # dcl: same seeds -> paired by seed
-                ref = sps.ttest_rel([by_seed[s] if metric == "linear_top1" else -2.0 - by_seed[s] * s / 10
-                                     for s in sorted(base)],
-                                    [base[s] if metric == "linear_top1" else -2.0 - base[s] * s / 10
-                                     for s in sorted(base)])
+                ref = sps.ttest_rel(
+                    [by_seed[s] if metric == "linear_top1" else -2.0 - by_seed[s] * s / 10 for s in sorted(base)],
+                    [base[s] if metric == "linear_top1" else -2.0 - base[s] * s / 10 for s in sorted(base)],
+                )
                 assert rec["test"] == "paired"
             else:  # hcl: other seeds -> Welch
                 ref = sps.ttest_ind(a, b, equal_var=False)
@@ -130,8 +131,9 @@ def test_group_of_one_prints_no_interval(store):
 
 @pytest.mark.parametrize("fmt", ["csv", "json", "markdown", "table"])
 def test_every_format_parses_back(stats_experiment, fmt):
-    result = CliRunner().invoke(cli.main, ["compare", "stats", "--baseline", "loss=nt_xent",
-                                           "--format", fmt], env={"COLUMNS": "72"})
+    result = CliRunner().invoke(
+        cli.main, ["compare", "stats", "--baseline", "loss=nt_xent", "--format", fmt], env={"COLUMNS": "72"}
+    )
     assert result.exit_code == 0, result.output
     report = compare_report(collect("stats"), baseline="nt_xent")
     out = result.stdout

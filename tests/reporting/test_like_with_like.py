@@ -1,6 +1,7 @@
 """Comparisons group runs by what the user set, never by what a run measured or ran on; every
 comparison says what else differs, marks the tests that difference can move, and --strict
 refuses them; runs logged with the old param names still compare (issue 40)."""
+
 from __future__ import annotations
 
 import csv
@@ -19,10 +20,23 @@ from toolkit.studies.tables import render
 from toolkit.studies.ui_view import VIEW_TAG, publish_view
 from toolkit.tracking.store import client_for, experiment_id
 
-RECIPE = {"objective.loss.name": "nt_xent", "objective.loss.temperature": 0.2, "budget.minutes": 2.6,
-          "budget.epochs": 10, "precision": "auto", "data.dataset": "fashion-mnist"}
-ENV = {"env.cpu_capability": "AVX512", "env.cpu_bf16": "native", "env.torch": "2.14.1", "env.ctk": "0.1.0",
-       "env.git_commit": "39f43ea", "measured.precision": "bf16", "measured.device": "cpu"}
+RECIPE = {
+    "objective.loss.name": "nt_xent",
+    "objective.loss.temperature": 0.2,
+    "budget.minutes": 2.6,
+    "budget.epochs": 10,
+    "precision": "auto",
+    "data.dataset": "fashion-mnist",
+}
+ENV = {
+    "env.cpu_capability": "AVX512",
+    "env.cpu_bf16": "native",
+    "env.torch": "2.14.1",
+    "env.ctk": "0.1.0",
+    "env.git_commit": "39f43ea",
+    "measured.precision": "bf16",
+    "measured.device": "cpu",
+}
 
 
 def _run(client, eid, seed, top1, **extra):
@@ -48,10 +62,28 @@ def test_two_seeds_differing_only_in_measured_values_are_one_group_of_two(store)
     client = client_for(store)
     eid = experiment_id(client, "seeds")
     # the same steps, different ms/step and chosen C: things a run found, not settings
-    _run(client, eid, 0, 87.91, **{"measured.budget_steps_fixed": 2573, "measured.budget_ms_per_step": 55.54,
-                                   "measured.evaluation.chosen.linear_c": 0.1})
-    _run(client, eid, 1, 88.53, **{"measured.budget_steps_fixed": 2573, "measured.budget_ms_per_step": 43.12,
-                                   "measured.evaluation.chosen.linear_c": 100.0})
+    _run(
+        client,
+        eid,
+        0,
+        87.91,
+        **{
+            "measured.budget_steps_fixed": 2573,
+            "measured.budget_ms_per_step": 55.54,
+            "measured.evaluation.chosen.linear_c": 0.1,
+        },
+    )
+    _run(
+        client,
+        eid,
+        1,
+        88.53,
+        **{
+            "measured.budget_steps_fixed": 2573,
+            "measured.budget_ms_per_step": 43.12,
+            "measured.evaluation.chosen.linear_c": 100.0,
+        },
+    )
     comp = collect("seeds")
     assert comp.by == [] and len(comp.groups) == 1 and len(comp.groups[0].runs) == 2
     [rec] = compare_report(comp).records
@@ -74,8 +106,10 @@ def test_a_group_whose_runs_trained_different_steps_is_marked_and_strict_refuses
     out = _cli("steps")
     assert out.exit_code == 0, out.output
     assert "confounded: steps 2,573-3,353" in out.output
-    assert "what else differs: steps 2,573-3,353 (within all runs); commit 39f43ea / 8dcd8c2 (within all runs)" \
+    assert (
+        "what else differs: steps 2,573-3,353 (within all runs); commit 39f43ea / 8dcd8c2 (within all runs)"
         in out.output.replace("\n  ", " ")
+    )
     strict = _cli("steps", "--strict")
     assert strict.exit_code != 0
     assert "--strict" in strict.output and "steps 2,573-3,353" in strict.output and "linear_top1" not in strict.output
@@ -86,8 +120,12 @@ def test_a_test_between_groups_that_trained_differently_still_runs_and_is_marked
     eid = experiment_id(client, "arms")
     for seed, (a, b) in enumerate([(87.0, 88.1), (87.4, 88.2), (86.9, 88.4)]):
         _run(client, eid, seed, a, **{"measured.budget_steps_fixed": 125})
-        log_run(client, eid, {**RECIPE, "objective.loss.temperature": 0.5, "seed": seed, **ENV,
-                              "measured.budget_steps_fixed": 121}, {"linear_top1": b})
+        log_run(
+            client,
+            eid,
+            {**RECIPE, "objective.loss.temperature": 0.5, "seed": seed, **ENV, "measured.budget_steps_fixed": 121},
+            {"linear_top1": b},
+        )
     report = compare_report(collect("arms"), baseline="temperature=0.2")
     tested = next(r for r in report.records if r["group"] == "temperature=0.5")
     assert tested["test"] == "paired" and tested["p"] is not None  # the test still runs
@@ -110,12 +148,26 @@ def test_runs_logged_with_the_old_param_names_still_compare(store):
     eid = experiment_id(client, "quickstart")
     old = {k: v for k, v in RECIPE.items() if k != "precision"}
     tags = {"ctk.version": "0.1.0", "mlflow.source.git.commit": "39f43ea"}
-    for seed, steps, ms, c, precision, top1 in [(0, 2573, 55.54, 0.1, "bf16", 87.91),
-                                                 (1, 3353, 43.12, 100.0, "bf16", 88.53),
-                                                 (0, 1217, 122.27, 0.1, "fp32", 87.20)]:
-        log_run(client, eid, {**old, "seed": seed, "budget_steps_fixed": steps, "budget_ms_per_step": ms,
-                              "evaluation.chosen.linear_c": c, "precision": precision,
-                              "precision_requested": "auto"}, {"linear_top1": top1}, tags=tags)
+    for seed, steps, ms, c, precision, top1 in [
+        (0, 2573, 55.54, 0.1, "bf16", 87.91),
+        (1, 3353, 43.12, 100.0, "bf16", 88.53),
+        (0, 1217, 122.27, 0.1, "fp32", 87.20),
+    ]:
+        log_run(
+            client,
+            eid,
+            {
+                **old,
+                "seed": seed,
+                "budget_steps_fixed": steps,
+                "budget_ms_per_step": ms,
+                "evaluation.chosen.linear_c": c,
+                "precision": precision,
+                "precision_requested": "auto",
+            },
+            {"linear_top1": top1},
+            tags=tags,
+        )
     comp = collect("quickstart")
     assert comp.by == [] and [len(g.runs) for g in comp.groups] == [3]
     [rec] = compare_report(comp).records
@@ -131,10 +183,20 @@ def test_the_ui_view_shows_settings_and_seed_never_measurements(store):
     eid = experiment_id(client, "view")
     for seed in (0, 1):
         for t in (0.2, 0.5):
-            log_run(client, eid, {**RECIPE, "objective.loss.temperature": t, "seed": seed, **ENV,
-                                  "measured.budget_steps_fixed": 100 + seed + int(10 * t),
-                                  "measured.evaluation.chosen.linear_c": seed,
-                                  "env.git_commit": f"c{seed}"}, {"linear_top1": 80 + seed})
+            log_run(
+                client,
+                eid,
+                {
+                    **RECIPE,
+                    "objective.loss.temperature": t,
+                    "seed": seed,
+                    **ENV,
+                    "measured.budget_steps_fixed": 100 + seed + int(10 * t),
+                    "measured.evaluation.chosen.linear_c": seed,
+                    "env.git_commit": f"c{seed}",
+                },
+                {"linear_top1": 80 + seed},
+            )
     publish_view(client, "view")
     exp = client.get_experiment_by_name("view")
     columns = json.loads(exp.tags[VIEW_TAG])["selectedColumns"]
@@ -146,9 +208,16 @@ def test_a_study_says_what_else_differs_per_domain_and_marks_confounded_verdicts
     from types import SimpleNamespace
 
     from toolkit.studies.study import Measured, Study, StudyFile, study_report
-    spec = StudyFile.model_validate({"name": "s", "seeds": [0, 1, 2], "baseline": "cl", "arms": {"cl": {}, "dp": {}},
-                                     "domains": {d: {"recipe": "r.yaml", "metrics": {"m": "max"}}
-                                                 for d in ("vision", "toy")}})
+
+    spec = StudyFile.model_validate(
+        {
+            "name": "s",
+            "seeds": [0, 1, 2],
+            "baseline": "cl",
+            "arms": {"cl": {}, "dp": {}},
+            "domains": {d: {"recipe": "r.yaml", "metrics": {"m": "max"}} for d in ("vision", "toy")},
+        }
+    )
     study = Study(spec, "s.yaml", {}, {}, {"vision": {"m": "max"}, "toy": {"m": "max"}}, [0, 1, 2])
     got = Measured()
     for domain, precision in (("vision", "bf16"), ("toy", "fp32")):  # domains differ: never compared
@@ -160,6 +229,8 @@ def test_a_study_says_what_else_differs_per_domain_and_marks_confounded_verdicts
     report = study_report(study, got)
     by_domain = {r["domain"]: r for r in report.records}
     assert by_domain["vision"]["confounded"] == "steps 380-400"
-    assert by_domain["vision"]["verdict"].endswith("(confounded: steps 380-400)") and by_domain["vision"]["p"] is not None
+    assert (
+        by_domain["vision"]["verdict"].endswith("(confounded: steps 380-400)") and by_domain["vision"]["p"] is not None
+    )
     assert by_domain["toy"]["confounded"] is None and "confounded" not in by_domain["toy"]["verdict"]
     assert report.notes[0] == "what else differs: vision: steps 380-400 (between groups)"  # not precision

@@ -1,5 +1,6 @@
 """Comparisons and plots start from what a run is for: its metrics of record (the ``ctk.record``
 tag) first; settings a run chose itself are not compared."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -20,11 +21,17 @@ def _sweep(store):
     rng = np.random.default_rng(1)
     for t in (0.1, 0.5, 1.0):
         for seed in (0, 1):
-            log_run(client, eid, {LOSS_KEY: "nt_xent", TEMP_KEY: t, "seed": seed,
-                                  "evaluation.chosen.linear_c": 0.5},
-                    {"alignment": rng.normal(0.3, 0.05), "linear_top1": 80 + 10 * t + rng.normal(0, 0.5),
-                     "zz_other": rng.normal(5, 1)},
-                    tags={"mlflow.parentRunId": parent, "ctk.record": "linear_top1"})
+            log_run(
+                client,
+                eid,
+                {LOSS_KEY: "nt_xent", TEMP_KEY: t, "seed": seed, "evaluation.chosen.linear_c": 0.5},
+                {
+                    "alignment": rng.normal(0.3, 0.05),
+                    "linear_top1": 80 + 10 * t + rng.normal(0, 0.5),
+                    "zz_other": rng.normal(5, 1),
+                },
+                tags={"mlflow.parentRunId": parent, "ctk.record": "linear_top1"},
+            )
     client.set_terminated(parent, "FINISHED")
     return client, eid
 
@@ -36,6 +43,7 @@ def _plotted(monkeypatch, args):
     def spy(series, xlabel, ylabel, **kwargs):
         drawn.update(series=series, ylabel=ylabel)
         return original(series, xlabel, ylabel, **kwargs)
+
     monkeypatch.setattr(plots, "band_figure", spy)
     result = CliRunner().invoke(cli.main, ["compare", "rec", *args])
     assert result.exit_code == 0, result.output

@@ -1,6 +1,7 @@
 """scripts/reproductions.py: the page is written from stored runs (one per row and seed, the
 newest when a point ran twice, unfinished ones left out), and its verdicts are the claims
 block's on the same numbers."""
+
 from __future__ import annotations
 
 import importlib.util
@@ -26,7 +27,8 @@ def _script():
 
 def test_page_reads_the_stored_runs_and_tests_the_claims(store, tmp_path):
     (tmp_path / "r.yaml").write_text("name: r\n")
-    (tmp_path / "t.yaml").write_text(textwrap.dedent("""\
+    (tmp_path / "t.yaml").write_text(
+        textwrap.dedent("""\
         name: toy-t
         title: A toy table
         seeds: [0, 1, 2, 3]
@@ -36,15 +38,15 @@ def test_page_reads_the_stored_runs_and_tests_the_claims(store, tmp_path):
           - {label: new, recipe: r.yaml}
         claims:
           - {id: better, text: "new above base", section: "Sec. 1", metric: acc, pairs: [[new, base]]}
-        """))
+        """)
+    )
     table = load_table(tmp_path / "t.yaml")
     client = client_for(store)
     eid = experiment_id(client, "reproduce-toy-t")
     for row, values in VALUES.items():
         for seed, v in enumerate(values):
             log_run(client, eid, {"seed": seed}, {"acc": v}, tags={"ctk.table": "toy-t", "ctk.row": row})
-    log_run(client, eid, {"seed": 0}, {"acc": 9.0}, tags={"ctk.table": "toy-t", "ctk.row": "new"},
-            status="FAILED")
+    log_run(client, eid, {"seed": 0}, {"acc": 9.0}, tags={"ctk.table": "toy-t", "ctk.row": "new"}, status="FAILED")
     module = _script()
     runs = module.stored_runs(store, table)
     assert len(runs) == 8
@@ -62,16 +64,25 @@ def test_keep_takes_tables_without_runs_from_the_page_as_written(store, tmp_path
     (tmp_path / "r.yaml").write_text("name: r\n")
     tables = {}
     for name in ("toy-a", "toy-b"):
-        (tmp_path / f"{name}.yaml").write_text(f"name: {name}\ntitle: T\nseeds: [0]\nmetrics: [acc]\n"
-                                               "notes: NEW-NOTES\nrows:\n  - {label: base, recipe: r.yaml}\n")
+        (tmp_path / f"{name}.yaml").write_text(
+            f"name: {name}\ntitle: T\nseeds: [0]\nmetrics: [acc]\n"
+            "notes: NEW-NOTES\nrows:\n  - {label: base, recipe: r.yaml}\n"
+        )
         tables[name] = load_table(tmp_path / f"{name}.yaml")
     client = client_for(store)
-    log_run(client, experiment_id(client, "reproduce-toy-a"), {"seed": 0}, {"acc": 0.5},
-            tags={"ctk.table": "toy-a", "ctk.row": "base"})
+    log_run(
+        client,
+        experiment_id(client, "reproduce-toy-a"),
+        {"seed": 0},
+        {"acc": 0.5},
+        tags={"ctk.table": "toy-a", "ctk.row": "base"},
+    )
     module = _script()
     monkeypatch.setattr(module, "PAPERS", {"Paper": ["toy-a", "toy-b"]})
-    old = ("# Page\n\n## Paper\n\n### `toy-a`\n\nOLD-A-TEXT\n\n### `toy-b`\n\nOLD-B-TEXT\n\n"
-           f"{module.NOTES_HEAD}\n\n> OLD-NOTES\n\n## Other\n\nx\n")
+    old = (
+        "# Page\n\n## Paper\n\n### `toy-a`\n\nOLD-A-TEXT\n\n### `toy-b`\n\nOLD-B-TEXT\n\n"
+        f"{module.NOTES_HEAD}\n\n> OLD-NOTES\n\n## Other\n\nx\n"
+    )
     keep = module.old_sections(old)
     assert keep["toy-b"][:3] == ["### `toy-b`", "", "OLD-B-TEXT"] and "> OLD-NOTES" in keep["toy-b"]
     text = module.page(tables, store, ["toy-a", "toy-b"], keep)

@@ -1,4 +1,5 @@
 """What `ctk run` ends with: the metrics of record beside their baselines, where to look next."""
+
 from __future__ import annotations
 
 import random
@@ -32,8 +33,10 @@ def test_recipe_overrides_the_record_and_tracking_keys_keep_the_point():
     assert record_metrics(commands.load(TOY)) == {"kmeans_accuracy": ("kmeans_accuracy_euclidean",)}
 
 
-@pytest.mark.parametrize("recipe", ["recipes/vision/quickstart.yaml", "recipes/text/cpu/qt_bow_books.yaml",
-                                    "recipes/toy/lmcl_three_bars_cl.yaml"])
+@pytest.mark.parametrize(
+    "recipe",
+    ["recipes/vision/quickstart.yaml", "recipes/text/cpu/qt_bow_books.yaml", "recipes/toy/lmcl_three_bars_cl.yaml"],
+)
 def test_domains_declare_records_among_the_metrics_they_log(recipe):
     r = commands.load(recipe)
     logged = installed.get(r.domain).result_metrics(r)

@@ -1,5 +1,6 @@
 """ctk reproduce --list says what each table needs here: data (installed, fetchable offline, or
 without an offline copy), a GPU or not, and the measured CPU wall time."""
+
 from pathlib import Path
 
 import yaml
@@ -14,10 +15,18 @@ ROOT = Path(__file__).resolve().parents[2]
 def _table(tmp_path: Path, extra: dict) -> Path:
     recipe = yaml.safe_load((ROOT / "recipes" / "vision" / "quickstart.yaml").read_text())
     (tmp_path / "r.yaml").write_text(yaml.safe_dump(recipe))
-    table = {"name": "t", "title": "T", "metrics": ["linear_top1"], "seeds": [0],
-             "rows": [{"label": "fmnist", "recipe": "r.yaml"},
-                      {"label": "cifar", "recipe": "r.yaml", "set": {"data.dataset": "cifar10"}},
-                      {"label": "gpu", "recipe": "r.yaml", "set": {"device": "cuda"}}], **extra}
+    table = {
+        "name": "t",
+        "title": "T",
+        "metrics": ["linear_top1"],
+        "seeds": [0],
+        "rows": [
+            {"label": "fmnist", "recipe": "r.yaml"},
+            {"label": "cifar", "recipe": "r.yaml", "set": {"data.dataset": "cifar10"}},
+            {"label": "gpu", "recipe": "r.yaml", "set": {"device": "cuda"}},
+        ],
+        **extra,
+    }
     (tmp_path / "t.yaml").write_text(yaml.safe_dump(table, sort_keys=False))
     return tmp_path / "t.yaml"
 
@@ -40,9 +49,13 @@ def test_a_cpu_table_with_its_data_installed(tmp_path):
     load_catalogues()
     recipe = yaml.safe_load((ROOT / "recipes" / "vision" / "quickstart.yaml").read_text())
     (tmp_path / "r.yaml").write_text(yaml.safe_dump(recipe))
-    (tmp_path / "t.yaml").write_text(yaml.safe_dump({"name": "t", "title": "T", "metrics": ["m"], "seeds": [0],
-                                                     "rows": [{"label": "a", "recipe": "r.yaml"}]}))
+    (tmp_path / "t.yaml").write_text(
+        yaml.safe_dump(
+            {"name": "t", "title": "T", "metrics": ["m"], "seeds": [0], "rows": [{"label": "a", "recipe": "r.yaml"}]}
+        )
+    )
     from toolkit.data import folder as data_folder
+
     root = data_folder.data_root()
     needs = table_needs(load_table(tmp_path / "t.yaml"))
     installed = data_folder.is_installed("fashion-mnist", root)
@@ -51,9 +64,14 @@ def test_a_cpu_table_with_its_data_installed(tmp_path):
 
 
 def _imagenet_table(tmp_path: Path, extra: dict) -> Path:
-    rows = [{"label": "in100", "recipe": str(ROOT / "recipes" / "vision" / "imagenet100" / "cacr.yaml")},
-            {"label": "in1k", "recipe": str(ROOT / "recipes" / "vision" / "imagenet100" / "cacr.yaml"),
-             "set": {"data.dataset": "imagenet"}}]
+    rows = [
+        {"label": "in100", "recipe": str(ROOT / "recipes" / "vision" / "imagenet100" / "cacr.yaml")},
+        {
+            "label": "in1k",
+            "recipe": str(ROOT / "recipes" / "vision" / "imagenet100" / "cacr.yaml"),
+            "set": {"data.dataset": "imagenet"},
+        },
+    ]
     table = {"name": "t", "title": "T", "metrics": ["linear_top1"], "seeds": [0], "gpu": True, "rows": rows, **extra}
     (tmp_path / "t.yaml").write_text(yaml.safe_dump(table, sort_keys=False))
     return tmp_path / "t.yaml"
@@ -68,15 +86,18 @@ def test_imagenet_folders_are_placed_not_fetched(tmp_path):
     root.mkdir()
     needs = table_needs(load_table(_imagenet_table(tmp_path, {})), root=str(root))
     assert needs.installed == [] and needs.fetchable == [] and needs.unavailable == []
-    assert needs.to_place == [f"imagenet100 at {root / 'imagenet100'} or {root / 'imagenet'}",
-                              f"imagenet at {root / 'imagenet'}"]
+    assert needs.to_place == [
+        f"imagenet100 at {root / 'imagenet100'} or {root / 'imagenet'}",
+        f"imagenet at {root / 'imagenet'}",
+    ]
     line = needs.line()
     assert line.startswith("place imagenet100 at ") and "docs/data.md" in line
     assert "GPU" in line and "GPU-hours not measured" in line and "CPU cores" not in line
     for split in ("train", "val"):
         (root / "imagenet" / split).mkdir(parents=True)
-    needs = table_needs(load_table(_imagenet_table(tmp_path, {"gpu_hours": 12.5, "gpu_hours_on": "1x H100"})),
-                        root=str(root))
+    needs = table_needs(
+        load_table(_imagenet_table(tmp_path, {"gpu_hours": 12.5, "gpu_hours_on": "1x H100"})), root=str(root)
+    )
     assert needs.to_place == []
     assert needs.installed == [f"imagenet100 at {root / 'imagenet'}", f"imagenet at {root / 'imagenet'}"]
     assert "~12.5 GPU-hours on 1x H100" in needs.line()
@@ -88,6 +109,7 @@ def test_placed_folders_are_where_the_vision_loader_looks(tmp_path):
     load_catalogues()
     from domains.vision.folders import dataset_path
     from toolkit.studies.needs import PLACED, placed_folder
+
     assert set(PLACED) == {"imagenet", "imagenet100", "tiny-imagenet"}
     for present in ([], ["imagenet"], ["imagenet100", "imagenet"], ["tiny-imagenet-200"]):
         root = tmp_path / ("r-" + "-".join(present))

@@ -1,5 +1,6 @@
 """`ctk ui` prints its links only once the server answers an HTTP request (a progress line
 before); a store that does not exist is not created."""
+
 from __future__ import annotations
 
 import socket
@@ -44,8 +45,7 @@ def test_links_come_only_once_the_ui_answers(tmp_path, monkeypatch):
     port, delay = _free_port(), 1.5
     script = tmp_path / "slow.py"
     script.write_text(SLOW_SERVER)
-    monkeypatch.setattr(servers, "mlflow_command",
-                        lambda *a, **k: [sys.executable, str(script), str(port), str(delay)])
+    monkeypatch.setattr(servers, "mlflow_command", lambda *a, **k: [sys.executable, str(script), str(port), str(delay)])
     said: list[tuple[float, str, bool]] = []
 
     def echo(line: str) -> None:
@@ -55,6 +55,7 @@ def test_links_come_only_once_the_ui_answers(tmp_path, monkeypatch):
         except OSError:
             answers = False
         said.append((time.monotonic(), line, answers))
+
     start = time.monotonic()
     servers.ui(uri, "127.0.0.1", port, False, echo, echo, ready_timeout=30, views=prepare)
     link = [i for i, (_, line, _) in enumerate(said) if line.startswith("mlflow UI on http://")]

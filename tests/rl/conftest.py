@@ -1,4 +1,5 @@
 """Fixtures of the RL tests: a stand-in tracker, a cheap deterministic renderer, tiny recipes."""
+
 from __future__ import annotations
 
 import copy
@@ -29,6 +30,7 @@ class RecordingTracker(RunLog):
 
     def log_figure(self, figure, name):
         import matplotlib.pyplot as plt
+
         self.figures.append(name)
         plt.close(figure)
 
@@ -73,18 +75,24 @@ def cheap_render(monkeypatch):
 
 
 # small networks and images: a full update takes milliseconds; no periodic checkpoints
-TINY = {"domain": "rl", "seed": 0, "device": "cpu", "precision": "fp32",
-        "data": {"task": "cartpole-swingup", "action_repeat": 8, "image_size": 24, "crop_size": 20},
-        "encoder": {"feature_dim": 8, "num_layers": 2, "num_filters": 4},
-        "agent": {"init_env_steps": 160, "hidden_dim": 16, "replay_capacity": 10_000},
-        "evaluation": {"every_env_steps": 100_000, "episodes": 1, "random_baseline": True},
-        "optimizer": {"name": "adam", "lr": 1e-3},
-        "budget": {"steps": 400, "batch_size": 8, "log_every": 80, "checkpoint_every": 0},
-        "tracking": {"log_model": False}}
+TINY = {
+    "domain": "rl",
+    "seed": 0,
+    "device": "cpu",
+    "precision": "fp32",
+    "data": {"task": "cartpole-swingup", "action_repeat": 8, "image_size": 24, "crop_size": 20},
+    "encoder": {"feature_dim": 8, "num_layers": 2, "num_filters": 4},
+    "agent": {"init_env_steps": 160, "hidden_dim": 16, "replay_capacity": 10_000},
+    "evaluation": {"every_env_steps": 100_000, "episodes": 1, "random_baseline": True},
+    "optimizer": {"name": "adam", "lr": 1e-3},
+    "budget": {"steps": 400, "batch_size": 8, "log_every": 80, "checkpoint_every": 0},
+    "tracking": {"log_model": False},
+}
 
 
 def tiny_recipe(*sets: str):
     """A validated rl recipe (:data:`TINY`) under ``--set`` overrides (``"budget.steps=2000"``)."""
     from domains.rl import RLDomain
     from toolkit.runs import load_recipe
+
     return load_recipe("tiny rl recipe", list(sets), lambda _: RLDomain, data=copy.deepcopy(TINY))

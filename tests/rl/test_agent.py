@@ -1,4 +1,5 @@
 """SAC + CURL: the contrastive batch, the policy density, and what one update changes."""
+
 from __future__ import annotations
 
 import math
@@ -31,9 +32,14 @@ def make_agent(obj=None, seed=0, **agent_kw):
 def make_batch(seed=0, n=6):
     g = torch.Generator().manual_seed(seed)
     img = lambda: torch.randint(0, 256, (n, *OBS), generator=g, dtype=torch.uint8)  # noqa: E731
-    return {"obs": img(), "pos": img(), "next_obs": img(),
-            "action": torch.rand(n, 2, generator=g) * 2 - 1, "reward": torch.rand(n, 1, generator=g),
-            "not_done": torch.ones(n, 1)}
+    return {
+        "obs": img(),
+        "pos": img(),
+        "next_obs": img(),
+        "action": torch.rand(n, 2, generator=g) * 2 - 1,
+        "reward": torch.rand(n, 1, generator=g),
+        "not_done": torch.ones(n, 1),
+    }
 
 
 def params(module):
@@ -46,11 +52,14 @@ def changed(before, module):
 
 # -- the contrastive batch -------------------------------------------------------------------
 
+
 def _raw_scores(za, W, zp):
     """s_ij = z_a_i^T W z_pos_j by plain loops (CURL Sec. 4.5), as python floats."""
     n, d = za.shape
-    return [[sum(za[i, a].item() * W[a, b].item() * zp[j, b].item() for a in range(d) for b in range(d))
-             for j in range(n)] for i in range(n)]
+    return [
+        [sum(za[i, a].item() * W[a, b].item() * zp[j, b].item() for a in range(d) for b in range(d)) for j in range(n)]
+        for i in range(n)
+    ]
 
 
 def test_bilinear_logits_and_curl_infonce_match_loops():
@@ -101,8 +110,7 @@ def test_debiased_losses_on_curl_scores_match_the_plain_formula(loss, scale):
     batch = curl.batch(za, zp)
     tau, tp = 1.0, 0.1
     args = {"temperature": tau, "tau_plus": tp} | ({"beta": 1.0} if loss == "hcl" else {})
-    ref = _plain_debiased(_raw_scores(za, curl.W.detach(), zp), tau, tp,
-                          1.0 if loss == "hcl" else None)
+    ref = _plain_debiased(_raw_scores(za, curl.W.detach(), zp), tau, tp, 1.0 if loss == "hcl" else None)
     out = objective(loss, **args)(batch)
     assert out.loss.item() == pytest.approx(ref, rel=1e-9)
     # float32 with the same scores: finite and equal to the float64 formula (log-space forms)
@@ -130,6 +138,7 @@ def test_actor_log_density_matches_torch_distributions():
 
 # -- one update ----------------------------------------------------------------------------
 
+
 def test_one_update_changes_what_it_should_and_targets_follow_the_ema():
     full, plain = make_agent(objective()), make_agent(None)
     target_before = params(full.critic_target)
@@ -145,8 +154,12 @@ def test_one_update_changes_what_it_should_and_targets_follow_the_ema():
     assert changed(before["curl"], full.curl) == {"W"}
     assert full.log_alpha.item() != alpha_before
     # the actor, alpha, Q heads and target networks do not see the contrastive step ...
-    for a, b in [(full.actor, plain.actor), (full.critic.q1, plain.critic.q1),
-                 (full.critic.q2, plain.critic.q2), (full.critic_target, plain.critic_target)]:
+    for a, b in [
+        (full.actor, plain.actor),
+        (full.critic.q1, plain.critic.q1),
+        (full.critic.q2, plain.critic.q2),
+        (full.critic_target, plain.critic_target),
+    ]:
         for (k, v), w in zip(a.named_parameters(), b.parameters()):
             assert torch.equal(v, w), k
     assert full.log_alpha.item() == plain.log_alpha.item()
@@ -188,7 +201,11 @@ def test_shared_encoder_pass_computes_the_same_update_as_separate_passes():
 
 
 def test_reference_code_double_encoder_step_moves_the_encoder_twice():
-    single, double, none = make_agent(objective()), make_agent(objective(), code_double_encoder_step=True), make_agent(None)
+    single, double, none = (
+        make_agent(objective()),
+        make_agent(objective(), code_double_encoder_step=True),
+        make_agent(None),
+    )
     for agent in (single, double, none):
         torch.manual_seed(5)
         agent.update(make_batch())
@@ -217,8 +234,12 @@ def test_fused_conv_relu_matches_conv_then_relu():
     1 and 2, channels-last and NCHW inputs, with and without an input gradient."""
     assert _FUSED_CONV_RELU, "this torch build has no oneDNN fused convolution"
     g = torch.Generator().manual_seed(0)
-    for stride, fmt, x_grad in [(1, torch.channels_last, True), (2, torch.contiguous_format, False),
-                                (1, torch.contiguous_format, True), (2, torch.channels_last, False)]:
+    for stride, fmt, x_grad in [
+        (1, torch.channels_last, True),
+        (2, torch.contiguous_format, False),
+        (1, torch.contiguous_format, True),
+        (2, torch.channels_last, False),
+    ]:
         x = torch.randn(3, 4, 11, 11, generator=g).contiguous(memory_format=fmt)
         w = torch.randn(5, 4, 3, 3, generator=g).contiguous(memory_format=fmt)
         b = torch.randn(5, generator=g)
@@ -244,16 +265,21 @@ def test_channels_last_agent_computes_what_its_nchw_twin_computes():
     torch.manual_seed(0)
     nhwc = CurlSacAgent(OBS, 2, encoder=ENC, agent=AgentConfig(hidden_dim=16), objective=None)
     torch.manual_seed(0)
-    nchw = CurlSacAgent(OBS, 2, encoder=ENC, agent=AgentConfig(hidden_dim=16), objective=None,
-                        fused=False, channels_last=False)
+    nchw = CurlSacAgent(
+        OBS, 2, encoder=ENC, agent=AgentConfig(hidden_dim=16), objective=None, fused=False, channels_last=False
+    )
     w_a, w_b = nhwc.critic.encoder.project.fc.weight, nchw.critic.encoder.project.fc.weight
     assert not torch.equal(w_a, w_b) and torch.equal(w_a.sort(dim=1).values, w_b.sort(dim=1).values)
     g = torch.Generator().manual_seed(1)
     obs = torch.randint(0, 256, (5, *OBS), generator=g, dtype=torch.uint8)
     action = torch.rand(5, 2, generator=g) * 2 - 1
     with torch.no_grad():
-        for a, b in [(nhwc.critic.encoder(obs), nchw.critic.encoder(obs)),
-                     (nhwc.critic(obs, action)[0], nchw.critic(obs, action)[0]),
-                     (nhwc.actor(nhwc.critic.encoder.conv(obs), sample=False)[0],
-                      nchw.actor(nchw.critic.encoder.conv(obs), sample=False)[0])]:
+        for a, b in [
+            (nhwc.critic.encoder(obs), nchw.critic.encoder(obs)),
+            (nhwc.critic(obs, action)[0], nchw.critic(obs, action)[0]),
+            (
+                nhwc.actor(nhwc.critic.encoder.conv(obs), sample=False)[0],
+                nchw.actor(nchw.critic.encoder.conv(obs), sample=False)[0],
+            ),
+        ]:
             torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)

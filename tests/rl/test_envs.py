@@ -1,4 +1,5 @@
 """Environment wrapper: pixels, frame stacking, action repeat and step accounting."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -48,8 +49,14 @@ def test_real_pixels_and_frame_stack():
 
 
 def test_curl_action_repeats():
-    expected = {"cartpole-swingup": 8, "finger-spin": 2, "walker-walk": 2, "cheetah-run": 4,
-                "reacher-easy": 4, "ball_in_cup-catch": 4}
+    expected = {
+        "cartpole-swingup": 8,
+        "finger-spin": 2,
+        "walker-walk": 2,
+        "cheetah-run": 4,
+        "reacher-easy": 4,
+        "ball_in_cup-catch": 4,
+    }
     for task, repeat in expected.items():
         assert DataConfig(task=task).repeat == repeat
     assert DataConfig(task="cartpole-swingup", action_repeat=2).repeat == 2

@@ -5,6 +5,7 @@ The references round to bf16 exactly where the networks do (``rb``) and compute 
 float64: the kernels accumulate in fp32 and round once, so they agree with the reference to
 the last bf16 bit (up to rounding-boundary cases), while the fp32 path misses it by ~1e-3.
 """
+
 from __future__ import annotations
 
 import math
@@ -20,7 +21,7 @@ from toolkit.recipe import ObjectiveSection as Objective
 
 ENC = EncoderConfig(feature_dim=8, num_layers=2, num_filters=4)
 OBS = (9, 20, 20)
-BF16_EPS = 2.0 ** -8  # spacing of bf16 numbers in [1, 2): one rounding moves a value by <= half of it
+BF16_EPS = 2.0**-8  # spacing of bf16 numbers in [1, 2): one rounding moves a value by <= half of it
 
 
 def rb(t: torch.Tensor) -> torch.Tensor:
@@ -70,16 +71,25 @@ def make_pair(hidden: int = 64):
     for dtype in (torch.float32, torch.bfloat16):
         obj = build(Objective.model_validate({"loss": {"name": "info_nce"}}))
         torch.manual_seed(0)
-        agents.append(CurlSacAgent(OBS, 2, encoder=ENC, agent=AgentConfig(hidden_dim=hidden), objective=obj,
-                                   lr=1e-3, compute_dtype=dtype))
+        agents.append(
+            CurlSacAgent(
+                OBS, 2, encoder=ENC, agent=AgentConfig(hidden_dim=hidden), objective=obj, lr=1e-3, compute_dtype=dtype
+            )
+        )
     return agents
 
 
 def make_batch(n: int = 16):
     g = torch.Generator().manual_seed(1)
     img = lambda: torch.randint(0, 256, (n, *OBS), generator=g, dtype=torch.uint8)  # noqa: E731
-    return {"obs": img(), "pos": img(), "next_obs": img(), "action": torch.rand(n, 2, generator=g) * 2 - 1,
-            "reward": torch.rand(n, 1, generator=g), "not_done": torch.ones(n, 1)}
+    return {
+        "obs": img(),
+        "pos": img(),
+        "next_obs": img(),
+        "action": torch.rand(n, 2, generator=g) * 2 - 1,
+        "reward": torch.rand(n, 1, generator=g),
+        "not_done": torch.ones(n, 1),
+    }
 
 
 def test_one_bf16_update_is_finite_and_close_to_the_fp32_update():
@@ -136,5 +146,7 @@ def test_bf16_critic_outputs_and_policy_are_fp32_and_acting_is_fp32():
     assert (action == fp32.act(batch["obs"][0].numpy(), sample=False)).all()
     assert bf16.critic.encoder.conv_dtype == bf16.actor.trunk.compute_dtype == torch.bfloat16
     with torch.no_grad():
-        assert not torch.equal(bf16.actor(bf16.critic.encoder.conv(batch["obs"][:1]), sample=False)[0],
-                               fp32.actor(fp32.critic.encoder.conv(batch["obs"][:1]), sample=False)[0])
+        assert not torch.equal(
+            bf16.actor(bf16.critic.encoder.conv(batch["obs"][:1]), sample=False)[0],
+            fp32.actor(fp32.critic.encoder.conv(batch["obs"][:1]), sample=False)[0],
+        )

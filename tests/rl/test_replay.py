@@ -1,4 +1,5 @@
 """Crops and the frames-once replay buffer against naive references."""
+
 from __future__ import annotations
 
 from collections import deque
@@ -29,8 +30,8 @@ def test_crop_stacks_matches_a_loop():
     assert out.shape == (5, 9, 9, 9)
     for b in range(5):
         for j in range(3):
-            ref = frames[idx[b, j], :, top[b]:top[b] + 9, left[b]:left[b] + 9]
-            assert np.array_equal(out[b, 3 * j:3 * j + 3], ref)
+            ref = frames[idx[b, j], :, top[b] : top[b] + 9, left[b] : left[b] + 9]
+            assert np.array_equal(out[b, 3 * j : 3 * j + 3], ref)
 
 
 def _play(buffer, rng, episode_lengths, k, shape):
@@ -64,6 +65,7 @@ def test_stacks_equal_naively_stored_stacks(capacity):
     for length in [1, 2, 5, 9, 4]:
         obs_frames += list(range(f, f + length))
         f += length + 1
+
     def intact(frame):  # the whole stack (back to the episode start) is still in the ring
         start = max(s for s in episode_starts if s <= frame)
         return max(frame - (k - 1), start) >= buf.num_frames - capacity
@@ -103,13 +105,13 @@ def test_sampled_batch_is_three_crops_of_the_right_stacks():
         for obs, action, reward, terminated, nxt in naive:
             for y in range(4):
                 for x in range(4):
-                    if np.array_equal(obs[:, y:y + size, x:x + size], batch["obs"][b].numpy()):
+                    if np.array_equal(obs[:, y : y + size, x : x + size], batch["obs"][b].numpy()):
                         matches.append((obs, action, reward, terminated, nxt))
         assert len(matches) == 1
         obs, action, reward, terminated, nxt = matches[0]
-        windows = [obs[:, y:y + size, x:x + size] for y in range(4) for x in range(4)]
+        windows = [obs[:, y : y + size, x : x + size] for y in range(4) for x in range(4)]
         assert any(np.array_equal(w, batch["pos"][b].numpy()) for w in windows)
-        next_windows = [nxt[:, y:y + size, x:x + size] for y in range(4) for x in range(4)]
+        next_windows = [nxt[:, y : y + size, x : x + size] for y in range(4) for x in range(4)]
         assert any(np.array_equal(w, batch["next_obs"][b].numpy()) for w in next_windows)
         assert np.array_equal(batch["action"][b].numpy(), action)
         assert batch["reward"][b, 0] == np.float32(reward)

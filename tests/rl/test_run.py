@@ -1,4 +1,5 @@
 """Recipes validate, RL-specific recipe errors are reported, and a short real run completes."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -9,8 +10,8 @@ from domains import installed
 from domains.rl import RLDomain
 from toolkit import checkpoint as ckpt
 from toolkit.recipe import RecipeError
-from toolkit.studies.reproduce import load_table
 from toolkit.runs import load_recipe
+from toolkit.studies.reproduce import load_table
 from toolkit.training.trainer import RunOptions
 
 RECIPES = Path(__file__).resolve().parents[2] / "recipes" / "rl"
@@ -40,14 +41,17 @@ def test_table_rows_validate(path):
             assert [r.name for r in recipe.objective.regularizers] == ["distance_polarization"]
 
 
-@pytest.mark.parametrize("override, message", [
-    ("budget.epochs=3", "budget.epochs"),
-    ("budget.eval_every=5", "evaluation.every_env_steps"),
-    ("optimizer.name=sgd", "optimizer.name"),
-    ("schedule.name=cosine", "schedule.name"),
-    ("objective.negatives.source=queue", "objective.negatives.source"),
-    ("precision=fp16", "precision"),
-])
+@pytest.mark.parametrize(
+    "override, message",
+    [
+        ("budget.epochs=3", "budget.epochs"),
+        ("budget.eval_every=5", "evaluation.every_env_steps"),
+        ("optimizer.name=sgd", "optimizer.name"),
+        ("schedule.name=cosine", "schedule.name"),
+        ("objective.negatives.source=queue", "objective.negatives.source"),
+        ("precision=fp16", "precision"),
+    ],
+)
 def test_rl_specific_recipe_errors(override, message):
     # reported when the recipe is loaded (ctk show rejects it), before anything is built
     with pytest.raises(RecipeError, match=message) as info:
@@ -67,6 +71,7 @@ def test_rl_rules_run_once_when_the_recipe_loads(tracker, monkeypatch):
     from domains.rl import domain as rl_domain
 
     from .conftest import tiny_recipe
+
     calls = []
     rules = rl_domain.rl_problems
     monkeypatch.setattr(rl_domain, "rl_problems", lambda raw: calls.append(1) or rules(raw))
@@ -89,12 +94,23 @@ def _fit(recipe, tracker, folder):
 
 def test_short_real_run_completes_and_logs(tracker, tmp_path, monkeypatch):
     monkeypatch.setenv("CTK_CHECKPOINTS", str(tmp_path))
-    overrides = ["data.image_size=32", "data.crop_size=28", "data.action_repeat=25",
-                 "encoder.num_layers=2", "encoder.num_filters=8", "agent.hidden_dim=32",
-                 "agent.init_env_steps=100", "budget.steps=300", "budget.batch_size=8",
-                 "budget.log_every=100", "budget.checkpoint_every=null",
-                 "evaluation.episodes=2", "evaluation.every_env_steps=100000", "evaluation.save_frames=true",
-                 "objective.regularizers=[{name: distance_polarization, weight: 0.1}]"]
+    overrides = [
+        "data.image_size=32",
+        "data.crop_size=28",
+        "data.action_repeat=25",
+        "encoder.num_layers=2",
+        "encoder.num_filters=8",
+        "agent.hidden_dim=32",
+        "agent.init_env_steps=100",
+        "budget.steps=300",
+        "budget.batch_size=8",
+        "budget.log_every=100",
+        "budget.checkpoint_every=null",
+        "evaluation.episodes=2",
+        "evaluation.every_env_steps=100000",
+        "evaluation.save_frames=true",
+        "objective.regularizers=[{name: distance_polarization, weight: 0.1}]",
+    ]
     recipe = load_recipe(RECIPES / "cartpole_swingup_cpu.yaml", overrides, installed.get)
     trainer, metrics = _fit(recipe, tracker, tmp_path / "run")
     # 300 environment steps at action repeat 25: 12 agent steps, updates after the first 100
@@ -105,8 +121,12 @@ def test_short_real_run_completes_and_logs(tracker, tmp_path, monkeypatch):
     assert [s for s, _ in tracker.series("return_mean")] == [0, 300]
     assert dict(tracker.series("agent_steps"))[300] == 12
     logged = {k for _, m in tracker.metrics for k in m}
-    assert {"train/critic_loss", "train/contrastive_loss", "train/curl_distance_polarization",
-            "train/env_steps_per_s"} <= logged
+    assert {
+        "train/critic_loss",
+        "train/contrastive_loss",
+        "train/curl_distance_polarization",
+        "train/env_steps_per_s",
+    } <= logged
     assert tracker.series("train/updates")[-1] == (300, 8.0)  # agent steps 4..11 update
     assert tracker.figures == ["return_curve", "time_to_accuracy"]
     assert any(a.endswith(".gif") for a in tracker.artifacts)
@@ -123,8 +143,9 @@ def test_loop_counts_environment_and_agent_steps_separately(cheap_render, tracke
 
     from .conftest import tiny_recipe
 
-    recipe = tiny_recipe("data.action_repeat=3", "agent.init_env_steps=990", "budget.steps=1003",
-                         "budget.log_every=500")
+    recipe = tiny_recipe(
+        "data.action_repeat=3", "agent.init_env_steps=990", "budget.steps=1003", "budget.log_every=500"
+    )
     ws = Workspace(recipe, tracker)
     ws.fit()
     metrics = ws.evaluate()

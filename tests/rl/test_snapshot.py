@@ -1,4 +1,5 @@
 """Snapshots: a round trip restores everything, and a killed run resumes exactly."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -18,10 +19,14 @@ class Killed(Exception):
 
 def recipe(*sets: str):
     # action repeat 25: 40 agent steps per 1000-step episode, so three runs stay cheap
-    return tiny_recipe("data.action_repeat=25", "evaluation.random_baseline=false", "budget.steps=2000",
-                       "budget.checkpoint_every=1000",
-                       "objective={loss: {name: info_nce}, regularizers: [{name: distance_polarization, weight: 0.1}]}",
-                       *sets)
+    return tiny_recipe(
+        "data.action_repeat=25",
+        "evaluation.random_baseline=false",
+        "budget.steps=2000",
+        "budget.checkpoint_every=1000",
+        "objective={loss: {name: info_nce}, regularizers: [{name: distance_polarization, weight: 0.1}]}",
+        *sets,
+    )
 
 
 def test_snapshot_round_trip(cheap_render, tmp_path):
@@ -56,8 +61,7 @@ def test_killed_run_resumes_as_if_uninterrupted(cheap_render, tmp_path):
         if ws.counters.env_steps >= 1400:
             raise Killed
 
-    killed = Workspace(recipe(), RecordingTracker(), RunOptions(checkpoint_dir=tmp_path / "b"),
-                       step_hook=kill)
+    killed = Workspace(recipe(), RecordingTracker(), RunOptions(checkpoint_dir=tmp_path / "b"), step_hook=kill)
     with pytest.raises(Killed):
         killed.fit()
     assert killed.counters.env_steps == 1400

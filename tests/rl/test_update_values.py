@@ -6,6 +6,7 @@ on the network states each term must see: the critic's TD target with the *targe
 and the pre-update actor; the actor's loss with the critic *after* its step; the contrastive
 term with the online encoder after the critic step and the key encoder after the EMA step.
 """
+
 from __future__ import annotations
 
 import copy
@@ -35,9 +36,14 @@ def make_batch() -> dict[str, torch.Tensor]:
     img = lambda: torch.randint(0, 256, (N, *OBS), generator=g, dtype=torch.uint8)  # noqa: E731
     not_done = torch.ones(N, 1)
     not_done[1] = not_done[4] = 0.0  # two terminal transitions: no bootstrap there
-    return {"obs": img(), "pos": img(), "next_obs": img(),
-            "action": torch.rand(N, ACTIONS, generator=g) * 2 - 1,
-            "reward": torch.rand(N, 1, generator=g) * 3 - 1, "not_done": not_done}
+    return {
+        "obs": img(),
+        "pos": img(),
+        "next_obs": img(),
+        "action": torch.rand(N, ACTIONS, generator=g) * 2 - 1,
+        "reward": torch.rand(N, 1, generator=g) * 3 - 1,
+        "not_done": not_done,
+    }
 
 
 def policy(agent: CurlSacAgent, conv_features: torch.Tensor, noise: torch.Tensor):

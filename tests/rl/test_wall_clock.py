@@ -1,5 +1,6 @@
 """Periodic evaluations on fewer episodes, and the training clock behind time to accuracy:
 evaluations are not training time, and a resumed run continues the clock."""
+
 from __future__ import annotations
 
 import math
@@ -25,8 +26,10 @@ class FigureTracker(RecordingTracker):
 
     def log_figure(self, figure, name):
         if name == "time_to_accuracy":
-            self.tta = {line.get_label(): (list(line.get_xdata()), list(line.get_ydata()))
-                        for line in figure.axes[0].get_lines()}
+            self.tta = {
+                line.get_label(): (list(line.get_xdata()), list(line.get_ydata()))
+                for line in figure.axes[0].get_lines()
+            }
         super().log_figure(figure, name)
 
 
@@ -46,12 +49,16 @@ def slow_evaluations(monkeypatch, seconds: float) -> list[list[int]]:
 
 def recipe(*sets: str):
     # action repeat 25: 40 agent steps per 1000-step episode
-    return tiny_recipe("data.action_repeat=25", "evaluation.every_env_steps=500", "budget.steps=2000",
-                       "budget.checkpoint_every=1000", *sets)
+    return tiny_recipe(
+        "data.action_repeat=25",
+        "evaluation.every_env_steps=500",
+        "budget.steps=2000",
+        "budget.checkpoint_every=1000",
+        *sets,
+    )
 
 
-def test_periodic_evaluations_play_the_first_periodic_episodes_and_the_final_one_all(
-        cheap_render, monkeypatch):
+def test_periodic_evaluations_play_the_first_periodic_episodes_and_the_final_one_all(cheap_render, monkeypatch):
     calls = slow_evaluations(monkeypatch, 0.0)
     tracker = RecordingTracker()
     ws = Workspace(recipe("evaluation.episodes=3", "evaluation.periodic_episodes=1"), tracker)
@@ -87,8 +94,9 @@ def test_evaluations_are_not_training_time_and_points_grow_with_it(cheap_render,
     assert ws.counters.train_seconds > 0
     logged = tracker.series("train/wall_seconds")
     assert all(a[1] <= b[1] for a, b in zip(logged, logged[1:]))  # logged at steps in order
-    assert {s: v for s, v in logged if s in (0, 500, 1000, 1500, 2000)} == dict(zip([0, 500, 1000, 1500, 2000],
-                                                                                    seconds))
+    assert {s: v for s, v in logged if s in (0, 500, 1000, 1500, 2000)} == dict(
+        zip([0, 500, 1000, 1500, 2000], seconds)
+    )
     # the figure: returns against those seconds, the random policy's return as a flat line
     x, y = tracker.tta["policy (mean action)"]
     assert x == seconds and y == [h[1] for h in ws.counters.history]
@@ -190,8 +198,11 @@ def test_a_fixed_step_count_overrides_the_clock_and_equals_its_replay(cheap_rend
     budget.steps = that count learns."""
     monkeypatch.setattr(ws_mod, "time", TickingTime())
     tracker = RecordingTracker()
-    ws = Workspace(tiny_recipe("budget.steps=4000", "budget.minutes=0.001"), tracker,  # 0.06 s of ticks
-                   RunOptions(fixed_steps=400, fixed_by="sweep"))
+    ws = Workspace(
+        tiny_recipe("budget.steps=4000", "budget.minutes=0.001"),
+        tracker,  # 0.06 s of ticks
+        RunOptions(fixed_steps=400, fixed_by="sweep"),
+    )
     ws.fit()
     assert ws.counters.env_steps == 400
     assert tracker.params == {"measured.budget_steps_fixed": "400", "measured.budget_steps_by": "sweep"}

@@ -1,6 +1,7 @@
 """ctk study: one objective change against its baseline in several domains, seeds paired, one
 table whose differences and p-values are scipy's on the stored numbers; nothing runs twice and
 nothing runs at all when a (domain, arm) recipe is invalid."""
+
 import json
 import math
 from pathlib import Path
@@ -24,13 +25,25 @@ def _write(folder: Path, study: dict) -> str:
 
 
 def _toy_study(**extra) -> dict:
-    return {"name": "toy-dp", "seeds": [0, 1], "baseline": "cl",
-            "arms": {"cl": {}, "dp": {"set": {"objective.regularizers": DP}}},
-            "domains": {"three-bars": {"recipe": str(TOY / "lmcl_three_bars_cl.yaml"),
-                                       "metrics": {"kmeans_accuracy": "max"}, "set": FAST},
-                        "nested-moons": {"recipe": str(TOY / "lmcl_nested_moons_cl.yaml"),
-                                         "metrics": {"kmeans_accuracy": None}, "set": FAST}},
-            **extra}
+    return {
+        "name": "toy-dp",
+        "seeds": [0, 1],
+        "baseline": "cl",
+        "arms": {"cl": {}, "dp": {"set": {"objective.regularizers": DP}}},
+        "domains": {
+            "three-bars": {
+                "recipe": str(TOY / "lmcl_three_bars_cl.yaml"),
+                "metrics": {"kmeans_accuracy": "max"},
+                "set": FAST,
+            },
+            "nested-moons": {
+                "recipe": str(TOY / "lmcl_nested_moons_cl.yaml"),
+                "metrics": {"kmeans_accuracy": None},
+                "set": FAST,
+            },
+        },
+        **extra,
+    }
 
 
 @pytest.mark.slow
@@ -50,8 +63,12 @@ def test_two_arms_two_toy_domains_two_seeds_end_to_end_then_nothing(ctk):  # noq
     # the table, against scipy on the numbers in the store
     table = json.loads(first.stdout)
     assert len(table["rows"]) == 2
-    stored = {(c.data.tags["ctk.study_domain"], c.data.tags["ctk.study_arm"], int(c.data.params["seed"])):
-              c.data.metrics["kmeans_accuracy"] for c in children}
+    stored = {
+        (c.data.tags["ctk.study_domain"], c.data.tags["ctk.study_arm"], int(c.data.params["seed"])): c.data.metrics[
+            "kmeans_accuracy"
+        ]
+        for c in children
+    }
     pvalues = []
     for row in table["rows"]:
         dp = [stored[(row["domain"], "dp", s)] for s in (0, 1)]
@@ -107,8 +124,10 @@ def test_every_problem_of_a_study_is_listed_before_anything_runs(ctk, tmp_path):
 def test_an_arm_that_does_not_apply_to_a_domain_is_refused_before_any_run(ctk):  # noqa: F811
     study = _toy_study()
     study["arms"]["kmeans"] = {"set": {"evaluation.protocol": "kmeans"}}
-    study["domains"]["vision"] = {"recipe": str(ROOT / "recipes" / "vision" / "quickstart.yaml"),
-                                  "metrics": {"linear_top1": "max"}}
+    study["domains"]["vision"] = {
+        "recipe": str(ROOT / "recipes" / "vision" / "quickstart.yaml"),
+        "metrics": {"linear_top1": "max"},
+    }
     res = ctk("study", _write(ctk.folder, study))
     assert res.returncode == 2, res.stderr[-3000:]
     assert "domains.vision (arm 'kmeans' does not apply to this recipe)" in res.stderr
@@ -117,8 +136,10 @@ def test_an_arm_that_does_not_apply_to_a_domain_is_refused_before_any_run(ctk): 
     assert not (ctk.folder / "mlflow.db").exists()
 
 
-@pytest.mark.parametrize("diff,direction,expected", [(2.0, "max", "helps"), (-2.0, "max", "hurts"),
-                                                      (-2.0, "min", "helps"), (2.0, "min", "hurts")])
+@pytest.mark.parametrize(
+    "diff,direction,expected",
+    [(2.0, "max", "helps"), (-2.0, "max", "hurts"), (-2.0, "min", "helps"), (2.0, "min", "hurts")],
+)
 def test_the_verdict_reads_the_metric_direction(diff, direction, expected):
     assert _verdict(diff, 0.01, direction, 0.05, 3) == expected
     assert _verdict(diff, 0.2, direction, 0.05, 3) == "no detectable difference at n=3"
@@ -130,9 +151,10 @@ def test_the_verdict_reads_the_metric_direction(diff, direction, expected):
 def test_shipped_studies_load_with_every_recipe_valid(path):
     """Each shipped study validates as `ctk study --dry-run` does: every (domain, arm) recipe
     loads, every metric of record is one its domain logs, the baseline is an arm."""
-    from domains import installed
     from commands import load
+    from domains import installed
     from toolkit.studies.study import load_study, study_points
+
     study = load_study(path, load, installed.get)
     assert study.spec.baseline in study.arms and len(study.arms) >= 2
     points = study_points(study, load)

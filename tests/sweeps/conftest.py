@@ -2,6 +2,7 @@
 Ctrl-C is a real SIGINT) in a fresh folder with its own store and checkpoints. The subprocess
 starts with SIGINT and SIGTERM at their defaults whatever the suite inherited (a background job
 inherits SIGINT ignored, and the sweep would then ignore the test's Ctrl-C)."""
+
 import os
 import signal
 import socket
@@ -29,9 +30,16 @@ class Ctk:
         self.folder, self.env = folder, env
 
     def popen(self, *args: str, **kwargs) -> subprocess.Popen:
-        return subprocess.Popen([sys.executable, str(ROOT / "cli.py"), *args], cwd=self.folder, env=self.env,
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                preexec_fn=default_signals_in_child, **kwargs)
+        return subprocess.Popen(
+            [sys.executable, str(ROOT / "cli.py"), *args],
+            cwd=self.folder,
+            env=self.env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            preexec_fn=default_signals_in_child,
+            **kwargs,
+        )
 
     def __call__(self, *args: str, timeout: float = 120) -> subprocess.CompletedProcess:
         proc = self.popen(*args)
@@ -40,8 +48,9 @@ class Ctk:
         except subprocess.TimeoutExpired:
             proc.kill()
             _, err = proc.communicate()
-            raise AssertionError(f"ctk {args[0]} still running after {timeout} s; killed it. "
-                                 f"Its stderr:\n{(err or '')[-3000:]}") from None
+            raise AssertionError(
+                f"ctk {args[0]} still running after {timeout} s; killed it. Its stderr:\n{(err or '')[-3000:]}"
+            ) from None
         return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
 
     def here(self, *args: str) -> subprocess.CompletedProcess:
@@ -51,6 +60,7 @@ class Ctk:
 
     def store(self):
         from mlflow.tracking import MlflowClient
+
         return MlflowClient(self.env.get("MLFLOW_TRACKING_URI") or f"sqlite:///{self.folder / 'mlflow.db'}")
 
 
@@ -75,8 +85,9 @@ def stop(proc: subprocess.Popen, sig=signal.SIGINT, timeout: float = 30) -> tupl
     except subprocess.TimeoutExpired:
         proc.kill()
         _, err = proc.communicate()
-        raise AssertionError(f"still running {timeout} s after {signal.Signals(sig).name}; "
-                             f"killed it. Its stderr:\n{(err or '')[-3000:]}") from None
+        raise AssertionError(
+            f"still running {timeout} s after {signal.Signals(sig).name}; killed it. Its stderr:\n{(err or '')[-3000:]}"
+        ) from None
 
 
 def wait_for(check, timeout: float = 60, every: float = 0.3):

@@ -11,6 +11,7 @@ time; the slow test runs 8 real ``ctk run`` of the toy recipe. Eight processes c
 experiment of an existing store: tests/pipeline/test_survival.py
 (test_eight_processes_create_one_experiment_at_once).
 """
+
 from __future__ import annotations
 
 import multiprocessing
@@ -29,6 +30,7 @@ def _one_run(folder: Path, uri: str, experiment: str, index: int, barrier) -> No
     """One run through ctk's Tracker, opened when all processes are at the barrier; a failure
     leaves its traceback in ``error-INDEX.txt``."""
     from toolkit.tracking.tracker import Tracker
+
     try:
         barrier.wait(60)
         with Tracker(experiment=experiment, run_name=f"p{index}", uri=uri) as tracker:
@@ -36,7 +38,7 @@ def _one_run(folder: Path, uri: str, experiment: str, index: int, barrier) -> No
             tracker.log_metrics({"value": float(index)}, step=0)
     except BaseException:  # noqa: BLE001 - reported to the test through the file
         (folder / f"error-{index}.txt").write_text(traceback.format_exc())
-        raise SystemExit(1)
+        raise SystemExit(1) from None
 
 
 def _race(folder: Path, uri: str, experiment: str) -> list[str]:
@@ -74,13 +76,17 @@ def test_processes_starting_together_on_a_fresh_store(ctk):
 def test_ctk_run_started_together_on_a_fresh_store(ctk):
     """The issue's reproduction, with 8 processes: every ``ctk run`` finishes."""
     recipe = str(ROOT / "recipes" / "toy" / "ring_mi_optimal.yaml")
-    procs = [ctk.popen("run", recipe, "--experiment", "race", "--seed", str(i), "--quiet",
-                       "--set", "data.ring_mi.num_points=200") for i in range(PROCESSES)]
+    procs = [
+        ctk.popen(
+            "run", recipe, "--experiment", "race", "--seed", str(i), "--quiet", "--set", "data.ring_mi.num_points=200"
+        )
+        for i in range(PROCESSES)
+    ]
     results = []
     for p in procs:
         out, err = p.communicate(timeout=300)
         results.append((p.returncode, out, err))
-    for code, out, err in results:
+    for code, _, err in results:
         assert code == 0 and "Traceback" not in err, err[-3000:]
     runs = runs_of(ctk.store(), "race")
     assert sorted(r.info.status for r in runs) == ["FINISHED"] * PROCESSES

@@ -2,6 +2,7 @@
 every point trains exactly that many steps, read back from the store; a sweep run again reads
 the count back from its parent instead of calibrating; the parent run carries the sweep's
 answer (issue 40)."""
+
 import json
 import re
 from types import SimpleNamespace
@@ -48,13 +49,16 @@ def test_a_minutes_sweep_on_two_jobs_trains_every_point_for_one_recorded_step_co
         assert _last_step(client, child) == steps  # trained exactly that many
     assert len({c.data.tags["ctk.pid"] for c in children}) == 2  # on two Ray workers
     # the sweep's answer on its parent: a number in its row, the best group in its description
-    assert parent.data.metrics["kmeans_accuracy"] == max(parent.data.metrics[f"group/temperature_{t}/kmeans_accuracy"]
-                                                         for t in ("0.5", "1.0"))
+    assert parent.data.metrics["kmeans_accuracy"] == max(
+        parent.data.metrics[f"group/temperature_{t}/kmeans_accuracy"] for t in ("0.5", "1.0")
+    )
     assert "best temperature=" in parent.data.tags["mlflow.note.content"]
 
 
 def _point(label, group="", minutes=0.5):
-    return SimpleNamespace(label=label, budget_group=group, recipe=SimpleNamespace(budget=SimpleNamespace(minutes=minutes)))
+    return SimpleNamespace(
+        label=label, budget_group=group, recipe=SimpleNamespace(budget=SimpleNamespace(minutes=minutes))
+    )
 
 
 def _spec(label):
@@ -64,28 +68,38 @@ def _spec(label):
 def test_one_calibration_per_budget_group_recorded_then_read_back(tmp_path):
     client = client_for(f"sqlite:///{tmp_path / 'mlflow.db'}")
     parent = client.create_run(experiment_id(client, "study")).info.run_id
-    points = [_point("vision/base/s0", "vision"), _point("vision/dp/s0", "vision"), _point("text/base/s0", "text"),
-              _point("text/dp/s0", "text"), _point("toy/base/s0", "toy", minutes=None)]
+    points = [
+        _point("vision/base/s0", "vision"),
+        _point("vision/dp/s0", "vision"),
+        _point("text/base/s0", "text"),
+        _point("text/dp/s0", "text"),
+        _point("toy/base/s0", "toy", minutes=None),
+    ]
     calibrated = []
 
     def alone(spec):
         assert spec.calibrate
         calibrated.append(spec.label)
-        return Outcome(spec.label, "calibrated", metrics={"steps": 100 + len(calibrated), "ms_per_step": 12.5,
-                                                          "precision": "fp32"})
+        return Outcome(
+            spec.label, "calibrated", metrics={"steps": 100 + len(calibrated), "ms_per_step": 12.5, "precision": "fp32"}
+        )
+
     specs = [_spec(p.label) for p in points]
     lines = []
     fix_for_points(client, parent, points, specs, alone, lines.append)
     assert calibrated == ["vision/base/s0", "text/base/s0"]  # the first point of each group, once
     assert [s.fixed_steps for s in specs] == [101, 101, 102, 102, None]
     run = client.get_run(parent)
-    assert {k: v["steps"] for k, v in json.loads(run.data.tags[TAG]).items()} == \
-        {"vision|minutes=0.5": 101, "text|minutes=0.5": 102}
+    assert {k: v["steps"] for k, v in json.loads(run.data.tags[TAG]).items()} == {
+        "vision|minutes=0.5": 101,
+        "text|minutes=0.5": 102,
+    }
     assert run.data.metrics[f"{METRIC}/text_minutes_0.5"] == 102
     assert any("-> 101 steps for every point of vision" in line for line in lines)
 
     def never(spec):
         raise AssertionError("a sweep run again must not calibrate again")
+
     resumed = [_spec("vision/dp/s0"), _spec("text/base/s0")]  # what is left to run
     fix_for_points(client, parent, points, resumed, never, lines.append)
     assert [s.fixed_steps for s in resumed] == [101, 102]
@@ -100,20 +114,28 @@ def test_a_second_seed_alone_trains_as_long_as_the_first_on_the_same_machine(dat
 
     import cli
     from toolkit.training import budget, pretrainer
+
     now, per_step = [0.0], [0.1]
     real = pretrainer.Pretrainer._train_step
 
     def step(self, batch, index):
         now[0] += per_step[0]
         return real(self, batch, index)
+
     monkeypatch.setattr(pretrainer.Pretrainer, "_train_step", step)
     monkeypatch.setattr(budget, "_clock", lambda: now[0])
 
     def run(seed, experiment):
-        sets = ["budget.minutes=0.02", "budget.steps=400", "budget.log_every=1", "tracking.log_model=false",
-                f"tracking.experiment={experiment}"]
-        out = CliRunner().invoke(cli.main, ["run", TOY, "--quiet", "--seed", str(seed),
-                                            *(a for s in sets for a in ("--set", s))])
+        sets = [
+            "budget.minutes=0.02",
+            "budget.steps=400",
+            "budget.log_every=1",
+            "tracking.log_model=false",
+            f"tracking.experiment={experiment}",
+        ]
+        out = CliRunner().invoke(
+            cli.main, ["run", TOY, "--quiet", "--seed", str(seed), *(a for s in sets for a in ("--set", s))]
+        )
         assert out.exit_code == 0, out.output
         client = client_for()
         exp = client.get_experiment_by_name(experiment)

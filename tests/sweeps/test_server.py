@@ -1,4 +1,5 @@
 """ctk server: a sweep logs every run and artifact through HTTP; PostgreSQL as the backend."""
+
 import os
 import shutil
 import subprocess
@@ -15,8 +16,9 @@ FAST = ["--set", "budget.steps=30", "--set", "budget.log_every=10", "--quiet"]
 def _serve(ctk, store: str, artifacts: str):
     port = free_port()
     proc = ctk.popen("server", "--port", str(port), "--backend-store-uri", store, "--artifacts", artifacts)
-    line = wait_for(lambda: next((ln for ln in iter(proc.stdout.readline, "") if "MLFLOW_TRACKING_URI" in ln), None),
-                    timeout=90)
+    line = wait_for(
+        lambda: next((ln for ln in iter(proc.stdout.readline, "") if "MLFLOW_TRACKING_URI" in ln), None), timeout=90
+    )
     assert line.strip() == f"workers: export MLFLOW_TRACKING_URI=http://127.0.0.1:{port}"
     return proc, port
 
@@ -75,10 +77,25 @@ def test_server_on_postgresql(ctk):
         shutil.chown(folder, "postgres")
         as_user = ["runuser", "-u", "postgres", "--"]
     data, pg_port = os.path.join(folder, "data"), free_port()
-    subprocess.run([*as_user, _pg_bin("initdb"), "-D", data, "-U", "ctk", "--auth=trust"], check=True,
-                   capture_output=True)
-    subprocess.run([*as_user, _pg_bin("pg_ctl"), "-D", data, "-w", "-l", os.path.join(folder, "log"), "-o",
-                    f"-p {pg_port} -k {folder} -c listen_addresses=127.0.0.1", "start"], check=True, capture_output=True)
+    subprocess.run(
+        [*as_user, _pg_bin("initdb"), "-D", data, "-U", "ctk", "--auth=trust"], check=True, capture_output=True
+    )
+    subprocess.run(
+        [
+            *as_user,
+            _pg_bin("pg_ctl"),
+            "-D",
+            data,
+            "-w",
+            "-l",
+            os.path.join(folder, "log"),
+            "-o",
+            f"-p {pg_port} -k {folder} -c listen_addresses=127.0.0.1",
+            "start",
+        ],
+        check=True,
+        capture_output=True,
+    )
     try:
         store = f"postgresql+psycopg://ctk@127.0.0.1:{pg_port}/postgres"
         proc, port = _serve(ctk, store, str(ctk.folder / "served"))
@@ -90,5 +107,7 @@ def test_server_on_postgresql(ctk):
         finally:
             _stopped(proc, port)
     finally:
-        subprocess.run([*as_user, _pg_bin("pg_ctl"), "-D", data, "-m", "fast", "stop"], capture_output=True, check=False)
+        subprocess.run(
+            [*as_user, _pg_bin("pg_ctl"), "-D", data, "-m", "fast", "stop"], capture_output=True, check=False
+        )
         shutil.rmtree(folder, ignore_errors=True)

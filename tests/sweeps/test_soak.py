@@ -2,6 +2,7 @@
 (SIGKILL) at random moments, several times, and which is run again until it completes. At the
 end every point has exactly one run, FINISHED, with the metrics of the same point swept without
 interruption, and every checkpoint folder belongs to one of those runs."""
+
 from __future__ import annotations
 
 import os
@@ -18,10 +19,19 @@ pytest.importorskip("ray")
 
 POINTS = 16
 GRID = ["--grid", f"seed={','.join(str(s) for s in range(POINTS))}"]
-FAST = ["--set", "budget.steps=1000", "--set", "budget.checkpoint_every=50", "--set", "budget.log_every=50",
-        "--quiet", "--jobs", "2"]   # a point: about 6 s on a CI core
-ROUNDS = 8            # sweeps started at most
-KILLS = 6             # workers killed in all, in the first rounds
+FAST = [
+    "--set",
+    "budget.steps=1000",
+    "--set",
+    "budget.checkpoint_every=50",
+    "--set",
+    "budget.log_every=50",
+    "--quiet",
+    "--jobs",
+    "2",
+]  # a point: about 6 s on a CI core
+ROUNDS = 8  # sweeps started at most
+KILLS = 6  # workers killed in all, in the first rounds
 
 
 def _children(client, experiment):
@@ -66,7 +76,7 @@ def test_killed_workers_then_reruns_give_one_uninterrupted_result_per_point(ctk)
 
     rng = random.Random(30)
     kills, codes = 0, []
-    for round_ in range(ROUNDS):
+    for _ in range(ROUNDS):
         proc = ctk.popen("sweep", TOY, *GRID, *FAST, "--experiment", "soak")
         if kills < KILLS:
             kills += _kill_some(proc, client, rng, KILLS - kills)

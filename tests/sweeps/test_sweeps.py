@@ -1,5 +1,6 @@
 """ctk sweep on Ray and in-process: one child run per point under one parent, nothing run twice,
 failures isolated, Ctrl-C resumable (issue 17)."""
+
 import re
 from types import SimpleNamespace
 
@@ -21,8 +22,19 @@ def _split(runs):
 
 @pytest.mark.slow
 def test_four_points_on_local_ray_then_nothing(ctk):
-    args = ["sweep", TOY, "--grid", "objective.loss.temperature=0.5,1.0", "--grid", "seed=0,1", *FAST,
-            "--jobs", "2", "--experiment", "grid"]
+    args = [
+        "sweep",
+        TOY,
+        "--grid",
+        "objective.loss.temperature=0.5,1.0",
+        "--grid",
+        "seed=0,1",
+        *FAST,
+        "--jobs",
+        "2",
+        "--experiment",
+        "grid",
+    ]
     first = ctk(*args)
     assert first.returncode == 0, first.stderr[-3000:]
     assert "0 skipped (finished), 0 resumed, 4 launched" in first.stderr
@@ -31,8 +43,12 @@ def test_four_points_on_local_ray_then_nothing(ctk):
     assert len(parents) == 1 and len(children) == 4 and len(runs) == 5
     assert {c.data.tags["mlflow.parentRunId"] for c in children} == {parents[0].info.run_id}
     assert all(c.info.status == "FINISHED" for c in children)
-    assert sorted(c.info.run_name for c in children) == ["nt_xent-t0.5-s0", "nt_xent-t0.5-s1",
-                                                         "nt_xent-t1.0-s0", "nt_xent-t1.0-s1"]
+    assert sorted(c.info.run_name for c in children) == [
+        "nt_xent-t0.5-s0",
+        "nt_xent-t0.5-s1",
+        "nt_xent-t1.0-s0",
+        "nt_xent-t1.0-s1",
+    ]
     assert len({c.data.tags["ctk.point"] for c in children}) == 4
     assert len({c.data.tags["ctk.pid"] for c in children}) >= 2  # worker processes, not the driver
     assert all(c.data.tags.get("ctk.ray_task") for c in children)
@@ -54,6 +70,7 @@ def test_nothing_to_run_starts_no_ray(monkeypatch):
 
     def no_ray(*args, **kwargs):
         raise AssertionError("Ray was started for a sweep with nothing to run")
+
     monkeypatch.setattr(launch, "_start_ray", no_ray)
     asked = []
     assert launch.run_points([], lambda name: None, jobs=2, before=asked.append, echo=asked.append) == ([], False)
@@ -86,8 +103,23 @@ def test_failing_point_is_isolated_and_retried_only_when_asked(ctk):
 
 @pytest.mark.slow
 def test_sigint_then_rerun_gives_one_finished_run_per_point(ctk):
-    args = ["sweep", TOY, "--grid", "seed=0,1,2,3", "--set", "budget.steps=400", "--set", "budget.checkpoint_every=20",
-            "--set", "budget.log_every=20", "--quiet", "--jobs", "2", "--experiment", "stop"]
+    args = [
+        "sweep",
+        TOY,
+        "--grid",
+        "seed=0,1,2,3",
+        "--set",
+        "budget.steps=400",
+        "--set",
+        "budget.checkpoint_every=20",
+        "--set",
+        "budget.log_every=20",
+        "--quiet",
+        "--jobs",
+        "2",
+        "--experiment",
+        "stop",
+    ]
     proc = ctk.popen(*args)
     client = ctk.store()
 
@@ -98,6 +130,7 @@ def test_sigint_then_rerun_gives_one_finished_run_per_point(ctk):
         except Exception:  # noqa: BLE001 - the store is still being created
             return False
         return len([r for r in runs if r.info.status == "RUNNING" and "ctk.checkpoint" in r.data.tags]) >= 2
+
     wait_for(two_running_with_checkpoint, timeout=180)
     _, err = stop(proc, timeout=180)  # the sweep waits up to STOP_WAIT_S (120 s) for its points
     assert proc.returncode == 130, err[-3000:]
@@ -116,8 +149,22 @@ def test_sigint_then_rerun_gives_one_finished_run_per_point(ctk):
 def test_killed_ray_worker_is_retried_from_its_checkpoint(ctk):
     import os
     import signal
-    args = ["sweep", TOY, "--grid", "seed=0,1", "--set", "budget.steps=500", "--set", "budget.checkpoint_every=50",
-            "--quiet", "--jobs", "2", "--experiment", "k9"]
+
+    args = [
+        "sweep",
+        TOY,
+        "--grid",
+        "seed=0,1",
+        "--set",
+        "budget.steps=500",
+        "--set",
+        "budget.checkpoint_every=50",
+        "--quiet",
+        "--jobs",
+        "2",
+        "--experiment",
+        "k9",
+    ]
     proc = ctk.popen(*args)
     client = ctk.store()
 
@@ -127,6 +174,7 @@ def test_killed_ray_worker_is_retried_from_its_checkpoint(ctk):
         except Exception:  # noqa: BLE001 - the store is still being created
             return None
         return next((r for r in runs if r.info.status == "RUNNING" and "ctk.checkpoint" in r.data.tags), None)
+
     victim = wait_for(checkpointed_run, timeout=90)
     os.kill(int(victim.data.tags["ctk.pid"]), signal.SIGKILL)  # the Ray worker running that point
     _, err = proc.communicate(timeout=180)
@@ -142,8 +190,21 @@ def test_a_killed_point_resumes_when_the_sweep_runs_again_from_another_directory
     working directory, on the same store, resumes the point in the same run (its checkpoint is
     found through the run) instead of deleting the run and training the point from scratch."""
     ctk.env["MLFLOW_TRACKING_URI"] = f"sqlite:///{ctk.folder / 'mlflow.db'}"
-    args = ["sweep", TOY, "--grid", "seed=0", "--set", "budget.steps=600", "--set", "budget.checkpoint_every=20",
-            "--set", "budget.log_every=20", "--quiet", "--experiment", "moved"]
+    args = [
+        "sweep",
+        TOY,
+        "--grid",
+        "seed=0",
+        "--set",
+        "budget.steps=600",
+        "--set",
+        "budget.checkpoint_every=20",
+        "--set",
+        "budget.log_every=20",
+        "--quiet",
+        "--experiment",
+        "moved",
+    ]
     client = ctk.store()
     assert runs_of(client, "moved") == []  # the store's tables exist before the sweep opens it
     proc = ctk.popen(*args)  # serial: the point runs in the sweep's process
@@ -155,6 +216,7 @@ def test_a_killed_point_resumes_when_the_sweep_runs_again_from_another_directory
         except Exception:  # noqa: BLE001 - the store is still being created
             return None
         return next((r for r in runs if r.info.status == "RUNNING" and "ctk.checkpoint" in r.data.tags), None)
+
     victim = wait_for(checkpointed_run, timeout=120)
     _, err = stop(proc, timeout=120)
     assert proc.returncode == 130, err[-3000:]
@@ -168,11 +230,14 @@ def test_a_killed_point_resumes_when_the_sweep_runs_again_from_another_directory
     assert "0 skipped (finished), 1 resumed, 0 launched" in res.stderr
     assert re.search(rf"{victim.info.run_name}\s+finished\s+{victim.info.run_id}.*resumed", res.stderr)
     from mlflow.entities import ViewType
+
     exp = client.get_experiment_by_name("moved")
-    points = [r for r in client.search_runs([exp.experiment_id], run_view_type=ViewType.ALL)
-              if "ctk.point" in r.data.tags]
+    points = [
+        r for r in client.search_runs([exp.experiment_id], run_view_type=ViewType.ALL) if "ctk.point" in r.data.tags
+    ]
     assert [(r.info.run_id, r.info.status, r.info.lifecycle_stage) for r in points] == [
-        (victim.info.run_id, "FINISHED", "active")]  # kept, not deleted and trained again
+        (victim.info.run_id, "FINISHED", "active")
+    ]  # kept, not deleted and trained again
     steps = [m.step for m in client.get_metric_history(victim.info.run_id, "train/loss")]
     assert sorted(steps) == list(range(20, 601, 20))  # each step logged once: continued, not retrained
     assert list((elsewhere / "checkpoints" / victim.info.run_id).glob("step-000000600.pt"))
@@ -203,6 +268,7 @@ def test_decide_follows_the_table(tmp_path, monkeypatch):
 
 def test_remote_cluster_refuses_a_local_store():
     import socket
+
     here = socket.gethostname()
     refuse_local_store("sqlite:////tmp/mlflow.db", [here])  # one machine: fine
     refuse_local_store("http://head:5000", [here, "gpu-node-7"])

@@ -1,5 +1,6 @@
 """ctk tune: the search space is parsed with every problem named; a 4-trial toy search on a local
 Ray instance gives four child runs under one parent and writes the best trial's recipe."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -10,8 +11,8 @@ from click.testing import CliRunner
 
 import cli
 from toolkit.recipe import RecipeError
-from toolkit.tracking.store import client_for
 from toolkit.studies.tune import parse_space
+from toolkit.tracking.store import client_for
 
 ROOT = Path(__file__).resolve().parents[2]
 RECIPE = ROOT / "recipes" / "toy" / "lmcl_three_bars_cl.yaml"
@@ -32,10 +33,31 @@ def test_a_small_search_gives_child_runs_and_the_best_recipe(tmp_path, monkeypat
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
     monkeypatch.setenv("CTK_CHECKPOINTS", str(tmp_path / "checkpoints"))
-    result = CliRunner().invoke(cli.main, [
-        "tune", str(RECIPE), "--space", "objective.loss.temperature=loguniform(0.05,1)", "--samples", "4",
-        "--jobs", "2", "--metric", "kmeans_accuracy", "--experiment", "tune-test", "--out", "best.yaml",
-        "--set", "budget.steps=120", "--set", "budget.eval_every=40", "--set", "evaluation.histogram=false"])
+    result = CliRunner().invoke(
+        cli.main,
+        [
+            "tune",
+            str(RECIPE),
+            "--space",
+            "objective.loss.temperature=loguniform(0.05,1)",
+            "--samples",
+            "4",
+            "--jobs",
+            "2",
+            "--metric",
+            "kmeans_accuracy",
+            "--experiment",
+            "tune-test",
+            "--out",
+            "best.yaml",
+            "--set",
+            "budget.steps=120",
+            "--set",
+            "budget.eval_every=40",
+            "--set",
+            "evaluation.histogram=false",
+        ],
+    )
     assert result.exit_code == 0, result.output
     client = client_for(uri)
     runs = client.search_runs([client.get_experiment_by_name("tune-test").experiment_id])
@@ -50,8 +72,11 @@ def test_a_small_search_gives_child_runs_and_the_best_recipe(tmp_path, monkeypat
     best_value = max(r.data.metrics["kmeans_accuracy"] for r in finished)
     assert parent[0].data.metrics["best/kmeans_accuracy"] == pytest.approx(best_value)
     best = yaml.safe_load((tmp_path / "best.yaml").read_text())
-    best_temps = [float(r.data.params["objective.loss.temperature"]) for r in finished
-                  if r.data.metrics["kmeans_accuracy"] == best_value]
+    best_temps = [
+        float(r.data.params["objective.loss.temperature"])
+        for r in finished
+        if r.data.metrics["kmeans_accuracy"] == best_value
+    ]
     assert any(abs(float(best["objective"]["loss"]["temperature"]) - t) < 1e-12 for t in best_temps)
     shown = CliRunner().invoke(cli.main, ["show", str(tmp_path / "best.yaml")])
     assert shown.exit_code == 0, shown.output

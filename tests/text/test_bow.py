@@ -1,6 +1,7 @@
 """The bag-of-words quick-thought encoder (``encoder.kind: bow``) against a loop over the
 sentences, several packaged corpora combined into one list of books, and the one-task SentEval
 monitor (``evaluation.monitor_task``) against a plain split-and-fit reference."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -21,8 +22,13 @@ from domains.text.quickthought import quick_thought_batch
 from domains.text.senteval import EncoderEmbedder, Task, quick_accuracy
 from domains.text.tokenizer import train_tokenizer
 
-SENTENCES = ["the cat sat on the mat.", "a dog barked.", "it rained all day long in town.",
-             "she smiled.", "they walked home together after the long dinner."]
+SENTENCES = [
+    "the cat sat on the mat.",
+    "a dog barked.",
+    "it rained all day long in town.",
+    "she smiled.",
+    "they walked home together after the long dinner.",
+]
 
 
 def _tok():
@@ -76,9 +82,15 @@ def test_bow_ignores_padding_even_when_the_padding_row_is_not_zero() -> None:
 def test_bow_rebuilds_from_its_export_and_has_a_random_twin() -> None:
     tok = _tok()
     cfg = EncoderConfig(kind="bow", embedding_dim=5, score="cosine")
-    recipe = SimpleNamespace(seed=3, encoder=cfg, data=SimpleNamespace(max_length=30),
-                             evaluation=EvaluationConfig(tasks=["mr"]), raw={"objective": {}, "budget": {}},
-                             sections={}, source="test")
+    recipe = SimpleNamespace(
+        seed=3,
+        encoder=cfg,
+        data=SimpleNamespace(max_length=30),
+        evaluation=EvaluationConfig(tasks=["mr"]),
+        raw={"objective": {}, "budget": {}},
+        sections={},
+        source="test",
+    )
     domain = TextDomain(recipe)
     trained = build_quick_thought_encoder(cfg, tok)
     clone = domain.rebuild_encoder(domain.encoder_extras(trained))
@@ -88,8 +100,7 @@ def test_bow_rebuilds_from_its_export_and_has_a_random_twin() -> None:
     assert twin.f.embedding.weight.shape == trained.f.embedding.weight.shape
     assert not torch.equal(twin.f.embedding.weight, trained.f.embedding.weight)
     x = tok(SENTENCES)
-    batch = {"x": x, "book": torch.zeros(len(SENTENCES), dtype=torch.long),
-             "position": torch.arange(len(SENTENCES))}
+    batch = {"x": x, "book": torch.zeros(len(SENTENCES), dtype=torch.long), "position": torch.arange(len(SENTENCES))}
     cb = quick_thought_batch(batch, trained, score="cosine")
     u, v = trained(x, pair=True)
     ref = torch.nn.functional.normalize(u, dim=1) @ torch.nn.functional.normalize(v, dim=1).t()
@@ -167,8 +178,15 @@ def test_monitor_task_reports_a_percentage_and_bad_names_are_refused() -> None:
     tok = train_tokenizer(task.sentences, kind="word", vocab_size=40, min_frequency=1)
     cfg = EncoderConfig(kind="bow", embedding_dim=6)
     ev = EvaluationConfig(tasks=["mr"], monitor_task="mr", monitor_c=0.5)
-    recipe = SimpleNamespace(seed=1, encoder=cfg, data=SimpleNamespace(max_length=30), evaluation=ev,
-                             raw={"objective": {}, "budget": {}}, sections={}, source="test")
+    recipe = SimpleNamespace(
+        seed=1,
+        encoder=cfg,
+        data=SimpleNamespace(max_length=30),
+        evaluation=ev,
+        raw={"objective": {}, "budget": {}},
+        sections={},
+        source="test",
+    )
     domain = TextDomain(recipe)
     domain._load_task = lambda name, ev, seed: task  # type: ignore[method-assign]
     enc = build_quick_thought_encoder(cfg, tok)
@@ -200,8 +218,8 @@ def test_a_text_encoder_exports_as_data_and_loads_back_with_its_tokenizer(tmp_pa
     from domains import installed
     from domains.export import load_encoder
     from toolkit.checkpoint import load
-    from toolkit.tracking.encoder_file import save_encoder
     from toolkit.runs import load_recipe
+    from toolkit.tracking.encoder_file import save_encoder
 
     path = Path(__file__).resolve().parents[2] / "recipes" / "text" / "cpu" / "qt_bow_books.yaml"
     recipe = load_recipe(path, ["encoder.embedding_dim=8"], installed.get)

@@ -1,6 +1,7 @@
 """The SentEval-style probe and engine: k-fold determinism, the MSRP features, the
 two-function face, and the encoder's embedding (order-free, tokenizer saved with it, the
 bidirectional GRU against the recurrence written out, the BERT option against unpadded runs)."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -10,8 +11,15 @@ import torch
 
 from domains.text.config import EncoderConfig
 from domains.text.domain import build_quick_thought_encoder
-from domains.text.senteval import (BagOfWords, EncoderEmbedder, Task, evaluate_tasks,
-                                   kfold_accuracy, pair_features, settings_for)
+from domains.text.senteval import (
+    BagOfWords,
+    EncoderEmbedder,
+    Task,
+    evaluate_tasks,
+    kfold_accuracy,
+    pair_features,
+    settings_for,
+)
 from domains.text.senteval.engine import embed_sentences
 from domains.text.tokenizer import train_tokenizer
 
@@ -38,6 +46,7 @@ def test_kfold_accuracy_matches_a_plain_loop() -> None:
     of a standardised logistic regression, written out here by hand."""
     from sklearn.linear_model import LogisticRegression
     from sklearn.model_selection import StratifiedKFold
+
     X, y = _blobs(200, 5, seed=1)
     res = kfold_accuracy(X, y, folds=5, seed=0, c_grid=(0.5,), selection="none")
     accs = []
@@ -120,8 +129,8 @@ def _loop_gru(gru: torch.nn.GRU, x: list[torch.Tensor], suffix: str) -> torch.Te
     for token in x:
         gi, gh = w_ih @ token + b_ih, w_hh @ h + b_hh
         r = torch.sigmoid(gi[:units] + gh[:units])
-        z = torch.sigmoid(gi[units:2 * units] + gh[units:2 * units])
-        n = torch.tanh(gi[2 * units:] + r * gh[2 * units:])
+        z = torch.sigmoid(gi[units : 2 * units] + gh[units : 2 * units])
+        n = torch.tanh(gi[2 * units :] + r * gh[2 * units :])
         h = (1 - z) * n + z * h
     return h
 
@@ -133,8 +142,13 @@ def _loop_sentence_vector(encoder, ids: list[int]) -> torch.Tensor:
 
 
 def test_encoder_embedding_is_order_free_and_carries_its_tokenizer() -> None:
-    sentences = ["the cat sat on the mat.", "a dog barked.", "it rained all day long in town.",
-                 "she smiled.", "they walked home together after the long dinner."] * 3
+    sentences = [
+        "the cat sat on the mat.",
+        "a dog barked.",
+        "it rained all day long in town.",
+        "she smiled.",
+        "they walked home together after the long dinner.",
+    ] * 3
     tok = train_tokenizer(sentences, kind="wordpiece", vocab_size=80, min_frequency=1)
     torch.manual_seed(0)
     enc = build_quick_thought_encoder(EncoderConfig(embedding_dim=8, hidden_size=6), tok)
@@ -154,26 +168,34 @@ def test_encoder_embedding_is_order_free_and_carries_its_tokenizer() -> None:
     # sentences of different lengths share a padded chunk: the backward direction must start at
     # each sentence's own last token, so the loop runs on the unpadded ids
     with torch.no_grad():
-        ref = np.stack([torch.cat([_loop_sentence_vector(bi.f, ids), _loop_sentence_vector(bi.g, ids)]).numpy()
-                        for ids in tok.ids(sentences[:5])])
+        ref = np.stack(
+            [
+                torch.cat([_loop_sentence_vector(bi.f, ids), _loop_sentence_vector(bi.g, ids)]).numpy()
+                for ids in tok.ids(sentences[:5])
+            ]
+        )
     np.testing.assert_allclose(bi.embed(sentences[:5]), ref, rtol=1e-5, atol=1e-6)
     with pytest.raises(ValueError, match="hidden_size"):
         build_quick_thought_encoder(EncoderConfig(embedding_dim=8, hidden_size=7, bidirectional=True), tok)
 
 
 def test_transformer_option_builds_locally_and_pools_the_real_tokens() -> None:
-    tok = train_tokenizer(["one two three four.", "five six seven."] * 4, kind="word",
-                          vocab_size=30, min_frequency=1)
-    enc = build_quick_thought_encoder(EncoderConfig(kind="transformer", hidden_size=16,
-                                                    num_layers=1, num_heads=2), tok)
+    tok = train_tokenizer(["one two three four.", "five six seven."] * 4, kind="word", vocab_size=30, min_frequency=1)
+    enc = build_quick_thought_encoder(EncoderConfig(kind="transformer", hidden_size=16, num_layers=1, num_heads=2), tok)
     sentences = ["one two three four.", "five six."]
     out = enc.embed(sentences)
     # the mean of BERT's last hidden states over the real tokens: each sentence run alone,
     # unpadded, must give its row of the padded batch
     enc.eval()
     with torch.no_grad():
-        ref = np.stack([torch.cat([m.model(input_ids=torch.tensor([ids])).last_hidden_state[0].mean(0)
-                                   for m in (enc.f, enc.g)]).numpy() for ids in tok.ids(sentences)])
+        ref = np.stack(
+            [
+                torch.cat(
+                    [m.model(input_ids=torch.tensor([ids])).last_hidden_state[0].mean(0) for m in (enc.f, enc.g)]
+                ).numpy()
+                for ids in tok.ids(sentences)
+            ]
+        )
     np.testing.assert_allclose(out, ref, rtol=1e-5, atol=1e-5)
     u, v = enc(tok(sentences), pair=True)
     np.testing.assert_allclose(torch.cat([u, v], dim=1).detach().numpy(), ref, rtol=1e-5, atol=1e-5)
@@ -192,10 +214,15 @@ def test_baselines_random_encoder_of_the_same_size_and_bag_of_words() -> None:
     labels = np.array([i % 2 for i in range(80)])
     tok = train_tokenizer(sentences, kind="word", vocab_size=40, min_frequency=1)
     cfg = EncoderConfig(embedding_dim=8, hidden_size=6)
-    recipe = SimpleNamespace(seed=3, encoder=cfg, data=SimpleNamespace(max_length=30),
-                             evaluation=EvaluationConfig(tasks=["mr", "trec"], baselines=["random", "bow"],
-                                                         diagnostics=False, folds=4),
-                             raw={"objective": {}, "budget": {}}, sections={}, source="test")
+    recipe = SimpleNamespace(
+        seed=3,
+        encoder=cfg,
+        data=SimpleNamespace(max_length=30),
+        evaluation=EvaluationConfig(tasks=["mr", "trec"], baselines=["random", "bow"], diagnostics=False, folds=4),
+        raw={"objective": {}, "budget": {}},
+        sections={},
+        source="test",
+    )
     torch.manual_seed(0)
     trained = build_quick_thought_encoder(cfg, tok)
     domain = TextDomain(recipe)

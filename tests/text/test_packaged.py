@@ -1,6 +1,7 @@
 """The R lazy-load reader behind the ``austen`` and ``mobydick`` builders, on a database written
 here byte by byte from the format (R Internals 1.8, ``makeLazyLoadDB``), and the text
 catalogue's registration."""
+
 from __future__ import annotations
 
 import gzip
@@ -19,7 +20,7 @@ def _header() -> bytes:
 
 
 def _charsxp(text: str, latin1: bool = False) -> bytes:
-    levels = 1 << 2 if latin1 else 1 << 3                     # LATIN1 / UTF8 flag
+    levels = 1 << 2 if latin1 else 1 << 3  # LATIN1 / UTF8 flag
     raw = text.encode("latin-1" if latin1 else "utf-8")
     return struct.pack(">ii", 9 | (levels << 12), len(raw)) + raw
 
@@ -43,19 +44,23 @@ def _database(tmp_path, objects: dict[str, list[tuple[str, bool]]], compressed: 
         entry = struct.pack(">I", len(stream)) + zlib.compress(stream)
         offsets.append((len(rdb), len(entry)))
         rdb += entry
-    variables = [(name, struct.pack(">ii", 13, 2) + struct.pack(">2i", *where))
-                 for name, where in zip(objects, offsets)]
-    index = _named_list([("variables", _named_list(variables)),
-                         ("references", struct.pack(">ii", 19, 0)),
-                         ("compressed", struct.pack(">iii", 10, 1, compressed))])
+    variables = [
+        (name, struct.pack(">ii", 13, 2) + struct.pack(">2i", *where)) for name, where in zip(objects, offsets)
+    ]
+    index = _named_list(
+        [
+            ("variables", _named_list(variables)),
+            ("references", struct.pack(">ii", 19, 0)),
+            ("compressed", struct.pack(">iii", 10, 1, compressed)),
+        ]
+    )
     (tmp_path / "Rdata.rdb").write_bytes(rdb)
     (tmp_path / "Rdata.rdx").write_bytes(gzip.compress(_header() + index))
     return tmp_path / "Rdata.rdx"
 
 
 def test_lazyload_database_reads_every_object(tmp_path):
-    objects = {"emma": [("EMMA", False), ("", False), ("Émma Woodhouse, handsome,", False)],
-               "cafe": [("café", True)]}
+    objects = {"emma": [("EMMA", False), ("", False), ("Émma Woodhouse, handsome,", False)], "cafe": [("café", True)]}
     got = read_lazyload_db(_database(tmp_path, objects))
     assert list(got) == ["emma", "cafe"]
     assert got["emma"].tolist() == ["EMMA", "", "Émma Woodhouse, handsome,"]
@@ -69,6 +74,5 @@ def test_lazyload_database_refuses_other_compressions(tmp_path):
 
 def test_text_catalogue_is_registered():
     names = {d.name for d in DATASETS}
-    assert names == {"austen", "mobydick", "sotu", "brown", "rotten-tomatoes",
-                     "vader-groundtruth", "trec", "bibles"}
+    assert names == {"austen", "mobydick", "sotu", "brown", "rotten-tomatoes", "vader-groundtruth", "trec", "bibles"}
     assert names <= set(catalog())

@@ -2,6 +2,7 @@
 tasks: the same seed gives the same folds, the same chosen C and the same accuracy; another
 seed gives other folds. Both probe paths: sparse bag-of-words (liblinear, one-vs-rest on
 TREC's six classes) and dense encoder features (standardised, lbfgs)."""
+
 from __future__ import annotations
 
 import numpy as np

@@ -1,5 +1,6 @@
 """The quick-thought batch: contiguous runs, neighbour positives within a book only, and the
 QT softmax against a loop reference written from Logeswaran & Lee (2018), Eq. 1-2."""
+
 from __future__ import annotations
 
 import math
@@ -26,8 +27,7 @@ def _books() -> list[Book]:
 
 def _table() -> tuple[SentenceTable, object]:
     books = _books()
-    tok = train_tokenizer((s for bk in books for s in bk.sentences), kind="word", vocab_size=100,
-                          min_frequency=1)
+    tok = train_tokenizer((s for bk in books for s in bk.sentences), kind="word", vocab_size=100, min_frequency=1)
     return SentenceTable.build(books, tok), tok
 
 
@@ -58,7 +58,7 @@ def test_batches_are_shuffled_contiguous_runs_and_positives_stay_in_their_book()
         assert sorted(order.tolist()) == [i for a, b in data.runs for i in range(a, b)]
         where = {int(k): p for p, k in enumerate(order)}
         for a, b in data.runs:
-            assert order[where[a]:where[a] + b - a].tolist() == list(range(a, b))
+            assert order[where[a] : where[a] + b - a].tolist() == list(range(a, b))
         for batch in data:
             m = neighbour_mask(batch["book"], batch["position"])
             i, j = m.nonzero(as_tuple=True)
@@ -95,12 +95,12 @@ def _loop_scores(u: torch.Tensor, v: torch.Tensor, score: str = "dot") -> list[l
 
     if score == "dot":
         return [[dot(u[a], v[c]) for c in range(n)] for a in range(n)]
-    return [[dot(u[a], v[c]) / math.sqrt(dot(u[a], u[a]) * dot(v[c], v[c])) for c in range(n)]
-            for a in range(n)]
+    return [[dot(u[a], v[c]) / math.sqrt(dot(u[a], u[a]) * dot(v[c], v[c])) for c in range(n)] for a in range(n)]
 
 
-def _qt_loop_reference(s: list[list[float]], book: list[int], pos: list[int], window: int,
-                       zero_logit: bool, tau: float = 1.0) -> float:
+def _qt_loop_reference(
+    s: list[list[float]], book: list[int], pos: list[int], window: int, zero_logit: bool, tau: float = 1.0
+) -> float:
     """Logeswaran & Lee Eq. 1-2 with loops: for each sentence s and each context sentence
     s_ctx (same book, |offset| <= window), -log p(s_ctx | s, S_cand) with
     p = exp(c(s, s_ctx) / tau) / sum_{s' in S_cand} exp(c(s, s') / tau), S_cand = the other
@@ -127,14 +127,14 @@ def _qt_loop_reference(s: list[list[float]], book: list[int], pos: list[int], wi
     return sum(per_anchor) / len(per_anchor)
 
 
-def _qt_loop_gradient(s: list[list[float]], book: list[int], pos: list[int], window: int,
-                      zero_logit: bool, tau: float = 1.0) -> list[list[float]]:
+def _qt_loop_gradient(
+    s: list[list[float]], book: list[int], pos: list[int], window: int, zero_logit: bool, tau: float = 1.0
+) -> list[list[float]]:
     """dL/ds_ac of :func:`_qt_loop_reference`, differentiated by hand: for an anchor a with
     m_a context sentences, (softmax_a(c) - [c is context] / m_a) / (tau A), A = the number of
     anchors with a context; 0 for s_aa (excluded, or the constant zero logit)."""
     n = len(book)
-    ctx = [[p for p in range(n) if p != a and book[p] == book[a] and abs(pos[p] - pos[a]) <= window]
-           for a in range(n)]
+    ctx = [[p for p in range(n) if p != a and book[p] == book[a] and abs(pos[p] - pos[a]) <= window] for a in range(n)]
     anchors = sum(1 for c in ctx if c)
     g = [[0.0] * n for _ in range(n)]
     for a in range(n):
@@ -153,13 +153,22 @@ def test_qt_softmax_matches_the_loop_reference(window: int, self_candidate: str)
     torch.manual_seed(0)
     model = _TinyPair(tok.vocab_size).double()
     idx = np.array([3, 4, 5, 6, 7, 8, 9, 14, 15])  # the end of book a, the start of b, part of c
-    batch = {"x": tok.pad([table.ids[i] for i in idx]), "book": torch.from_numpy(table.book[idx]),
-             "position": torch.from_numpy(table.position[idx]), "index": torch.from_numpy(idx)}
+    batch = {
+        "x": tok.pad([table.ids[i] for i in idx]),
+        "book": torch.from_numpy(table.book[idx]),
+        "position": torch.from_numpy(table.position[idx]),
+        "index": torch.from_numpy(idx),
+    }
     cb = quick_thought_batch(batch, model, window=window, self_candidate=self_candidate)
     loss = LOSSES.get("info_nce")()(cb).loss
     u, v = model(batch["x"], pair=True)
-    loop_args = (_loop_scores(u.detach(), v.detach()), table.book[idx].tolist(),
-                 table.position[idx].tolist(), window, self_candidate == "zero_logit")
+    loop_args = (
+        _loop_scores(u.detach(), v.detach()),
+        table.book[idx].tolist(),
+        table.position[idx].tolist(),
+        window,
+        self_candidate == "zero_logit",
+    )
     ref = _qt_loop_reference(*loop_args)
     assert loss.item() == pytest.approx(ref, rel=1e-10)
     # the book boundary between positions 6 (a) and 0 (b) gives no positive
@@ -180,8 +189,11 @@ def test_cosine_scores_and_bad_options() -> None:
     table, tok = _table()
     model = _TinyPair(tok.vocab_size)
     idx = np.arange(6)
-    batch = {"x": tok.pad([table.ids[i] for i in idx]), "book": torch.from_numpy(table.book[idx]),
-             "position": torch.from_numpy(table.position[idx])}
+    batch = {
+        "x": tok.pad([table.ids[i] for i in idx]),
+        "book": torch.from_numpy(table.book[idx]),
+        "position": torch.from_numpy(table.position[idx]),
+    }
     cb = quick_thought_batch(batch, model, score="cosine")
     assert cb.scores.abs().max() <= 1.0 + 1e-6
     assert torch.allclose(cb.scores, cb.views[:, 0] @ cb.views[:, 1].t())
@@ -193,8 +205,9 @@ def test_cosine_scores_and_bad_options() -> None:
         quick_thought_batch({"x": batch["x"], "book": batch["book"]}, model)
 
 
-def _debiased_loop_reference(s: list[list[float]], book: list[int], pos: list[int], window: int,
-                             tau: float, tau_plus: float, beta: float | None) -> float:
+def _debiased_loop_reference(
+    s: list[list[float]], book: list[int], pos: list[int], window: int, tau: float, tau_plus: float, beta: float | None
+) -> float:
     """DCL (Chuang et al. 2020, Eq. 6 with its clamp) and HCL (Robinson et al. 2021, Eq. 5,
     importance weights e^{beta s / tau} normalised to mean 1) on the quick-thought candidates:
     the negatives of s_a are the other sentences that are not its neighbours (N_a of them),
@@ -257,10 +270,15 @@ def test_each_cpu_recipe_objective_matches_loop_references(path: Path) -> None:
     model = _TinyPair(tok.vocab_size).double()
     idx = np.array([2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13])  # a's end, all of b, c's start
     book, pos = table.book[idx].tolist(), table.position[idx].tolist()
-    batch = {"x": tok.pad([table.ids[i] for i in idx]), "book": torch.from_numpy(table.book[idx]),
-             "position": torch.from_numpy(table.position[idx]), "index": torch.from_numpy(idx)}
-    cb = quick_thought_batch(batch, model, window=recipe.data.window, score=recipe.encoder.score,
-                             self_candidate=recipe.data.self_candidate)
+    batch = {
+        "x": tok.pad([table.ids[i] for i in idx]),
+        "book": torch.from_numpy(table.book[idx]),
+        "position": torch.from_numpy(table.position[idx]),
+        "index": torch.from_numpy(idx),
+    }
+    cb = quick_thought_batch(
+        batch, model, window=recipe.data.window, score=recipe.encoder.score, self_candidate=recipe.data.self_candidate
+    )
     out = build(recipe.objective)(cb)
 
     u, v = (t.detach() for t in model(batch["x"], pair=True))
@@ -270,9 +288,15 @@ def test_each_cpu_recipe_objective_matches_loop_references(path: Path) -> None:
     if loss.name == "info_nce":
         ref = _qt_loop_reference(s, book, pos, recipe.data.window, False, loss.args["temperature"])
     else:
-        ref = _debiased_loop_reference(s, book, pos, recipe.data.window, loss.args["temperature"],
-                                       loss.args["tau_plus"],
-                                       loss.args.get("beta", 1.0) if loss.name == "hcl" else None)
+        ref = _debiased_loop_reference(
+            s,
+            book,
+            pos,
+            recipe.data.window,
+            loss.args["temperature"],
+            loss.args["tau_plus"],
+            loss.args.get("beta", 1.0) if loss.name == "hcl" else None,
+        )
     assert float(out.records["contrastive"]) == pytest.approx(ref, rel=1e-9)
 
     for spec in recipe.objective.regularizers:

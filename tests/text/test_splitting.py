@@ -1,5 +1,6 @@
 """Sentence and paragraph splitting on tricky text (abbreviations, initials, dialogue,
 ellipses), and the book-level corpus structure built from it."""
+
 from __future__ import annotations
 
 import pytest
@@ -8,37 +9,41 @@ from domains.text.corpora import Book, book_from_text, read_text_folder, split_b
 from domains.text.splitting import is_heading, split_paragraphs, split_sentences
 
 
-@pytest.mark.parametrize("text, expected", [
-    # titles are not sentence ends
-    ("Mr. Darcy bowed. Mrs. Bennet smiled at Dr. Jones.",
-     ["Mr. Darcy bowed.", "Mrs. Bennet smiled at Dr. Jones."]),
-    ("They met St. John and Capt. Wentworth. It rained.",
-     ["They met St. John and Capt. Wentworth.", "It rained."]),
-    # Latin abbreviations, before lower and upper case
-    ("Some fruit, e.g. apples, keeps well. Others, i.e. Pears, do not.",
-     ["Some fruit, e.g. apples, keeps well.", "Others, i.e. Pears, do not."]),
-    # initials
-    ("J. R. R. Tolkien wrote it. He was a professor.",
-     ["J. R. R. Tolkien wrote it.", "He was a professor."]),
-    ("The U.S. Navy arrived. It was late.", ["The U.S. Navy arrived.", "It was late."]),
-    # numbering abbreviations
-    ("See No. 5 for details. Then stop.", ["See No. 5 for details.", "Then stop."]),
-    # quoted dialogue: ?/! inside quotes followed by a lower-case word continues the sentence
-    ('"Is it true?" said Elizabeth. "It is!" cried Lydia.',
-     ['"Is it true?" said Elizabeth.', '"It is!" cried Lydia.']),
-    ('He said, "Go away!" and left. "Why?" She asked.',
-     ['He said, "Go away!" and left.', '"Why?"', "She asked."]),
-    # a closing quote after the period stays with its sentence; an opening quote starts one
-    ('"I am here." She smiled. "Come in," said he.',
-     ['"I am here."', "She smiled.", '"Come in," said he.']),
-    # ellipses: continuation in lower case, boundary before a capital
-    ("Perhaps... perhaps not. He paused... Then he left.",
-     ["Perhaps... perhaps not.", "He paused...", "Then he left."]),
-    ("Wait\u2026 listen. Stop\u2026 Now go.", ["Wait\u2026 listen.", "Stop\u2026", "Now go."]),
-    # several terminators and a sentence without one at the end
-    ("What?! No way. and then nothing", ["What?!", "No way. and then nothing"]),
-    ("What?! No. Never", ["What?!", "No.", "Never"]),
-])
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        # titles are not sentence ends
+        ("Mr. Darcy bowed. Mrs. Bennet smiled at Dr. Jones.", ["Mr. Darcy bowed.", "Mrs. Bennet smiled at Dr. Jones."]),
+        ("They met St. John and Capt. Wentworth. It rained.", ["They met St. John and Capt. Wentworth.", "It rained."]),
+        # Latin abbreviations, before lower and upper case
+        (
+            "Some fruit, e.g. apples, keeps well. Others, i.e. Pears, do not.",
+            ["Some fruit, e.g. apples, keeps well.", "Others, i.e. Pears, do not."],
+        ),
+        # initials
+        ("J. R. R. Tolkien wrote it. He was a professor.", ["J. R. R. Tolkien wrote it.", "He was a professor."]),
+        ("The U.S. Navy arrived. It was late.", ["The U.S. Navy arrived.", "It was late."]),
+        # numbering abbreviations
+        ("See No. 5 for details. Then stop.", ["See No. 5 for details.", "Then stop."]),
+        # quoted dialogue: ?/! inside quotes followed by a lower-case word continues the sentence
+        (
+            '"Is it true?" said Elizabeth. "It is!" cried Lydia.',
+            ['"Is it true?" said Elizabeth.', '"It is!" cried Lydia.'],
+        ),
+        ('He said, "Go away!" and left. "Why?" She asked.', ['He said, "Go away!" and left.', '"Why?"', "She asked."]),
+        # a closing quote after the period stays with its sentence; an opening quote starts one
+        ('"I am here." She smiled. "Come in," said he.', ['"I am here."', "She smiled.", '"Come in," said he.']),
+        # ellipses: continuation in lower case, boundary before a capital
+        (
+            "Perhaps... perhaps not. He paused... Then he left.",
+            ["Perhaps... perhaps not.", "He paused...", "Then he left."],
+        ),
+        ("Wait\u2026 listen. Stop\u2026 Now go.", ["Wait\u2026 listen.", "Stop\u2026", "Now go."]),
+        # several terminators and a sentence without one at the end
+        ("What?! No way. and then nothing", ["What?!", "No way. and then nothing"]),
+        ("What?! No. Never", ["What?!", "No.", "Never"]),
+    ],
+)
 def test_split_sentences_tricky(text: str, expected: list[str]) -> None:
     assert split_sentences(text) == expected
 
@@ -52,8 +57,7 @@ def test_split_sentences_joins_line_breaks_and_keeps_every_character() -> None:
 
 def test_paragraphs_and_headings() -> None:
     text = "CHAPTER I\n\n\nFirst line of\nthe paragraph. Second.\n\n  \nNew paragraph here.\n"
-    assert split_paragraphs(text) == ["CHAPTER I", "First line of the paragraph. Second.",
-                                      "New paragraph here."]
+    assert split_paragraphs(text) == ["CHAPTER I", "First line of the paragraph. Second.", "New paragraph here."]
     assert is_heading("CHAPTER XII") and is_heading("Chapter 3") and is_heading("IV.")
     assert is_heading("CHAPTER 1. Loomings.") and is_heading("VOLUME I")
     assert not is_heading("Chapter and verse were quoted at length.")

@@ -1,5 +1,6 @@
 """Each loader on its real offline file (``domains.text.packaged.locate``): the Austen corpus and the
 six SentEval-style tasks (MR, the CR / SUBJ / MPQA / MSRP stand-ins, TREC train_5500)."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -13,15 +14,22 @@ from domains.text.senteval.tasks import load_task, subsample
 def test_austen_six_novels_in_order() -> None:
     books = load_corpus("austen")
     assert [b.name.split("-", 1)[1] for b in books] == [
-        "sense-and-sensibility", "pride-and-prejudice", "mansfield-park", "emma",
-        "northanger-abbey", "persuasion"]
+        "sense-and-sensibility",
+        "pride-and-prejudice",
+        "mansfield-park",
+        "emma",
+        "northanger-abbey",
+        "persuasion",
+    ]
     total = sum(len(b) for b in books)
     assert 30_000 < total < 33_500  # docs/data.md: ~31.7k sentences
     pride = books[1]
     assert pride.sentences[0].startswith("PRIDE AND PREJUDICE")
     first = next(s for s in pride.sentences if s.startswith("It is a truth"))
-    assert first == ("It is a truth universally acknowledged, that a single man in possession "
-                     "of a good fortune, must be in want of a wife.")
+    assert first == (
+        "It is a truth universally acknowledged, that a single man in possession "
+        "of a good fortune, must be in want of a wife."
+    )
     assert not any(s.startswith("Chapter ") for s in pride.sentences)  # headings dropped
     assert all(s.strip() for b in books for s in b.sentences)
     assert all(np.all(np.diff(b.paragraphs) >= 0) for b in books)  # reading order kept

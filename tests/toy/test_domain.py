@@ -1,5 +1,6 @@
 """The toy domain's face: recipes and tables, data and views, encoder, evaluation, the shared
 loop (CPCL-Full beats an untrained encoder) and the ring_mi run."""
+
 from __future__ import annotations
 
 import math
@@ -10,15 +11,14 @@ import pytest
 import torch
 import yaml
 
-from domains.toy import ToyDomain
+from domains.toy import ToyDomain, clusters, mixture
 from domains.toy.encoders import ToyEncoder
-from domains.toy import clusters, mixture
 from domains.toy.evaluation import kmeans_accuracy, linear_probe_error, sector_accuracy_ceiling
 from domains.toy.ring_experiment import metric_name
 from toolkit import recipe as rc
-from toolkit.studies.reproduce import discover_tables
 from toolkit.recipe import RecipeError
 from toolkit.runs import load_recipe
+from toolkit.studies.reproduce import discover_tables
 from toolkit.tracking.runlog import RunLog
 
 torch.set_num_threads(1)
@@ -65,6 +65,7 @@ class RecordingTracker(RunLog):
 
 # -- recipes and tables -------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("path", sorted(RECIPES.glob("*.yaml")), ids=lambda p: p.name)
 def test_every_recipe_validates_and_names_its_paper(path):
     r = _recipe(path)
@@ -74,8 +75,13 @@ def test_every_recipe_validates_and_names_its_paper(path):
 
 def test_tables_point_at_recipes_and_metrics_the_runs_produce():
     tables = discover_tables([ROOT / "recipes" / "toy"])
-    assert set(tables) == {"ring-mi-toy", "ring-mi-toy-cnce-critic", "cpcl-gaussian-mixture",
-                           "cpcl-gaussian-mixture-hard", "lmcl-toy"}
+    assert set(tables) == {
+        "ring-mi-toy",
+        "ring-mi-toy-cnce-critic",
+        "cpcl-gaussian-mixture",
+        "cpcl-gaussian-mixture-hard",
+        "lmcl-toy",
+    }
     produced = {
         "ring_mi": {"mi_true", "mi_nce", *(metric_name(w) for w in (10, 25, 50, 75, 90, 95))},
         "cpcl_mixture": {"linear_probe_error", "af_probe_error", "raw_probe_error", "bayes_error"},
@@ -115,10 +121,15 @@ def _run(recipe, tracker):
 
 # -- data and views -----------------------------------------------------------------------
 
+
 def test_cpcl_data_views_and_pool():
-    r = _recipe(RECIPES / "cpcl_mixture_cpcl_full.yaml", "data.cpcl_mixture.per_component=50",
-                "data.cpcl_mixture.test_per_component=30", "budget.batch_size=40",
-                "data.cpcl_mixture.views=fresh")
+    r = _recipe(
+        RECIPES / "cpcl_mixture_cpcl_full.yaml",
+        "data.cpcl_mixture.per_component=50",
+        "data.cpcl_mixture.test_per_component=30",
+        "budget.batch_size=40",
+        "data.cpcl_mixture.views=fresh",
+    )
     dom = ToyDomain(r)
     data = dom.build_data(r)
     assert data.num_instances == 200 and len(data.eval["test_x"]) == 120 and len(data.eval["pool"]) == 400
@@ -128,14 +139,19 @@ def test_cpcl_data_views_and_pool():
     views = dom.make_views(batch, 3, torch.Generator().manual_seed(0))
     assert views.shape == (40, 3, 2)
     assert torch.equal(dom.natural_view(batch), batch["x"])
-    many = dom.make_views({"x": torch.zeros(20000, 2), "index": torch.zeros(20000, dtype=torch.long)}, 2,
-                          torch.Generator().manual_seed(1))
+    many = dom.make_views(
+        {"x": torch.zeros(20000, 2), "index": torch.zeros(20000, dtype=torch.long)}, 2, torch.Generator().manual_seed(1)
+    )
     assert float(many.var(0).mean()) == pytest.approx(4.0, rel=0.05)  # s_a = 4 is a variance
 
 
 def test_pool_views_follow_the_augmentation_matrix():
-    r = _recipe(RECIPES / "cpcl_mixture_cpcl_full.yaml", "data.cpcl_mixture.per_component=2",
-                "data.cpcl_mixture.views=pool", "budget.batch_size=4")
+    r = _recipe(
+        RECIPES / "cpcl_mixture_cpcl_full.yaml",
+        "data.cpcl_mixture.per_component=2",
+        "data.cpcl_mixture.views=pool",
+        "budget.batch_size=4",
+    )
     dom = ToyDomain(r)
     data = dom.build_data(r)
     pool, a = data.eval["pool"], dom._aug_matrix
@@ -173,6 +189,7 @@ def test_ring_mi_has_no_shared_loop_data():
 
 # -- encoder and evaluation ---------------------------------------------------------------
 
+
 def test_linear_encoder_identity_init_is_the_normalised_point():
     enc = ToyEncoder(in_dim=2, embed_dim=2, depth=1, bias=False, init="identity")
     x = torch.tensor([[3.0, 4.0], [-1.0, 0.0]])
@@ -199,14 +216,15 @@ def test_probe_and_kmeans_metrics():
 
 def test_bayes_error_is_the_nearest_mean_error_and_15_11_percent_in_expectation():
     from scipy import integrate, stats
+
     x, y = mixture.sample_mixture(2000, generator=torch.Generator().manual_seed(0))
     means = mixture.circle_means(4, 2.0).tolist()
-    nearest = [min(range(4), key=lambda c: (p[0] - means[c][0]) ** 2 + (p[1] - means[c][1]) ** 2)
-               for p in x.tolist()]
+    nearest = [min(range(4), key=lambda c: (p[0] - means[c][0]) ** 2 + (p[1] - means[c][1]) ** 2) for p in x.tolist()]
     expected = 100 * np.mean(np.array(nearest) != y.numpy())
     assert mixture.bayes_error(x, y) == pytest.approx(expected)
-    inside, _ = integrate.dblquad(lambda v, u: stats.norm.pdf(u - 2) * stats.norm.pdf(v), 0, 20,
-                                  lambda u: -u, lambda u: u)
+    inside, _ = integrate.dblquad(
+        lambda v, u: stats.norm.pdf(u - 2) * stats.norm.pdf(v), 0, 20, lambda u: -u, lambda u: u
+    )
     assert 100 * (1 - inside) == pytest.approx(15.11, abs=0.01)
     assert mixture.bayes_error(x, y) == pytest.approx(15.11, abs=3 * 100 * math.sqrt(0.15 * 0.85 / 8000))
 
@@ -215,13 +233,13 @@ def test_sector_ceiling_is_the_best_split_into_two_angular_sectors():
     x, y = clusters.make_cluster_set("nested_moons", 30, torch.Generator().manual_seed(1))
     angle = np.arctan2(x[:, 1].numpy(), x[:, 0].numpy())
     best = 0.0
-    for a in angle:                                # brute force over every pair of cut angles
+    for a in angle:  # brute force over every pair of cut angles
         for b in angle:
             inside = (angle >= a) & (angle < b) if a < b else ~((angle >= b) & (angle < a))
             agree = np.mean(inside == (y.numpy() == 1))
             best = max(best, agree, 1 - agree)
     assert sector_accuracy_ceiling(x, y) == pytest.approx(100 * best)
-    g = torch.Generator().manual_seed(2)              # and it bounds k-means of P x / ||P x||
+    g = torch.Generator().manual_seed(2)  # and it bounds k-means of P x / ||P x||
     for _ in range(5):
         z = torch.nn.functional.normalize(x @ torch.randn(2, 2, generator=g), dim=1)
         assert kmeans_accuracy(z, y) <= sector_accuracy_ceiling(x, y) + 1e-9
@@ -231,9 +249,15 @@ def test_sector_ceiling_is_the_best_split_into_two_angular_sectors():
 
 # -- the shared loop ----------------------------------------------------------------------
 
+
 def test_short_cpcl_full_run_beats_an_untrained_encoder():
-    r = _recipe(RECIPES / "cpcl_mixture_cpcl_full.yaml", "encoder.embed_dim=4", "budget.epochs=20",
-                "evaluation.augmentation_feature=false", "evaluation.histogram=false")
+    r = _recipe(
+        RECIPES / "cpcl_mixture_cpcl_full.yaml",
+        "encoder.embed_dim=4",
+        "budget.epochs=20",
+        "evaluation.augmentation_feature=false",
+        "evaluation.histogram=false",
+    )
     dom = ToyDomain(r)
     data = dom.build_data(r)
     untrained = dom.evaluate(dom.build_encoder(r), data, r).metrics["linear_probe_error"]
@@ -253,6 +277,7 @@ def test_lmcl_run_logs_the_margin_and_figures():
     # the Euclidean baseline of Table 1, recomputed with scikit-learn and scipy's Hungarian match
     from scipy.optimize import linear_sum_assignment
     from sklearn.cluster import KMeans
+
     data = _data(r).eval
     x, y = data["x"].double().numpy(), data["y"].numpy()
     pred = KMeans(n_clusters=3, n_init=10, random_state=r.seed).fit_predict(x)
@@ -274,8 +299,12 @@ def test_trainable_experiments_need_an_objective_at_load_time():
 
 
 def test_three_toy_mistakes_give_three_messages():
-    bad = ["data.cpcl_mixture.views=pool", "data.cpcl_mixture.augment_variance=0",
-           "budget.batch_size=100000", "objective.loss.temperature=-1"]
+    bad = [
+        "data.cpcl_mixture.views=pool",
+        "data.cpcl_mixture.augment_variance=0",
+        "budget.batch_size=100000",
+        "objective.loss.temperature=-1",
+    ]
     with pytest.raises(RecipeError) as info:
         _recipe(RECIPES / "cpcl_mixture_simclr.yaml", *bad)
     paths = [p for p, _ in info.value.problems]
@@ -286,9 +315,11 @@ def test_three_toy_mistakes_give_three_messages():
 
 # -- ring_mi ------------------------------------------------------------------------------
 
+
 def test_ring_mi_run_logs_one_metric_per_percentile_and_a_figure():
-    r = _recipe(RECIPES / "ring_mi_optimal.yaml", "data.ring_mi.num_points=300",
-                "evaluation.ring_mi.num_negatives=null")
+    r = _recipe(
+        RECIPES / "ring_mi_optimal.yaml", "data.ring_mi.num_points=300", "evaluation.ring_mi.num_negatives=null"
+    )
     tracker = RecordingTracker()
     m = _run(r, tracker)
     assert m["mi_true"] == pytest.approx(0.0204110, abs=1e-7)
@@ -301,16 +332,24 @@ def test_ring_mi_run_logs_one_metric_per_percentile_and_a_figure():
 
 
 def test_ring_mi_trains_the_mlp_critic_with_the_recipe_objective():
-    r = _recipe(RECIPES / "ring_mi_mlp.yaml", "data.ring_mi.num_points=256", "budget.epochs=3",
-                "evaluation.ring_mi.percentiles=[50]")
+    r = _recipe(
+        RECIPES / "ring_mi_mlp.yaml",
+        "data.ring_mi.num_points=256",
+        "budget.epochs=3",
+        "evaluation.ring_mi.percentiles=[50]",
+    )
     tracker = RecordingTracker()
     m = _run(r, tracker)
     assert [s for s, _ in tracker.metrics["train/loss"]] == [1, 2, 3]
     assert m["critic_final_loss"] == tracker.metrics["train/loss"][-1][1]
     assert m["mi_cnce_w50"] < m["mi_nce"] <= math.log(101)
     with pytest.raises(ValueError, match="normalize"):
-        _run(_recipe(RECIPES / "ring_mi_mlp.yaml", "encoder.normalize=true",
-                                "budget.epochs=1", "data.ring_mi.num_points=256"), tracker)
+        _run(
+            _recipe(
+                RECIPES / "ring_mi_mlp.yaml", "encoder.normalize=true", "budget.epochs=1", "data.ring_mi.num_points=256"
+            ),
+            tracker,
+        )
 
 
 @pytest.mark.parametrize("name", ["simclr", "spectral", "cpcl_a", "cpcl_full"])

@@ -1,5 +1,6 @@
 """Data generators of the toy domain: CPCL's mixture and augmentation matrix, LMCL's cluster
 sets; references written from the definitions (densities in loops, inverse transforms)."""
+
 from __future__ import annotations
 
 import math
@@ -61,8 +62,10 @@ def test_classes_label_components_modulo_classes():
 
 def ref_bayes_error(points, labels, components, radius, variance, classes):
     """Error (%) of argmax over classes of the summed component densities, in loops."""
-    means = [(radius * math.cos(2 * math.pi * i / components), radius * math.sin(2 * math.pi * i / components))
-             for i in range(components)]
+    means = [
+        (radius * math.cos(2 * math.pi * i / components), radius * math.sin(2 * math.pi * i / components))
+        for i in range(components)
+    ]
     wrong = 0
     for (u, v), label in zip(points, labels):
         density = [0.0] * classes
@@ -84,6 +87,7 @@ def test_alternating_mixture_is_far_from_linear():
     # error near 5%, and the augmentation feature (an RBF-like feature of 1600 pool points)
     # near the Bayes error: room for encoders to differ
     from domains.toy.evaluation import linear_probe_error
+
     g = torch.Generator().manual_seed(0)
     shape = dict(components=8, radius=5.0, variance=1.0, classes=2)
     x, y = mixture.sample_mixture(100, generator=g, **shape)
@@ -92,7 +96,9 @@ def test_alternating_mixture_is_far_from_linear():
     bayes = mixture.bayes_error(tx, ty, 8, 5.0, 1.0, 2)
     assert 3.0 < bayes < 8.0
     assert linear_probe_error(x, y, tx, ty) > 40.0
-    af = linear_probe_error(mixture.augmentation_matrix(x, pool, 4.0), y, mixture.augmentation_matrix(tx, pool, 4.0), ty)
+    af = linear_probe_error(
+        mixture.augmentation_matrix(x, pool, 4.0), y, mixture.augmentation_matrix(tx, pool, 4.0), ty
+    )
     assert af < bayes + 4.0
 
 
@@ -112,8 +118,11 @@ def test_augmentation_matrix_rows_sum_to_one_and_match_the_density():
     assert a.shape == (5, 7)
     assert torch.allclose(a.sum(1), torch.ones(5, dtype=torch.float64), atol=1e-12)
     for i in range(5):
-        dens = [math.exp(-((float(aug[l, 0]) - float(nat[i, 0])) ** 2 + (float(aug[l, 1]) - float(nat[i, 1])) ** 2) / 8)
-                / (2 * math.pi * 4) for l in range(7)]
+        dens = [
+            math.exp(-((float(aug[l, 0]) - float(nat[i, 0])) ** 2 + (float(aug[l, 1]) - float(nat[i, 1])) ** 2) / 8)
+            / (2 * math.pi * 4)
+            for l in range(7)
+        ]
         for l in range(7):
             assert float(a[i, l]) == pytest.approx(dens[l] / sum(dens), rel=1e-6)
     # far-away points underflow to zero instead of NaN
@@ -144,8 +153,9 @@ def test_cluster_sets_shapes_labels_and_half_plane(name, classes):
 
 def test_three_bars_geometry():
     n = 500_000  # 1% of the length, gap or width is > 7 standard errors of its statistic
-    x, y = clusters.three_bars(n, length=3.0, gap=1.0, width=0.2, offset=1.5,
-                               generator=torch.Generator().manual_seed(1))
+    x, y = clusters.three_bars(
+        n, length=3.0, gap=1.0, width=0.2, offset=1.5, generator=torch.Generator().manual_seed(1)
+    )
     for k in range(3):
         bar = x[y == k].double()
         assert bar[:, 0].min() >= 1.5 and bar[:, 0].max() <= 4.5
@@ -173,23 +183,30 @@ def test_nested_moons_invert_to_canonical_moons():
 
 def test_sector_blobs_means():
     n = 100_000
-    x, y = clusters.sector_blobs(n, classes=3, radius=4.0, spread=0.5, sector=90.0,
-                                 generator=torch.Generator().manual_seed(3))
+    x, y = clusters.sector_blobs(
+        n, classes=3, radius=4.0, spread=0.5, sector=90.0, generator=torch.Generator().manual_seed(3)
+    )
     for k, deg in enumerate([-45.0, 0.0, 45.0]):
-        m = torch.tensor([4 * math.cos(math.radians(deg)), 4 * math.sin(math.radians(deg))],
-                         dtype=torch.float64)
+        m = torch.tensor([4 * math.cos(math.radians(deg)), 4 * math.sin(math.radians(deg))], dtype=torch.float64)
         assert torch.allclose(x[y == k].double().mean(0), m, rtol=0, atol=Z * se_mean(0.5, n))
-        assert torch.allclose(x[y == k].double().std(0), torch.full((2,), 0.5, dtype=torch.float64),
-                              rtol=0, atol=Z * 0.5 / math.sqrt(2 * (n - 1)))
+        assert torch.allclose(
+            x[y == k].double().std(0),
+            torch.full((2,), 0.5, dtype=torch.float64),
+            rtol=0,
+            atol=Z * 0.5 / math.sqrt(2 * (n - 1)),
+        )
 
 
-@pytest.mark.parametrize("call, name", [
-    (lambda: clusters.make_cluster_set("two_spirals", 10), "name"),
-    (lambda: clusters.three_bars(0), "per_class"),
-    (lambda: clusters.three_bars(10, width=-1.0), "width"),
-    (lambda: mixture.sample_mixture(10, variance=0.0), "variance"),
-    (lambda: mixture.augmentation_matrix(torch.zeros(2, 2), torch.zeros(3, 3), 1.0), "embedding size"),
-])
+@pytest.mark.parametrize(
+    "call, name",
+    [
+        (lambda: clusters.make_cluster_set("two_spirals", 10), "name"),
+        (lambda: clusters.three_bars(0), "per_class"),
+        (lambda: clusters.three_bars(10, width=-1.0), "width"),
+        (lambda: mixture.sample_mixture(10, variance=0.0), "variance"),
+        (lambda: mixture.augmentation_matrix(torch.zeros(2, 2), torch.zeros(3, 3), 1.0), "embedding size"),
+    ],
+)
 def test_bad_arguments_name_themselves(call, name):
     with pytest.raises(ValueError, match=name):
         call()

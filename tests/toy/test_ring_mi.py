@@ -1,5 +1,6 @@
 """Ring App. B toy: true MI, optimal critic, NCE / CNCE estimates, against references written
 from the equations (Gaussian densities and plain loops)."""
+
 from __future__ import annotations
 
 import math
@@ -33,8 +34,10 @@ def test_true_mi_matches_table5():
 def test_true_mi_against_monte_carlo_with_exact_densities():
     g = torch.Generator().manual_seed(0)
     x, y = R.sample_pairs(40_000, g)
-    pmi = torch.tensor([_log_joint(a, b) - _log_normal(a, 2.0) - _log_normal(b, 2.0)
-                        for a, b in zip(x.tolist(), y.tolist())], dtype=torch.float64)
+    pmi = torch.tensor(
+        [_log_joint(a, b) - _log_normal(a, 2.0) - _log_normal(b, 2.0) for a, b in zip(x.tolist(), y.tolist())],
+        dtype=torch.float64,
+    )
     se = float(pmi.std()) / math.sqrt(len(pmi))
     assert abs(float(pmi.mean()) - R.true_mutual_information()) < 4 * se
     # and the sampler has the covariance of the paper
@@ -61,7 +64,7 @@ def _loop_estimate(scores: torch.Tensor, lower: float) -> float:
     total = 0.0
     for i in range(n):
         cand = sorted(float(scores[i, j]) for j in range(n) if j != i)
-        kept = cand[int(lower / 100 * (n - 1)):]
+        kept = cand[int(lower / 100 * (n - 1)) :]
         terms = [float(scores[i, i])] + kept
         total += float(scores[i, i]) - math.log(sum(math.exp(t) for t in terms) / len(terms))
     return total / n
@@ -108,8 +111,7 @@ def _pmi_matrix(x, y):
     det = a * d - b * b
     xi, yj = x[:, None], y[None, :]
     quad = (d * xi * xi - 2 * b * xi * yj + a * yj * yj) / det
-    return (-0.5 * math.log(det) - 0.5 * quad + 0.5 * math.log(a * d)
-            + xi * xi / (2 * a) + yj * yj / (2 * d))
+    return -0.5 * math.log(det) - 0.5 * quad + 0.5 * math.log(a * d) + xi * xi / (2 * a) + yj * yj / (2 * d)
 
 
 def _analytic_nce(k: int, points: int = 80) -> float:
@@ -120,12 +122,13 @@ def _analytic_nce(k: int, points: int = 80) -> float:
     E log(e^f + S) = log(e^f + k) - k (m2 - 1) / (2 (e^f + k)^2). The outer expectation by
     Gauss-Hermite quadrature over the joint Gaussian."""
     import numpy as np
+
     (a, b), (_, d) = SIGMA
     nodes, weights = np.polynomial.hermite_e.hermegauss(points)
     weights = weights / weights.sum()
     u, w_u = nodes[:, None], weights[:, None]
     e, w_e = nodes[None, :], weights[None, :]
-    x = math.sqrt(a) * u                      # x ~ N(0, a), y | x ~ N(b x / a, d - b^2 / a)
+    x = math.sqrt(a) * u  # x ~ N(0, a), y | x ~ N(b x / a, d - b^2 / a)
     v = d - b * b / a
     mu = b / a * x
     y = mu + math.sqrt(v) * e
@@ -138,7 +141,7 @@ def _analytic_nce(k: int, points: int = 80) -> float:
 
 
 def test_analytic_reference_is_the_true_mi_in_the_many_negatives_limit():
-    assert _analytic_nce(10 ** 9) == pytest.approx(R.true_mutual_information(), abs=1e-7)
+    assert _analytic_nce(10**9) == pytest.approx(R.true_mutual_information(), abs=1e-7)
 
 
 def test_optimal_critic_estimate_equals_the_closed_form_on_the_same_draw():
@@ -187,8 +190,7 @@ def test_mlp_critic_training_lowers_the_nce_loss_and_estimates_positive_mi():
     torch.manual_seed(0)
     x, y = R.sample_pairs(1024, torch.Generator().manual_seed(1))
     critic = R.MLPCritic(depth=3, hidden=10, embed_dim=10)
-    hist = R.train_critic(critic, x, y, epochs=15, batch_size=128, lr=0.03,
-                          generator=torch.Generator().manual_seed(2))
+    hist = R.train_critic(critic, x, y, epochs=15, batch_size=128, lr=0.03, generator=torch.Generator().manual_seed(2))
     assert len(hist) == 15 and hist[-1] < hist[0]
     assert hist[-1] < math.log(128)  # below chance: the critic found the dependence
     with torch.no_grad():
@@ -197,14 +199,17 @@ def test_mlp_critic_training_lowers_the_nce_loss_and_estimates_positive_mi():
     assert R.contrastive_mi_estimate(s, 0.0) > 0.0
 
 
-@pytest.mark.parametrize("call, name", [
-    (lambda: R.contrastive_mi_estimate(torch.zeros(4, 4), 100.0), "lower"),
-    (lambda: R.contrastive_mi_estimate(torch.zeros(4, 4), 10.0, 0), "num_negatives"),
-    (lambda: R.contrastive_mi_estimate(torch.zeros(4, 5), 10.0), "scores"),
-    (lambda: R.sample_pairs(1), "n"),
-    (lambda: R.true_mutual_information(sigma_z=[[1.0, 2.0], [2.0, 1.0]]), "sigma_z"),
-    (lambda: R.MLPCritic(depth=0), "depth"),
-])
+@pytest.mark.parametrize(
+    "call, name",
+    [
+        (lambda: R.contrastive_mi_estimate(torch.zeros(4, 4), 100.0), "lower"),
+        (lambda: R.contrastive_mi_estimate(torch.zeros(4, 4), 10.0, 0), "num_negatives"),
+        (lambda: R.contrastive_mi_estimate(torch.zeros(4, 5), 10.0), "scores"),
+        (lambda: R.sample_pairs(1), "n"),
+        (lambda: R.true_mutual_information(sigma_z=[[1.0, 2.0], [2.0, 1.0]]), "sigma_z"),
+        (lambda: R.MLPCritic(depth=0), "depth"),
+    ],
+)
 def test_bad_arguments_name_themselves(call, name):
     with pytest.raises(ValueError, match=name):
         call()
@@ -227,11 +232,14 @@ def test_cnce_batch_loss_is_minus_the_estimate_of_its_drawn_negatives():
     critic = R.MLPCritic(depth=2, hidden=4, embed_dim=3)
     idx = torch.arange(40)
     xf, yf = x.float(), y.float()
-    loss = R.cnce_batch_loss(critic, xf, yf, idx, 50.0, num_negatives=1000,
-                             generator=torch.Generator().manual_seed(0))
+    loss = R.cnce_batch_loss(critic, xf, yf, idx, 50.0, num_negatives=1000, generator=torch.Generator().manual_seed(0))
     with torch.no_grad():
         s = critic(xf, yf).double()
     keep = R.percentile_candidates(s, 50.0)
-    z = [float(s[i, i] - torch.logsumexp(torch.cat([s[i, i:i + 1], s[i][keep[i]]]), 0)
-               + math.log(1 + int(keep[i].sum()))) for i in range(40)]
+    z = [
+        float(
+            s[i, i] - torch.logsumexp(torch.cat([s[i, i : i + 1], s[i][keep[i]]]), 0) + math.log(1 + int(keep[i].sum()))
+        )
+        for i in range(40)
+    ]
     assert float(loss) == pytest.approx(-sum(z) / 40, rel=1e-5)

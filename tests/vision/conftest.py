@@ -1,4 +1,5 @@
 """Shared fixtures of the vision tests: real data through the offline data provider."""
+
 from __future__ import annotations
 
 from pathlib import Path

@@ -1,5 +1,6 @@
 """Batched augmentations: shapes, per-sample randomness, seeding, and agreement with
 torchvision's per-image transforms (the reference) sample by sample."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -85,8 +86,9 @@ def test_crop_and_flip_match_torchvision_per_sample():
         assert torch.allclose(out[n, :, 2:-2, 2:-2], ref[:, 2:-2, 2:-2], atol=1e-5)
 
 
-@pytest.mark.parametrize("k,tv", [(0, TF.adjust_brightness), (1, TF.adjust_contrast),
-                                  (2, TF.adjust_saturation), (3, TF.adjust_hue)])
+@pytest.mark.parametrize(
+    "k,tv", [(0, TF.adjust_brightness), (1, TF.adjust_contrast), (2, TF.adjust_saturation), (3, TF.adjust_hue)]
+)
 def test_each_jitter_operation_matches_torchvision(k, tv):
     img = torch.rand(5, 3, 12, 12, generator=torch.Generator().manual_seed(k))
     factors = torch.tensor([0.6, 0.9, 1.0, 1.2, 1.4]) if k < 3 else torch.tensor([-0.4, -0.1, 0.0, 0.2, 0.45])
@@ -130,8 +132,9 @@ def test_grey_images_ignore_colour_operations():
     out = aug.apply(x, p)
     assert out.shape == (4, 1, 32, 32)
     neutral = torch.tensor([1.0, 1.0, 1.0, 0.0]).repeat(4, 1)
-    cropped = aug.apply(x, dataclasses.replace(p, jitter=neutral, gray=torch.zeros(4, dtype=torch.bool),
-                                               sigma=torch.zeros(4)))
+    cropped = aug.apply(
+        x, dataclasses.replace(p, jitter=neutral, gray=torch.zeros(4, dtype=torch.bool), sigma=torch.zeros(4))
+    )
     tvs = [TF.adjust_brightness, TF.adjust_contrast, TF.adjust_saturation, TF.adjust_hue]
     for n in range(4):
         ref = cropped[n]

@@ -1,5 +1,6 @@
 """Loaders on real fixtures: CIFAR-10/100 written in CIFAR's format from foolbox's real test
 images, Fashion-MNIST from Debian's original IDX files; class-imbalanced subsets."""
+
 from __future__ import annotations
 
 import gzip
@@ -66,7 +67,7 @@ def _read_idx(path) -> np.ndarray:
         raw = gzip.decompress(raw)
     _, _, dtype, ndim = struct.unpack(">BBBB", raw[:4])
     assert dtype == 0x08
-    dims = struct.unpack(">" + "I" * ndim, raw[4:4 + 4 * ndim])
+    dims = struct.unpack(">" + "I" * ndim, raw[4 : 4 + 4 * ndim])
     return np.frombuffer(raw, dtype=np.uint8, offset=4 + 4 * ndim).reshape(dims)
 
 

@@ -1,6 +1,7 @@
 """The vision domain end to end on tiny real data (Fashion-MNIST): views, each method for a few
 steps with the toolkit's objective, memory-bank / queue semantics at the domain boundary, and
 evaluation."""
+
 from __future__ import annotations
 
 import copy
@@ -15,34 +16,49 @@ from toolkit import recipe as rc
 from toolkit.evaluation.probes import knn_scores, topk_accuracy
 
 BASE = {
-    "domain": "vision", "seed": 0, "device": "cpu",
+    "domain": "vision",
+    "seed": 0,
+    "device": "cpu",
     "data": {"dataset": "fashion-mnist", "train_subset": 64, "augment": {"preset": "grey"}},
     "encoder": {"arch": "convnet", "width": 4, "head": {"hidden": [16], "out_dim": 8}},
     "objective": {"loss": {"name": "nt_xent", "temperature": 0.5}, "views": 2},
     "optimizer": {"name": "sgd", "lr": 0.1},
     "schedule": {"name": "constant"},
     "budget": {"steps": 2, "batch_size": 16},
-    "evaluation": {"probe_train_subset": 200, "test_subset": 100,
-                   "monitor": {"train_samples": 100, "test_samples": 50},
-                   "diagnostics": {"samples": 64, "entropy_batch": 32, "figures": False}},
+    "evaluation": {
+        "probe_train_subset": 200,
+        "test_subset": 100,
+        "monitor": {"train_samples": 100, "test_samples": 50},
+        "diagnostics": {"samples": 64, "entropy_batch": 32, "figures": False},
+    },
 }
 
 METHODS = {
     "simclr": {"loss": {"name": "nt_xent"}},
-    "instance_discrimination_bank": {"loss": {"name": "wl_contrastive", "temperature": 0.07},
-                                     "negatives": {"source": "memory_bank"}, "views": 1},
-    "wang_liu_hard_bank": {"loss": {"name": "wl_hard", "temperature": 0.2, "num_hard": 8},
-                           "negatives": {"source": "memory_bank"}, "views": 1},
+    "instance_discrimination_bank": {
+        "loss": {"name": "wl_contrastive", "temperature": 0.07},
+        "negatives": {"source": "memory_bank"},
+        "views": 1,
+    },
+    "wang_liu_hard_bank": {
+        "loss": {"name": "wl_hard", "temperature": 0.2, "num_hard": 8},
+        "negatives": {"source": "memory_bank"},
+        "views": 1,
+    },
     "moco_v2": {"loss": {"name": "moco_infonce"}, "negatives": {"source": "queue", "size": 40}},
-    "moco_ring_annealed": {"loss": {"name": "moco_infonce"},
-                           "negatives": {"source": "queue", "size": 40},
-                           "selector": {"name": "ring", "theta_inner": 0.1,
-                                        "schedule": {"name": "linear", "init": 1.0, "final": 0.1, "steps": 2}}},
+    "moco_ring_annealed": {
+        "loss": {"name": "moco_infonce"},
+        "negatives": {"source": "queue", "size": 40},
+        "selector": {
+            "name": "ring",
+            "theta_inner": 0.1,
+            "schedule": {"name": "linear", "init": 1.0, "final": 0.1, "steps": 2},
+        },
+    },
     "cacr_moco": {"loss": {"name": "cacr_moco"}, "negatives": {"source": "queue", "size": 40}, "views": 3},
     "cmc_k4": {"loss": {"name": "cmc"}, "views": 5},
     "cacr_k4": {"loss": {"name": "cacr", "t_neg": 0.9}, "views": 5},
-    "simclr_dp": {"loss": {"name": "nt_xent"},
-                  "regularizers": [{"name": "distance_polarization", "weight": 0.1}]},
+    "simclr_dp": {"loss": {"name": "nt_xent"}, "regularizers": [{"name": "distance_polarization", "weight": 0.1}]},
     "cpcl_a": {"loss": {"name": "cpcl_a"}},
     "cpcl_full": {"loss": {"name": "cpcl_full", "alpha": 1.0}},
 }
@@ -145,17 +161,34 @@ def test_evaluate_reports_probes_baselines_and_geometry(fmnist_root):
     with torch.no_grad():  # as the loop calls it
         result = dom.evaluate(enc, data, recipe)
     m = result.metrics
-    for name in ("linear_top1", "knn_top1", "knn5_top1", "linear_top1_random_init",
-                 "linear_top1_raw_pixels", "alignment", "uniformity", "neg_uniformity", "tolerance",
-                 "cond_entropy", "dp_margin_occupancy", "pos_similarity", "top1_neg_similarity"):
+    for name in (
+        "linear_top1",
+        "knn_top1",
+        "knn5_top1",
+        "linear_top1_random_init",
+        "linear_top1_raw_pixels",
+        "alignment",
+        "uniformity",
+        "neg_uniformity",
+        "tolerance",
+        "cond_entropy",
+        "dp_margin_occupancy",
+        "pos_similarity",
+        "top1_neg_similarity",
+    ):
         assert name in m and math.isfinite(m[name]), name
     assert 10.0 < m["linear_top1_raw_pixels"] <= 100.0  # 10 classes: chance is 10%
     # the pixels' kNN: the same weighted kNN on the normalised pixels of the same splits
     ev_data = data.eval
     pixels = [ev_data.augment.natural(split.images).flatten(1) for split in (ev_data.probe_train, ev_data.test)]
     knn = recipe.evaluation.knn
-    ref = topk_accuracy(knn_scores(pixels[0], ev_data.probe_train.labels, pixels[1], ev_data.num_classes,
-                                   k=knn.k, temperature=knn.temperature), ev_data.test.labels, 1)
+    ref = topk_accuracy(
+        knn_scores(
+            pixels[0], ev_data.probe_train.labels, pixels[1], ev_data.num_classes, k=knn.k, temperature=knn.temperature
+        ),
+        ev_data.test.labels,
+        1,
+    )
     assert m["knn_top1_raw_pixels"] == pytest.approx(ref)
     assert 0.0 <= m["knn5_top1_raw_pixels"] <= 100.0
     lin = recipe.evaluation.linear  # C = 1 / (weight_decay N) without select_c
@@ -178,10 +211,13 @@ def test_config_errors_name_the_key(fmnist_root):
 
 
 def test_evaluation_image_size_sees_full_size_images_while_training_views_stay_small(fmnist_root):
-    data_cfg = {"dataset": "fashion-mnist", "root": str(fmnist_root), "train_subset": 64,
-                "augment": {"preset": "grey", "size": 20}}
-    ev = {**copy.deepcopy(BASE["evaluation"]), "image_size": 28, "baselines": ["raw_pixels"],
-          "linear": {"epochs": 5}}
+    data_cfg = {
+        "dataset": "fashion-mnist",
+        "root": str(fmnist_root),
+        "train_subset": 64,
+        "augment": {"preset": "grey", "size": 20},
+    }
+    ev = {**copy.deepcopy(BASE["evaluation"]), "image_size": 28, "baselines": ["raw_pixels"], "linear": {"epochs": 5}}
     recipe = make_recipe(fmnist_root, data=data_cfg, evaluation=ev)
     dom = VisionDomain(recipe)
     data = dom.build_data(recipe)
@@ -197,8 +233,13 @@ def test_evaluation_image_size_sees_full_size_images_while_training_views_stay_s
         m = dom.evaluate(enc, data, recipe).metrics
     knn = recipe.evaluation.knn
     pixels = [((s.images.float() / 255 - 0.2860) / 0.3530).flatten(1) for s in (ev_data.probe_train, ev_data.test)]
-    expected = topk_accuracy(knn_scores(pixels[0], ev_data.probe_train.labels, pixels[1], ev_data.num_classes,
-                                        k=knn.k, temperature=knn.temperature), ev_data.test.labels, 1)
+    expected = topk_accuracy(
+        knn_scores(
+            pixels[0], ev_data.probe_train.labels, pixels[1], ev_data.num_classes, k=knn.k, temperature=knn.temperature
+        ),
+        ev_data.test.labels,
+        1,
+    )
     assert m["knn_top1_raw_pixels"] == pytest.approx(expected)
     # unset, the evaluation sees the training view size, as before
     plain = make_recipe(fmnist_root, data=data_cfg)

@@ -1,4 +1,5 @@
 """Encoder architectures: stems, feature sizes, heads, normalised outputs."""
+
 from __future__ import annotations
 
 import pytest
@@ -66,8 +67,7 @@ def _plain_convnet(enc, x):
 def test_convnet_for_grey_images(blocks):
     enc, dim = _encoder("convnet", channels=1, size=28, width=8, blocks=blocks)
     assert dim == 8 * 2 ** (blocks - 1)  # channels double from block to block
-    assert [m.out_channels for m in enc.backbone.body if isinstance(m, nn.Conv2d)] == \
-        [8 * 2 ** i for i in range(blocks)]
+    assert [m.out_channels for m in enc.backbone.body if isinstance(m, nn.Conv2d)] == [8 * 2**i for i in range(blocks)]
     g = torch.Generator().manual_seed(0)
     with torch.no_grad():  # running statistics away from their initial 0 / 1
         for bn in (m for m in enc.backbone.body if isinstance(m, nn.BatchNorm2d)):
@@ -89,8 +89,14 @@ def test_three_block_convnet_keeps_its_state_dict_layout():
     """Checkpoints of the three-block net written before ``blocks`` existed still load."""
     backbone, _ = build_backbone("convnet", 1, 28, width=4)
     keys = [k for k in backbone.state_dict() if k.endswith(".weight")]
-    assert keys == ["body.0.weight", "body.1.weight", "body.4.weight", "body.5.weight",
-                    "body.8.weight", "body.9.weight"]
+    assert keys == [
+        "body.0.weight",
+        "body.1.weight",
+        "body.4.weight",
+        "body.5.weight",
+        "body.8.weight",
+        "body.9.weight",
+    ]
     with pytest.raises(ValueError, match="blocks must be 2, 3 or 4"):
         build_backbone("convnet", 1, 28, blocks=5)
 

@@ -1,5 +1,6 @@
 """Folder datasets read from disk: the three ImageNet layouts, ImageFolder, Tiny ImageNet, and the
 refusals at load (every problem at once, before a run exists)."""
+
 from __future__ import annotations
 
 import os
@@ -77,8 +78,9 @@ def test_imagenet_flat_val_reads_kaggle_labels(tmp_path, photo_folder):
     wnids = ["n01440764", "n01443537"]
     truth = _imagenet(tmp_path, photo_folder, wnids, flat_val=True)
     csv = tmp_path / "LOC_val_solution.csv"
-    csv.write_text("ImageId,PredictionString\n" + "".join(
-        f"{k.rsplit('.', 1)[0]},{v} 10 20 30 40 \n" for k, v in truth.items()))
+    csv.write_text(
+        "ImageId,PredictionString\n" + "".join(f"{k.rsplit('.', 1)[0]},{v} 10 20 30 40 \n" for k, v in truth.items())
+    )
     val = load_folder_split("imagenet", "val", str(tmp_path), val_labels=str(csv))
     assert sorted((Path(p).name, val.classes[y]) for p, y in zip(val.paths, val.labels)) == sorted(truth.items())
 
@@ -108,7 +110,9 @@ def test_tiny_imagenet_layout(tmp_path, photo_folder):
     val = load_folder_split("tiny-imagenet", "val", str(tmp_path))
     assert train.classes == tuple(wnids) and len(train) == 6
     assert [(Path(p).name, val.classes[y]) for p, y in zip(val.paths, val.labels)] == [
-        ("val_0.JPEG", wnids[0]), ("val_1.JPEG", wnids[1])]
+        ("val_0.JPEG", wnids[0]),
+        ("val_1.JPEG", wnids[1]),
+    ]
     assert all(os.path.isfile(val.path(i)) for i in range(len(val)))
 
 
@@ -118,10 +122,10 @@ def test_every_problem_of_a_folder_is_listed_at_once(tmp_path, photo_folder):
     classes = sorted(p.name for p in (f / "train").iterdir())
     for p in (f / "train" / classes[0]).iterdir():  # an empty class
         p.unlink()
-    shutil.rmtree(f / "val" / classes[1])            # a class missing from val
-    (f / "val" / "stray").mkdir()                    # a class only in val
+    shutil.rmtree(f / "val" / classes[1])  # a class missing from val
+    (f / "val" / "stray").mkdir()  # a class only in val
     shutil.copyfile(_jpegs(photo_folder)[0], f / "val" / "stray" / "x.jpg")
-    wanted = [*classes, "n99999999"]                 # a listed class with no folder
+    wanted = [*classes, "n99999999"]  # a listed class with no folder
     problems = find_problems("imagefolder", str(f), classes=wanted)
     text = "\n".join(problems)
     assert f"class {classes[0]!r} of train has no image" in text
@@ -142,6 +146,7 @@ def test_an_unreadable_class_folder_is_a_problem(tmp_path, photo_folder, monkeyp
         if Path(path) == bad:
             raise PermissionError(13, "Permission denied", str(path))
         return real(path)
+
     monkeypatch.setattr(folders.os, "scandir", scandir)
     problems = find_problems("imagefolder", str(f))
     assert any(str(bad) in p and "cannot be read (Permission denied)" in p for p in problems), problems
@@ -165,6 +170,7 @@ def test_a_missing_or_broken_folder_refuses_the_run_before_anything_exists(tmp_p
     assert not (tmp_path / "checkpoints").exists()
     if (tmp_path / "mlflow.db").exists():
         from toolkit.tracking.store import client_for
+
         client = client_for(f"sqlite:///{tmp_path / 'mlflow.db'}")
         exp = client.get_experiment_by_name("imagefolder")
         assert exp is None or not client.search_runs([exp.experiment_id])

@@ -1,6 +1,7 @@
 """The ImageNet-100 class list (domains/vision/imagenet100.txt) is CACR Table 6: 100 unique
 wnids, in the table's order. The references below are typed from the papers' tables, not
 generated from the file."""
+
 from __future__ import annotations
 
 import re

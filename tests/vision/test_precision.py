@@ -4,6 +4,7 @@ the quickstart recipe on a tiny budget, and a checkpoint written under bf16 resu
 These runs ask for bf16 on purpose, so they declare the CPU bf16-capable (``CTK_CPU_BF16=native``):
 on a CPU without native bf16 they then exercise the emulated path (slower, same code) instead of
 being refused at load."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -19,10 +20,22 @@ from toolkit.runs import execute, load_recipe
 from toolkit.tracking.store import client_for
 
 QUICKSTART = Path(cli.__file__).resolve().parent / "recipes" / "vision" / "quickstart.yaml"
-TINY = ["data.train_subset=256", "budget.minutes=null", "budget.steps=6", "budget.batch_size=64", "budget.log_every=2",
-        "budget.monitor_every=null", "evaluation.probe_train_subset=256", "evaluation.test_subset=128",
-        "evaluation.baselines=[]", "evaluation.diagnostics.samples=64", "evaluation.linear.epochs=5",
-        "evaluation.knn.k=10", "tracking.experiment=precision", "tracking.log_model=false"]
+TINY = [
+    "data.train_subset=256",
+    "budget.minutes=null",
+    "budget.steps=6",
+    "budget.batch_size=64",
+    "budget.log_every=2",
+    "budget.monitor_every=null",
+    "evaluation.probe_train_subset=256",
+    "evaluation.test_subset=128",
+    "evaluation.baselines=[]",
+    "evaluation.diagnostics.samples=64",
+    "evaluation.linear.epochs=5",
+    "evaluation.knn.k=10",
+    "tracking.experiment=precision",
+    "tracking.log_model=false",
+]
 
 
 @pytest.fixture
@@ -60,6 +73,7 @@ def _stop_at(n):
     def hook(step):
         if step == n:
             raise Stop(f"simulated kill at step {step}")
+
     return hook
 
 
@@ -77,8 +91,11 @@ def test_bf16_checkpoint_resumes_under_fp32(workdir):
     assert run_id == killed.info.run_id and "linear_top1" in metrics
     final = ckpt.load(ckpt.latest(folder))
     assert final["recipe"]["precision"] == "fp32" and final["trainer"]["loop"]["step"] == 6
-    moved = [k for k, v in at_four["encoder"].items()
-             if v.is_floating_point() and not torch.equal(v, final["trainer"]["encoder"][k])]
+    moved = [
+        k
+        for k, v in at_four["encoder"].items()
+        if v.is_floating_point() and not torch.equal(v, final["trainer"]["encoder"][k])
+    ]
     assert moved, "the resumed run did not train"
     assert all(torch.isfinite(v).all() for v in final["trainer"]["encoder"].values() if v.is_floating_point())
     steps = [m.step for m in client_for().get_metric_history(run_id, "train/loss")]

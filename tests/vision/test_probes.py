@@ -1,5 +1,6 @@
 """The papers' mini-batch linear protocols on a known-separable toy set (the full-batch probe
 and the kNN are tested against references in tests/core/test_probes.py)."""
+
 from __future__ import annotations
 
 import pytest
@@ -54,8 +55,10 @@ def test_lbfgs_probe_is_sklearn_logistic_regression_with_c_from_weight_decay(sel
     x, y = _blobs(n_per=100, spread=4.0)
     xtr, ytr, xte, yte = x[:240].numpy(), y[:240].numpy(), x[240:].numpy(), y[240:].numpy()
     mean, std = xtr.mean(0), xtr.std(0)
-    cfg = EvaluationConfig(linear={"weight_decay": 1e-2, "epochs": 500, "select_c": select_c,
-                                   "c_grid": [0.001, 0.1]}, knn={"enabled": False})
+    cfg = EvaluationConfig(
+        linear={"weight_decay": 1e-2, "epochs": 500, "select_c": select_c, "c_grid": [0.001, 0.1]},
+        knn={"enabled": False},
+    )
 
     def plain(a, c):
         clf = LogisticRegression(C=c, max_iter=500).fit((xtr[a] - xtr[a].mean(0)) / xtr[a].std(0), ytr[a])

@@ -1,5 +1,6 @@
 """Every vision recipe and every row of every vision reproduce table validates (schema,
 component names and arguments, the domain's sections) without running anything."""
+
 from __future__ import annotations
 
 from pathlib import Path

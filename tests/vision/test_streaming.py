@@ -1,6 +1,7 @@
 """The streaming input pipeline: crops decoded at a reduced JPEG scale against a full decode,
 seeded draws, rank shares under gloo covering every image once per epoch, bad files counted and
 redrawn, the device's part of the view family, and decoding on the training device."""
+
 from __future__ import annotations
 
 import os
@@ -46,8 +47,9 @@ def test_reduced_scale_decode_matches_the_full_decode(photo_folder):
         need = max(64 / min(b[2] - b[0], b[3] - b[1]) for b in boxes)  # the scale every box allows,
         need = next((s for s in (0.125, 0.25, 0.5) if s >= need), 1.0)  # at a power of two
         dw, dh = simplejpeg.decode_jpeg_header(path.read_bytes())[1::-1]
-        small = simplejpeg.decode_jpeg(path.read_bytes(), "RGB", min_height=int(np.ceil(dh * need)),
-                                       min_width=int(np.ceil(dw * need)))
+        small = simplejpeg.decode_jpeg(
+            path.read_bytes(), "RGB", min_height=int(np.ceil(dh * need)), min_width=int(np.ceil(dw * need))
+        )
         fx, fy = small.shape[1] / width, small.shape[0] / height
         scales.append(fx)
         for v, box in zip(views, boxes):
@@ -81,8 +83,7 @@ def _free_port() -> int:
 
 
 def _rank(rank: int, world: int, port: int, folder: str, out: dict) -> None:
-    torch.distributed.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
-                                         world_size=world)
+    torch.distributed.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
     split = load_folder_split("imagefolder", "train", folder)
     loader = StreamBatches(split, CropSpec(16, views=1), 8, seed=5, drop_last=True)  # rank from the group
     seen = {}
@@ -126,8 +127,9 @@ def _broken_folder(tmp_path: Path, photo_folder: Path) -> tuple[Path, list[Path]
 def test_corrupt_and_truncated_images_are_counted_and_redrawn(tmp_path, photo_folder):
     f, bad = _broken_folder(tmp_path, photo_folder)
     split = load_folder_split("imagefolder", "train", str(f))
-    loader = StreamBatches(split, CropSpec(16, views=2), 8, seed=1, workers=0, rank=0, world_size=1,
-                           bad_image_limit=0.2)
+    loader = StreamBatches(
+        split, CropSpec(16, views=2), 8, seed=1, workers=0, rank=0, world_size=1, bad_image_limit=0.2
+    )
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         batches = list(loader.iter_from(0))
@@ -168,10 +170,12 @@ def test_the_device_does_the_rest_of_the_view_family(photo_folder):
     x = torch.randint(0, 256, (5, 3, 16, 16), dtype=torch.uint8)
     out = rest(x, torch.Generator().manual_seed(0))
     assert torch.allclose(out, rest.normalize(x.float() / 255), atol=1e-5)
-    flip = BatchAugment(crop_rest(preset("moco_v2", size=16, jitter_p=0.0, grayscale_p=0.0, blur_p=0.0,
-                                         flip_p=1.0)), mean, std)
-    assert torch.allclose(flip(x, torch.Generator().manual_seed(0)), rest.normalize(x.flip(-1).float() / 255),
-                          atol=1e-5)
+    flip = BatchAugment(
+        crop_rest(preset("moco_v2", size=16, jitter_p=0.0, grayscale_p=0.0, blur_p=0.0, flip_p=1.0)), mean, std
+    )
+    assert torch.allclose(
+        flip(x, torch.Generator().manual_seed(0)), rest.normalize(x.flip(-1).float() / 255), atol=1e-5
+    )
 
 
 def test_decoding_on_the_training_device_matches_the_workers(photo_folder):
@@ -180,8 +184,11 @@ def test_decoding_on_the_training_device_matches_the_workers(photo_folder):
     split = load_folder_split("imagefolder", "val", str(photo_folder))
     spec = CropSpec(32, views=2)
     cpu = next(StreamBatches(split, spec, 6, seed=2, rank=0, world_size=1).iter_from(0))
-    dev = next(StreamBatches(split, spec, 6, seed=2, rank=0, world_size=1, decode="device",
-                             device=torch.device("cpu")).iter_from(0))
+    dev = next(
+        StreamBatches(
+            split, spec, 6, seed=2, rank=0, world_size=1, decode="device", device=torch.device("cpu")
+        ).iter_from(0)
+    )
     assert dev["x"].shape == cpu["x"].shape and dev["x"].dtype == torch.uint8
     assert torch.equal(dev["index"], cpu["index"]) and torch.equal(dev["y"], cpu["y"])
     diff = (dev["x"].float() - cpu["x"].float()).abs().mean()
@@ -198,9 +205,11 @@ def test_decode_auto_times_both_decoders_where_a_gpu_decoder_exists(photo_folder
     rates = streaming.decode_rates(split, spec, torch.device("cpu"), workers=2, samples=8)
     assert set(rates) == {"cpu", "device"} and min(rates.values()) > 0
     for faster in ("cpu", "device"):  # on CUDA the measured faster one is chosen and the run says so
-        monkeypatch.setattr(streaming, "decode_rates",
-                            lambda *a, f=faster, **k: {"cpu": 10.0, "device": 20.0} if f == "device"
-                            else {"cpu": 20.0, "device": 10.0})
+        monkeypatch.setattr(
+            streaming,
+            "decode_rates",
+            lambda *a, f=faster, **k: {"cpu": 10.0, "device": 20.0} if f == "device" else {"cpu": 20.0, "device": 10.0},
+        )
         choice, why = streaming.choose_decode("auto", torch.device("cuda"), split, spec, 2)
         assert choice == faster and "measured" in why
 
@@ -215,10 +224,14 @@ def test_diagnostics_leave_tolerance_out_when_no_class_is_seen_twice():
 
     g = torch.Generator().manual_seed(0)
     images = torch.randint(0, 256, (6, 3, 16, 16), dtype=torch.uint8, generator=g)
-    data = SimpleNamespace(test=ImageSplit("val", images, torch.arange(6), 6), seed=0,
-                           augment=BatchAugment(preset("moco_v2", size=16, blur_kernel=3), (0.5,) * 3, (0.25,) * 3))
-    recipe = SimpleNamespace(evaluation=EvaluationConfig(diagnostics=DiagnosticsConfig(samples=6, entropy_batch=3,
-                                                                                      figures=False)))
+    data = SimpleNamespace(
+        test=ImageSplit("val", images, torch.arange(6), 6),
+        seed=0,
+        augment=BatchAugment(preset("moco_v2", size=16, blur_kernel=3), (0.5,) * 3, (0.25,) * 3),
+    )
+    recipe = SimpleNamespace(
+        evaluation=EvaluationConfig(diagnostics=DiagnosticsConfig(samples=6, entropy_batch=3, figures=False))
+    )
     encoder = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(3 * 16 * 16, 8))
     with pytest.warns(UserWarning, match="tolerance left out"):
         metrics, _ = geometry(encoder, data, recipe)

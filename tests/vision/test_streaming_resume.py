@@ -1,5 +1,6 @@
 """kill -9 in the middle of an epoch of a streamed image folder (two decoding workers), then
 --resume: the same weights and metrics as the run that was never killed."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -17,12 +18,27 @@ RECIPE = ROOT / "recipes" / "vision" / "imagefolder.yaml"
 
 def _sets(folder: Path) -> list[str]:
     # 48 images, batch 8: 6 steps an epoch; checkpoints every 2 steps, so step 4 is mid-epoch 0
-    return [f"data.path={folder}", "data.augment.size=24", "data.augment.blur_kernel=3",
-            "data.loader.workers=2", "encoder.width=8", "encoder.blocks=3", "encoder.head.hidden=[32]",
-            "encoder.head.out_dim=16", "budget.epochs=null", "budget.steps=12", "budget.batch_size=8",
-            "budget.checkpoint_every=2", "budget.log_every=2", "evaluation.baselines=[]",
-            "evaluation.linear.epochs=1", "evaluation.diagnostics.enabled=false", "evaluation.knn.k=10",
-            "tracking.log_model=false", "tracking.experiment=survive-folder"]
+    return [
+        f"data.path={folder}",
+        "data.augment.size=24",
+        "data.augment.blur_kernel=3",
+        "data.loader.workers=2",
+        "encoder.width=8",
+        "encoder.blocks=3",
+        "encoder.head.hidden=[32]",
+        "encoder.head.out_dim=16",
+        "budget.epochs=null",
+        "budget.steps=12",
+        "budget.batch_size=8",
+        "budget.checkpoint_every=2",
+        "budget.log_every=2",
+        "evaluation.baselines=[]",
+        "evaluation.linear.epochs=1",
+        "evaluation.diagnostics.enabled=false",
+        "evaluation.knn.k=10",
+        "tracking.log_model=false",
+        "tracking.experiment=survive-folder",
+    ]
 
 
 @pytest.mark.slow

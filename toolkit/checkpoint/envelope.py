@@ -11,26 +11,37 @@ checks it belongs to the recipe being resumed: the keys in :data:`RESUME_FREE_KE
 :func:`check_recipe` (the recipe); a resume does the two apart (``toolkit.checkpoint.find``
 picks the newest file that unseals; the run path checks it against the recipe it decided).
 """
+
 from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 from toolkit.checkpoint.files import CheckpointError, CorruptCheckpoint, load, save
 from toolkit.recipe.model import flatten
 
-__all__ = ["FORMAT", "RESUME_FREE_KEYS", "RecipeMismatch", "recipe_hash", "recipe_differences", "seal",
-           "write", "unseal", "check_recipe", "read"]
+__all__ = [
+    "FORMAT",
+    "RESUME_FREE_KEYS",
+    "RecipeMismatch",
+    "recipe_hash",
+    "recipe_differences",
+    "seal",
+    "write",
+    "unseal",
+    "check_recipe",
+    "read",
+]
 
 # The one format this ctk writes and reads. A change to what the envelope or a trainer's state
 # holds that older code cannot read needs a new number; :func:`read` refuses other numbers by name.
 FORMAT = "ctk-checkpoint/1"
 # Top-level recipe keys a resume may change: where, how precisely and over how many ranks and
 # resources it runs, how it is named and tracked. Everything else must match the checkpoint's recipe.
-RESUME_FREE_KEYS = ("device", "precision", "distributed", "resources", "tracking", "name", "description",
-                    "paper")
+RESUME_FREE_KEYS = ("device", "precision", "distributed", "resources", "tracking", "name", "description", "paper")
 
 
 class RecipeMismatch(CheckpointError):
@@ -39,8 +50,11 @@ class RecipeMismatch(CheckpointError):
     def __init__(self, path: Path, keys: list[str]) -> None:
         self.keys = keys
         shown = ", ".join(keys[:12]) + (f" and {len(keys) - 12} more" if len(keys) > 12 else "")
-        hint = (" (a longer budget needs --extend)" if all(k.startswith("budget.") for k in keys)
-                else " (resume with the recipe and --set values of the original run)")
+        hint = (
+            " (a longer budget needs --extend)"
+            if all(k.startswith("budget.") for k in keys)
+            else " (resume with the recipe and --set values of the original run)"
+        )
         super().__init__(f"{path} was written by a different recipe: {shown} differ{hint}")
 
 
@@ -63,12 +77,22 @@ def _norm(value: Any) -> Any:
 
 def seal(trainer_state: Mapping[str, Any], resolved: Mapping[str, Any], run_id: str | None) -> dict[str, Any]:
     """The checkpoint content: a trainer's state in its envelope."""
-    return {"format": FORMAT, "recipe": dict(resolved), "recipe_hash": recipe_hash(resolved),
-            "run_id": run_id, "trainer": trainer_state}
+    return {
+        "format": FORMAT,
+        "recipe": dict(resolved),
+        "recipe_hash": recipe_hash(resolved),
+        "run_id": run_id,
+        "trainer": trainer_state,
+    }
 
 
-def write(path: str | Path, trainer_state: Mapping[str, Any], resolved: Mapping[str, Any],
-          run_id: str | None = None, keep: int | None = None) -> Path:
+def write(
+    path: str | Path,
+    trainer_state: Mapping[str, Any],
+    resolved: Mapping[str, Any],
+    run_id: str | None = None,
+    keep: int | None = None,
+) -> Path:
     """Write a trainer's state, sealed, to ``path`` (atomically; ``keep``: the newest ``keep``
     checkpoints of the folder stay, see :func:`toolkit.checkpoint.files.save`)."""
     return save(path, seal(trainer_state, resolved, run_id), keep=keep)
@@ -81,15 +105,16 @@ def unseal(path: str | Path) -> dict[str, Any]:
     saved = load(path)
     found = saved.get("format")
     if isinstance(found, str) and found.startswith("ctk-checkpoint/") and found != FORMAT:
-        raise CheckpointError(f"{path}: checkpoint format {found!r}; this ctk reads {FORMAT!r} only "
-                              "(resume it with the ctk version that wrote it)")
+        raise CheckpointError(
+            f"{path}: checkpoint format {found!r}; this ctk reads {FORMAT!r} only "
+            "(resume it with the ctk version that wrote it)"
+        )
     if found != FORMAT or "trainer" not in saved or not isinstance(saved.get("recipe"), dict):
         raise CorruptCheckpoint(f"{path}: not a ctk checkpoint (format {found!r}, expected {FORMAT!r})")
     return saved
 
 
-def check_recipe(saved: Mapping[str, Any], resolved: Mapping[str, Any], path: str | Path,
-                 extend: bool = False) -> None:
+def check_recipe(saved: Mapping[str, Any], resolved: Mapping[str, Any], path: str | Path, extend: bool = False) -> None:
     """Raise ``RecipeMismatch`` (naming the keys) when the checkpoint ``saved`` (read from
     ``path``) belongs to another recipe than ``resolved``. ``extend`` lets the ``budget`` keys
     differ (a longer run continues a shorter one)."""

@@ -15,19 +15,31 @@ directory. One rule for a checkpoint that does not read (damaged, refused, anoth
 is named in a warning and the next newest is taken (:func:`newest_readable`); the last one's
 error stops.
 """
+
 from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any
 
 from toolkit.checkpoint.envelope import unseal
 from toolkit.checkpoint.files import CheckpointError
 
-__all__ = ["DIR_TAG", "ResumePoint", "checkpoint_dir", "folder_tags", "latest", "folders", "candidates", "find",
-           "newest_readable", "resume_point"]
+__all__ = [
+    "DIR_TAG",
+    "ResumePoint",
+    "checkpoint_dir",
+    "folder_tags",
+    "latest",
+    "folders",
+    "candidates",
+    "find",
+    "newest_readable",
+    "resume_point",
+]
 
 DIR_TAG = "ctk.checkpoint_dir"
 
@@ -91,11 +103,11 @@ def newest_readable(found: list[Path]) -> tuple[Path, dict[str, Any]]:
 class ResumePoint:
     """What ``--resume RUN_ID | FILE`` continues, found once (:func:`resume_point`)."""
 
-    run_id: str                  # the run it continues (the checkpoint's own; else the folder's or the argument)
-    path: Path                   # the checkpoint: the newest that reads
-    saved: Mapping[str, Any]     # its content; the recipe check is the caller's (envelope.check_recipe)
-    run: Any = None              # the run as the store has it (None: no store, or one that does not know it)
-    source: str = ""             # where its recipe came from: the run's ctk.recipe tag, else the file
+    run_id: str  # the run it continues (the checkpoint's own; else the folder's or the argument)
+    path: Path  # the checkpoint: the newest that reads
+    saved: Mapping[str, Any]  # its content; the recipe check is the caller's (envelope.check_recipe)
+    run: Any = None  # the run as the store has it (None: no store, or one that does not know it)
+    source: str = ""  # where its recipe came from: the run's ctk.recipe tag, else the file
 
     @property
     def recipe(self) -> dict[str, Any]:
@@ -118,8 +130,10 @@ def resume_point(resume: str, stored_run: Callable[[str], Any] | None = None) ->
     found = [given] if given.is_file() else candidates(resume, tags)
     if not found:
         where = " or ".join(str(f) for f in folders(resume, tags))
-        raise FileNotFoundError(f"--resume {resume}: no checkpoint in {where} (give the checkpoint file, "
-                                "or the recipe and --set values of the run)")
+        raise FileNotFoundError(
+            f"--resume {resume}: no checkpoint in {where} (give the checkpoint file, "
+            "or the recipe and --set values of the run)"
+        )
     path, saved = newest_readable(found)
     run_id = saved.get("run_id") or (given.parent.name if given.is_file() else resume)
     if given.is_file() or run_id != resume:
@@ -130,8 +144,7 @@ def resume_point(resume: str, stored_run: Callable[[str], Any] | None = None) ->
 def _files(folder: Path) -> list[Path]:
     if not folder.is_dir():
         return []
-    return sorted((p for p in folder.glob("*.pt") if p.is_file()), key=lambda p: p.stat().st_mtime_ns,
-                  reverse=True)
+    return sorted((p for p in folder.glob("*.pt") if p.is_file()), key=lambda p: p.stat().st_mtime_ns, reverse=True)
 
 
 def _same(a: Path, b: Path) -> bool:

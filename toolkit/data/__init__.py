@@ -14,10 +14,26 @@ default | fetch all | path NAME | verify``.
 Data root: the ``root`` argument, else ``$CTK_DATA``, else ``./data``. Files are only placed
 (verified against pinned sha256 digests); parsing them into examples belongs to the domains.
 """
+
 from .catalog import Artifact, Dataset, Source, default_names, register
 from .fetchers import ChecksumError, DataError, FetchError
 from .folder import MARKER, catalog, data_root, expand_names, fetch, is_installed, locate, verify
 
-__all__ = ["locate", "fetch", "verify", "catalog", "is_installed", "data_root", "expand_names",
-           "register", "default_names", "MARKER", "Dataset", "Source", "Artifact", "DataError",
-           "FetchError", "ChecksumError"]
+__all__ = [
+    "locate",
+    "fetch",
+    "verify",
+    "catalog",
+    "is_installed",
+    "data_root",
+    "expand_names",
+    "register",
+    "default_names",
+    "MARKER",
+    "Dataset",
+    "Source",
+    "Artifact",
+    "DataError",
+    "FetchError",
+    "ChecksumError",
+]

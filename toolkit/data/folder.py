@@ -11,6 +11,7 @@ Fetching works in ``<root>/.tmp/<name>-XXXX/`` and moves the finished folder int
 ``os.rename``, so an interrupted or failed fetch never leaves a half folder; a per-dataset lock
 file (``<root>/.locks/<name>.lock``) keeps two processes from fetching the same dataset at once.
 """
+
 from __future__ import annotations
 
 import datetime as _dt
@@ -20,17 +21,28 @@ import os
 import shutil
 import tempfile
 import time
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator
 
 from toolkit.locking import file_lock
 
 from .catalog import BUILDERS, DATASETS, Dataset, Source, default_names
 from .fetchers import ChecksumError, DataError, FetchError, download, log, sha256_file
 
-__all__ = ["MARKER", "FETCH_COMMAND", "data_root", "dataset", "catalog", "expand_names",
-           "is_installed", "locate", "fetch", "verify", "tree_digest"]
+__all__ = [
+    "MARKER",
+    "FETCH_COMMAND",
+    "data_root",
+    "dataset",
+    "catalog",
+    "expand_names",
+    "is_installed",
+    "locate",
+    "fetch",
+    "verify",
+    "tree_digest",
+]
 
 MARKER = ".ctk-dataset.json"
 # The shell command that fetches a dataset, quoted in error messages (the data CLI lives where
@@ -78,8 +90,11 @@ def tree_digest(files: dict[str, dict]) -> str:
 
 
 def _scan(folder: Path) -> dict[str, dict]:
-    return {p.relative_to(folder).as_posix(): {"sha256": sha256_file(p), "size": p.stat().st_size}
-            for p in sorted(folder.rglob("*")) if p.is_file() and p.name != MARKER}
+    return {
+        p.relative_to(folder).as_posix(): {"sha256": sha256_file(p), "size": p.stat().st_size}
+        for p in sorted(folder.rglob("*"))
+        if p.is_file() and p.name != MARKER
+    }
 
 
 def _read_marker(folder: Path) -> dict | None:
@@ -129,19 +144,21 @@ def locate(name: str, root: str | os.PathLike | None = None, fetch: bool = True)
         return folder
     why = f"no complete copy in {folder} (missing or without a valid {MARKER} marker)"
     if not fetch:
-        raise FileNotFoundError(f"dataset {name!r} is not installed: {why}. Get it with: "
-                                f"{_fetch_command(name, base)}")
+        raise FileNotFoundError(f"dataset {name!r} is not installed: {why}. Get it with: {_fetch_command(name, base)}")
     try:
         return _fetch_dataset(name, base, force=False)
-    except (DataError, OSError) as err:     # OSError: e.g. a read-only data root
-        raise FileNotFoundError(f"dataset {name!r} is not installed ({why}) and fetching it "
-                                f"failed: {err}\nRetry with: {_fetch_command(name, base)}") from err
+    except (DataError, OSError) as err:  # OSError: e.g. a read-only data root
+        raise FileNotFoundError(
+            f"dataset {name!r} is not installed ({why}) and fetching it "
+            f"failed: {err}\nRetry with: {_fetch_command(name, base)}"
+        ) from err
 
 
 @contextmanager
 def _lock(base: Path, name: str) -> Iterator[None]:
-    with file_lock(base / ".locks" / f"{name}.lock",
-                   on_wait=lambda: log(f"{name}: another process is fetching it; waiting")):
+    with file_lock(
+        base / ".locks" / f"{name}.lock", on_wait=lambda: log(f"{name}: another process is fetching it; waiting")
+    ):
         yield
 
 
@@ -166,7 +183,7 @@ def _fetch_dataset(name: str, root: str | os.PathLike | None, force: bool) -> Pa
             return folder
         scratch = base / ".tmp"
         scratch.mkdir(exist_ok=True)
-        for stale in scratch.glob(f"{name}-*"):       # left by a killed fetch: we hold the lock
+        for stale in scratch.glob(f"{name}-*"):  # left by a killed fetch: we hold the lock
             shutil.rmtree(stale, ignore_errors=True)
         failures: list[DataError] = []
         for number, source in enumerate(ds.sources):
@@ -195,14 +212,19 @@ def _install(ds: Dataset, source: Source, base: Path, scratch: Path) -> None:
         produced = _scan(build)
         digest = tree_digest(produced)
         if digest != source.tree_sha256:
-            raise ChecksumError(f"{ds.name}: the files built from {source.describe()} have tree "
-                                f"sha256 {digest}, the catalogue pins {source.tree_sha256}", build)
+            raise ChecksumError(
+                f"{ds.name}: the files built from {source.describe()} have tree "
+                f"sha256 {digest}, the catalogue pins {source.tree_sha256}",
+                build,
+            )
         seconds = time.perf_counter() - start
         marker = {
-            "format": _FORMAT, "name": ds.name, "source": source.describe(),
-            "artifacts": [{"file": a.filename, "sha256": a.sha256, "size": a.size}
-                          for a in source.artifacts],
-            "tree_sha256": digest, "files": produced,
+            "format": _FORMAT,
+            "name": ds.name,
+            "source": source.describe(),
+            "artifacts": [{"file": a.filename, "sha256": a.sha256, "size": a.size} for a in source.artifacts],
+            "tree_sha256": digest,
+            "files": produced,
             "fetched_at": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
             "fetch_seconds": round(seconds, 2),
         }
@@ -213,8 +235,7 @@ def _install(ds: Dataset, source: Source, base: Path, scratch: Path) -> None:
             os.rename(target, work / "replaced")
         os.rename(build, target)
         size = sum(f["size"] for f in produced.values())
-        log(f"{ds.name}: ready in {target} ({len(produced)} files, {size / 1e6:.1f} MB, "
-            f"{seconds:.1f} s)")
+        log(f"{ds.name}: ready in {target} ({len(produced)} files, {size / 1e6:.1f} MB, {seconds:.1f} s)")
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
@@ -230,11 +251,11 @@ def verify(name: str, root: str | os.PathLike | None = None) -> Path:
     folder = base / ds.folder
     marker = _read_marker(folder)
     if marker is None:
-        raise FileNotFoundError(f"dataset {name!r} is not installed: no {MARKER} in {folder}. "
-                                f"Get it with: {_fetch_command(name, base)}")
+        raise FileNotFoundError(
+            f"dataset {name!r} is not installed: no {MARKER} in {folder}. Get it with: {_fetch_command(name, base)}"
+        )
     recorded: dict[str, dict] = marker.get("files", {})
-    present = {p.relative_to(folder).as_posix() for p in folder.rglob("*")
-               if p.is_file() and p.name != MARKER}
+    present = {p.relative_to(folder).as_posix() for p in folder.rglob("*") if p.is_file() and p.name != MARKER}
     for rel in sorted(set(recorded) | present):
         path = folder / rel
         if rel not in present:
@@ -243,9 +264,13 @@ def verify(name: str, root: str | os.PathLike | None = None) -> Path:
             raise ChecksumError(f"{name}: file {path} is not part of the dataset", path)
         got = sha256_file(path)
         if got != recorded[rel]["sha256"]:
-            raise ChecksumError(f"{name}: file {path} is corrupted: sha256 {got}, expected "
-                                f"{recorded[rel]['sha256']}", path)
+            raise ChecksumError(
+                f"{name}: file {path} is corrupted: sha256 {got}, expected {recorded[rel]['sha256']}", path
+            )
     if not _accepted(ds, marker) or tree_digest(recorded) != marker.get("tree_sha256"):
-        raise ChecksumError(f"{name}: marker {folder / MARKER} does not match the catalogue "
-                            f"(stale or edited): fetch it again with --force", folder / MARKER)
+        raise ChecksumError(
+            f"{name}: marker {folder / MARKER} does not match the catalogue "
+            f"(stale or edited): fetch it again with --force",
+            folder / MARKER,
+        )
     return folder

@@ -12,6 +12,7 @@
 Every function takes tensors (or arrays), works under ``torch.no_grad`` in float64 where
 accumulation matters, and returns plain Python floats or numpy arrays.
 """
+
 from __future__ import annotations
 
 import math
@@ -23,10 +24,18 @@ from torch import Tensor
 
 from toolkit import checks
 
-__all__ = ["alignment", "uniformity", "tolerance", "conditional_entropy", "distance_histogram",
-           "class_distance_histograms", "similarity_profile", "cluster_accuracy"]
+__all__ = [
+    "alignment",
+    "uniformity",
+    "tolerance",
+    "conditional_entropy",
+    "distance_histogram",
+    "class_distance_histograms",
+    "similarity_profile",
+    "cluster_accuracy",
+]
 
-_BLOCK = 1 << 22   # entries of a pairwise block held at once (chunked metrics)
+_BLOCK = 1 << 22  # entries of a pairwise block held at once (chunked metrics)
 
 
 def _as_tensor(name: str, x: Any, dim: int | None = None, min_rows: int = 1) -> Tensor:
@@ -40,8 +49,10 @@ def _labels(labels: Any, n: int) -> Tensor:
     if isinstance(labels, np.ndarray):
         labels = torch.from_numpy(labels)
     if not isinstance(labels, Tensor) or labels.dim() != 1 or labels.shape[0] != n:
-        raise ValueError(f"labels must be a 1-D tensor/array with {n} entries, got "
-                         f"{type(labels).__name__} of shape {tuple(getattr(labels, 'shape', ()))}")
+        raise ValueError(
+            f"labels must be a 1-D tensor/array with {n} entries, got "
+            f"{type(labels).__name__} of shape {tuple(getattr(labels, 'shape', ()))}"
+        )
     if torch.is_floating_point(labels):
         raise ValueError(f"labels must be integers, got dtype {labels.dtype}")
     return labels.to(torch.long)
@@ -99,8 +110,7 @@ def tolerance(f: Tensor, labels: Tensor) -> float:
     norms = f.new_zeros(len(classes)).index_add_(0, inverse, (f * f).sum(dim=1))
     pairs = (counts * (counts - 1)).sum()
     if int(pairs) == 0:
-        raise ValueError("tolerance needs a class with at least two samples; every label in "
-                         "labels is unique")
+        raise ValueError("tolerance needs a class with at least two samples; every label in labels is unique")
     return float(((sums * sums).sum(dim=1) - norms).sum() / pairs)
 
 
@@ -116,8 +126,7 @@ def conditional_entropy(q: Tensor, neg: Tensor | None = None, t_neg: float = 2.0
     t = checks.non_negative("t_neg", t_neg)
     if neg is None:
         if q.shape[0] < 2:
-            raise ValueError(f"in-batch negatives need at least 2 queries, got shape "
-                             f"{tuple(q.shape)}")
+            raise ValueError(f"in-batch negatives need at least 2 queries, got shape {tuple(q.shape)}")
         d2 = torch.cdist(q, q).square()
         logits = (-t * d2).masked_fill(torch.eye(q.shape[0], dtype=torch.bool, device=q.device), float("-inf"))
     else:
@@ -127,8 +136,7 @@ def conditional_entropy(q: Tensor, neg: Tensor | None = None, t_neg: float = 2.0
         elif neg.dim() == 3 and neg.shape[0] == q.shape[0] and neg.shape[2] == q.shape[1]:
             logits = -t * (neg - q.unsqueeze(1)).square().sum(dim=-1)
         else:
-            raise ValueError(f"neg must be [M, d] or [N, M, d] matching q {tuple(q.shape)}, got "
-                             f"{tuple(neg.shape)}")
+            raise ValueError(f"neg must be [M, d] or [N, M, d] matching q {tuple(q.shape)}, got {tuple(neg.shape)}")
     logp = torch.log_softmax(logits, dim=1)
     p = logp.exp()
     return float(-(p * logp.masked_fill(p == 0, 0.0)).sum(dim=1).mean())
@@ -164,8 +172,7 @@ class _Counter:
             self.total += d.numel()
 
     def result(self) -> tuple[np.ndarray, float]:
-        return (self.counts.round().to(torch.int64).numpy(),
-                self.inside / self.total if self.total else 0.0)
+        return (self.counts.round().to(torch.int64).numpy(), self.inside / self.total if self.total else 0.0)
 
 
 def _check_margin(bins: int, d_plus: float, d_minus: float) -> None:
@@ -174,13 +181,11 @@ def _check_margin(bins: int, d_plus: float, d_minus: float) -> None:
     checks.in_range("d_plus", d_plus, 0.0, 1.0)
     checks.in_range("d_minus", d_minus, 0.0, 1.0)
     if d_plus >= d_minus:
-        raise ValueError(f"d_plus must be < d_minus (the margin (d+, d-)), got "
-                         f"d_plus={d_plus!r}, d_minus={d_minus!r}")
+        raise ValueError(f"d_plus must be < d_minus (the margin (d+, d-)), got d_plus={d_plus!r}, d_minus={d_minus!r}")
 
 
 @torch.no_grad()
-def distance_histogram(f: Tensor, bins: int = 50, d_plus: float = 0.1,
-                       d_minus: float = 0.5) -> dict[str, Any]:
+def distance_histogram(f: Tensor, bins: int = 50, d_plus: float = 0.1, d_minus: float = 0.5) -> dict[str, Any]:
     """Histogram of LMCL's pairwise distances ``D_ij = (1 - f_i.f_j)/2``, ``i < j`` (Fig. 2).
 
     Returns ``counts`` (int array, ``bins`` equal bins on ``[0, 1]``; distances outside are
@@ -195,13 +200,20 @@ def distance_histogram(f: Tensor, bins: int = 50, d_plus: float = 0.1,
     for d, _ in _pair_blocks(f):
         counter.add(d)
     counts, occ = counter.result()
-    return {"counts": counts, "edges": np.linspace(0.0, 1.0, bins + 1), "margin_occupancy": occ,
-            "num_pairs": counter.total, "d_plus": d_plus, "d_minus": d_minus}
+    return {
+        "counts": counts,
+        "edges": np.linspace(0.0, 1.0, bins + 1),
+        "margin_occupancy": occ,
+        "num_pairs": counter.total,
+        "d_plus": d_plus,
+        "d_minus": d_minus,
+    }
 
 
 @torch.no_grad()
-def class_distance_histograms(f: Tensor, labels: Tensor, bins: int = 50, d_plus: float = 0.1,
-                              d_minus: float = 0.5) -> dict[str, Any]:
+def class_distance_histograms(
+    f: Tensor, labels: Tensor, bins: int = 50, d_plus: float = 0.1, d_minus: float = 0.5
+) -> dict[str, Any]:
     """:func:`distance_histogram` split into same-class and different-class pairs (LMCL Fig. 2's
     intra- vs inter-cluster view). Keys: ``same`` / ``different`` (counts), ``edges``,
     ``same_margin_occupancy``, ``different_margin_occupancy``, ``margin_occupancy`` (all pairs),
@@ -216,17 +228,22 @@ def class_distance_histograms(f: Tensor, labels: Tensor, bins: int = 50, d_plus:
     same_counts, same_occ = same_c.result()
     diff_counts, diff_occ = diff_c.result()
     total = same_c.total + diff_c.total
-    return {"same": same_counts, "different": diff_counts,
-            "edges": np.linspace(0.0, 1.0, bins + 1), "same_margin_occupancy": same_occ,
-            "different_margin_occupancy": diff_occ,
-            "margin_occupancy": (same_c.inside + diff_c.inside) / total,
-            "num_same": same_c.total, "num_different": diff_c.total,
-            "d_plus": d_plus, "d_minus": d_minus}
+    return {
+        "same": same_counts,
+        "different": diff_counts,
+        "edges": np.linspace(0.0, 1.0, bins + 1),
+        "same_margin_occupancy": same_occ,
+        "different_margin_occupancy": diff_occ,
+        "margin_occupancy": (same_c.inside + diff_c.inside) / total,
+        "num_same": same_c.total,
+        "num_different": diff_c.total,
+        "d_plus": d_plus,
+        "d_minus": d_minus,
+    }
 
 
 @torch.no_grad()
-def similarity_profile(q: Tensor, candidates: Tensor, positives: Tensor,
-                       top: int = 10) -> dict[str, Any]:
+def similarity_profile(q: Tensor, candidates: Tensor, positives: Tensor, top: int = 10) -> dict[str, Any]:
     """Wang & Liu Fig. 8 (Sec. 5.2): positive similarity and the ``top`` nearest negatives.
 
     ``s_ij = q_i . candidates_j``. ``positives`` is either ``[N]`` integer indices into
@@ -246,8 +263,7 @@ def similarity_profile(q: Tensor, candidates: Tensor, positives: Tensor,
         positives = torch.from_numpy(positives)
     if isinstance(positives, Tensor) and not torch.is_floating_point(positives):
         if positives.shape != (q.shape[0],):
-            raise ValueError(f"positives as indices must have shape ({q.shape[0]},), got "
-                             f"{tuple(positives.shape)}")
+            raise ValueError(f"positives as indices must have shape ({q.shape[0]},), got {tuple(positives.shape)}")
         idx = positives.long().unsqueeze(1).to(sims.device)
         pos = sims.gather(1, idx).squeeze(1)
         sims = sims.scatter(1, idx, float("-inf"))
@@ -258,17 +274,21 @@ def similarity_profile(q: Tensor, candidates: Tensor, positives: Tensor,
         pos = (q * p).sum(dim=1)
         available = cand.shape[0]
     if isinstance(top, bool) or not isinstance(top, int) or not 1 <= top <= available:
-        raise ValueError(f"top must be an integer in [1, {available}] (the negatives per anchor), "
-                         f"got {top!r}")
+        raise ValueError(f"top must be an integer in [1, {available}] (the negatives per anchor), got {top!r}")
     negs, pos = torch.topk(sims, top, dim=1, sorted=True).values.cpu(), pos.cpu()  # numpy reads the host
-    return {"positive": float(pos.mean()), "negatives": negs.mean(dim=0).numpy(),
-            "positive_std": float(pos.std(unbiased=False)),
-            "negatives_std": negs.std(dim=0, unbiased=False).numpy(),
-            "positive_values": pos.numpy(), "negative_values": negs.numpy()}
+    return {
+        "positive": float(pos.mean()),
+        "negatives": negs.mean(dim=0).numpy(),
+        "positive_std": float(pos.std(unbiased=False)),
+        "negatives_std": negs.std(dim=0, unbiased=False).numpy(),
+        "positive_values": pos.numpy(),
+        "negative_values": negs.numpy(),
+    }
 
 
-def cluster_accuracy(features: Tensor | np.ndarray, labels: Tensor | np.ndarray,
-                     n_clusters: int | None = None, seed: int = 0) -> float:
+def cluster_accuracy(
+    features: Tensor | np.ndarray, labels: Tensor | np.ndarray, n_clusters: int | None = None, seed: int = 0
+) -> float:
     """K-means clustering accuracy with Hungarian matching (LMCL Table 1; docs/methods.md).
 
     K-means (scikit-learn, ``n_init=10``, ``random_state=seed``) with ``n_clusters`` (default:

@@ -11,9 +11,11 @@
 Every function returns a :class:`matplotlib.figure.Figure` (save it with ``fig.savefig`` or
 ``mlflow.log_figure``); nothing is shown and no global pyplot figure is created.
 """
+
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg
@@ -22,8 +24,7 @@ from matplotlib.figure import Figure
 if TYPE_CHECKING:  # torch only where a figure is drawn from tensors: ctk compare --plot needs none
     from torch import Tensor
 
-__all__ = ["distance_histogram_figure", "similarity_profile_figure", "loss_curve_figure",
-           "curve_figure", "band_figure"]
+__all__ = ["distance_histogram_figure", "similarity_profile_figure", "loss_curve_figure", "curve_figure", "band_figure"]
 
 
 def _figure(width: float = 6.0, height: float = 4.0) -> tuple[Figure, Any]:
@@ -37,9 +38,14 @@ def _bars(ax: Any, counts: np.ndarray, edges: np.ndarray, label: str, color: str
     ax.stairs(counts / total, edges, fill=True, alpha=0.55, color=color, label=label)
 
 
-def distance_histogram_figure(f: Tensor, labels: Tensor | None = None, bins: int = 50,
-                              d_plus: float = 0.1, d_minus: float = 0.5,
-                              title: str | None = None) -> Figure:
+def distance_histogram_figure(
+    f: Tensor,
+    labels: Tensor | None = None,
+    bins: int = 50,
+    d_plus: float = 0.1,
+    d_minus: float = 0.5,
+    title: str | None = None,
+) -> Figure:
     """LMCL Fig. 2 style histogram of ``D_ij = (1 - f_i.f_j)/2`` over pairs i < j.
 
     The y axis is the fraction of pairs per bin (each group normalised on its own when
@@ -48,20 +54,21 @@ def distance_histogram_figure(f: Tensor, labels: Tensor | None = None, bins: int
     share of pairs inside the margin.
     """
     from toolkit.evaluation import metrics
+
     fig, ax = _figure()
     if labels is None:
         h = metrics.distance_histogram(f, bins=bins, d_plus=d_plus, d_minus=d_minus)
         _bars(ax, h["counts"], h["edges"], f"all pairs ({h['num_pairs']})", "tab:blue")
         occupancy = f"margin occupancy {h['margin_occupancy']:.3f}"
     else:
-        h = metrics.class_distance_histograms(f, labels, bins=bins, d_plus=d_plus,
-                                              d_minus=d_minus)
+        h = metrics.class_distance_histograms(f, labels, bins=bins, d_plus=d_plus, d_minus=d_minus)
         _bars(ax, h["same"], h["edges"], f"same class ({h['num_same']})", "tab:green")
-        _bars(ax, h["different"], h["edges"], f"different class ({h['num_different']})",
-              "tab:red")
-        occupancy = (f"margin occupancy {h['margin_occupancy']:.3f} (same "
-                     f"{h['same_margin_occupancy']:.3f}, different "
-                     f"{h['different_margin_occupancy']:.3f})")
+        _bars(ax, h["different"], h["edges"], f"different class ({h['num_different']})", "tab:red")
+        occupancy = (
+            f"margin occupancy {h['margin_occupancy']:.3f} (same "
+            f"{h['same_margin_occupancy']:.3f}, different "
+            f"{h['different_margin_occupancy']:.3f})"
+        )
     ax.axvspan(d_plus, d_minus, color="0.85", zorder=0, label=occupancy)
     ax.axvline(d_plus, color="k", linestyle="--", linewidth=1)
     ax.axvline(d_minus, color="k", linestyle="--", linewidth=1)
@@ -97,8 +104,7 @@ def similarity_profile_figure(profiles: Mapping[str, Any], title: str | None = N
         ax.set_xticks(range(1, len(names) + 1), names)
     else:
         if not profiles:
-            raise ValueError("profiles is empty; expected a similarity_profile result or a "
-                             "mapping label -> result")
+            raise ValueError("profiles is empty; expected a similarity_profile result or a mapping label -> result")
         for label, prof in profiles.items():
             if not _is_profile(prof):
                 raise ValueError(f"profiles[{label!r}] is not a similarity_profile result")
@@ -114,8 +120,9 @@ def similarity_profile_figure(profiles: Mapping[str, Any], title: str | None = N
     return fig
 
 
-def _finish_axes(ax: Any, xlabel: str, ylabel: str, title: str | None, logx: bool = False,
-                 logy: bool = False, legend: bool = True) -> None:
+def _finish_axes(
+    ax: Any, xlabel: str, ylabel: str, title: str | None, logx: bool = False, logy: bool = False, legend: bool = True
+) -> None:
     """Scales, labels, title, legend and grid of a line plot."""
     if logx:
         ax.set_xscale("log")
@@ -130,9 +137,15 @@ def _finish_axes(ax: Any, xlabel: str, ylabel: str, title: str | None, logx: boo
     ax.grid(alpha=0.3)
 
 
-def curve_figure(x: Sequence[float], ys: Mapping[str, Sequence[float]], xlabel: str,
-                 ylabel: str, title: str | None = None, logx: bool = False,
-                 logy: bool = False) -> Figure:
+def curve_figure(
+    x: Sequence[float],
+    ys: Mapping[str, Sequence[float]],
+    xlabel: str,
+    ylabel: str,
+    title: str | None = None,
+    logx: bool = False,
+    logy: bool = False,
+) -> Figure:
     """Generic line plot: one curve per ``ys`` entry against the shared ``x``."""
     if not ys:
         raise ValueError("ys is empty; expected a mapping label -> values")
@@ -141,15 +154,19 @@ def curve_figure(x: Sequence[float], ys: Mapping[str, Sequence[float]], xlabel: 
     for label, values in ys.items():
         v = np.asarray(values, dtype=float)
         if v.shape != xs.shape:
-            raise ValueError(f"ys[{label!r}] has {v.shape[0] if v.ndim else 0} values, x has "
-                             f"{xs.shape[0]}")
+            raise ValueError(f"ys[{label!r}] has {v.shape[0] if v.ndim else 0} values, x has {xs.shape[0]}")
         ax.plot(xs, v, marker="o" if len(xs) <= 20 else None, label=str(label))
     _finish_axes(ax, xlabel, ylabel, title, logx, logy, legend=len(ys) > 1)
     return fig
 
 
-def loss_curve_figure(steps: Sequence[int], values: Sequence[float], label: str = "loss",
-                      title: str | None = None, smooth: int | None = None) -> Figure:
+def loss_curve_figure(
+    steps: Sequence[int],
+    values: Sequence[float],
+    label: str = "loss",
+    title: str | None = None,
+    smooth: int | None = None,
+) -> Figure:
     """Loss against the optimisation step; ``smooth=k`` adds a k-step moving average."""
     ys = {label: values}
     if smooth is not None:
@@ -162,8 +179,13 @@ def loss_curve_figure(steps: Sequence[int], values: Sequence[float], label: str 
     return curve_figure(steps, ys, "step", label, title=title or "Training loss")
 
 
-def band_figure(series: Mapping[str, Sequence[tuple[float, Any]]], xlabel: str, ylabel: str,
-                title: str | None = None, logx: bool = False) -> Figure:
+def band_figure(
+    series: Mapping[str, Sequence[tuple[float, Any]]],
+    xlabel: str,
+    ylabel: str,
+    title: str | None = None,
+    logx: bool = False,
+) -> Figure:
     """One line per ``series`` entry through the means of its ``(x, summary)`` points (a
     :class:`toolkit.studies.stats.Summary`), with the shaded confidence interval where the point has
     one (n >= 2); a point without an interval has no band, never a made-up one."""
@@ -177,15 +199,18 @@ def band_figure(series: Mapping[str, Sequence[tuple[float, Any]]], xlabel: str, 
         low = np.array([np.nan if p[1].low is None else p[1].low for p in points], dtype=float)
         high = np.array([np.nan if p[1].high is None else p[1].high for p in points], dtype=float)
         if np.isfinite(low).any():
-            ax.fill_between(x, low, high, where=np.isfinite(low), alpha=0.2,
-                            color=line.get_color(), linewidth=0)
+            ax.fill_between(x, low, high, where=np.isfinite(low), alpha=0.2, color=line.get_color(), linewidth=0)
     _finish_axes(ax, xlabel, ylabel, title, logx, legend=True)
     return fig
 
 
-def time_to_accuracy_figure(series: Mapping[str, Sequence[tuple[float, float]]],
-                            title: str | None = None, max_lines: int = 6,
-                            baselines: Mapping[str, float] | None = None, ylabel: str = "metric") -> Figure:
+def time_to_accuracy_figure(
+    series: Mapping[str, Sequence[tuple[float, float]]],
+    title: str | None = None,
+    max_lines: int = 6,
+    baselines: Mapping[str, float] | None = None,
+    ylabel: str = "metric",
+) -> Figure:
     """Each metric against the training wall time at which it was measured (the first
     ``max_lines`` metrics), so two recipes compare by how fast they learn; ``baselines`` (label
     -> value, e.g. a random policy's return) are dashed horizontal lines. One metric is one

@@ -40,12 +40,14 @@ features of the text baselines. The kNN stays in torch: it is a matrix product a
 device, so it runs where the features are. The probe takes tensors on any device and moves
 them to numpy inside.
 """
+
 from __future__ import annotations
 
 import os
 import warnings
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 import scipy.sparse as sp
@@ -53,9 +55,23 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-__all__ = ["LinearProbe", "fit_linear_probe", "linear_probe", "select_c", "knn_scores", "knn_score_sets",
-           "knn_votes", "check_knn", "topk_accuracy", "topk_hits", "workers", "C_GRID", "SOLVERS", "SEARCHES",
-           "linear_probes"]
+__all__ = [
+    "LinearProbe",
+    "fit_linear_probe",
+    "linear_probe",
+    "select_c",
+    "knn_scores",
+    "knn_score_sets",
+    "knn_votes",
+    "check_knn",
+    "topk_accuracy",
+    "topk_hits",
+    "workers",
+    "C_GRID",
+    "SOLVERS",
+    "SEARCHES",
+    "linear_probes",
+]
 
 C_GRID = (0.001, 0.01, 0.1, 1.0, 10.0, 100.0)
 SOLVERS = ("lbfgs", "liblinear")
@@ -123,10 +139,17 @@ def _build(c: float, standardize: bool, solver: str, max_iter: int, seed: int, c
     return make_pipeline(StandardScaler(), model) if standardize else model
 
 
-def _fit(x: Any, y: np.ndarray, c: float, standardize: bool, solver: str, max_iter: int,
-         seed: int, warn_convergence: bool | str) -> LinearProbe:
+def _fit(
+    x: Any,
+    y: np.ndarray,
+    c: float,
+    standardize: bool,
+    solver: str,
+    max_iter: int,
+    seed: int,
+    warn_convergence: bool | str,
+) -> LinearProbe:
     from sklearn.exceptions import ConvergenceWarning
-
     from threadpoolctl import threadpool_limits
 
     model = _build(c, standardize, solver, max_iter, seed, len(np.unique(y)))
@@ -138,13 +161,15 @@ def _fit(x: Any, y: np.ndarray, c: float, standardize: bool, solver: str, max_it
         model.fit(x, y)
     if warn_convergence and any(issubclass(w.category, ConvergenceWarning) for w in caught):
         advice = warn_convergence if isinstance(warn_convergence, str) else "raise max_iter or lower c"
-        warnings.warn(f"linear probe: {solver} did not converge in {max_iter} iterations at c={c}; "
-                      f"{advice}", stacklevel=3)
+        warnings.warn(
+            f"linear probe: {solver} did not converge in {max_iter} iterations at c={c}; {advice}", stacklevel=3
+        )
     return LinearProbe(model, c)
 
 
-def _held_out_accuracy(x: Any, y: np.ndarray, c: float, fit_rows: np.ndarray,
-                       score_rows: np.ndarray, fit: dict[str, Any]) -> float:
+def _held_out_accuracy(
+    x: Any, y: np.ndarray, c: float, fit_rows: np.ndarray, score_rows: np.ndarray, fit: dict[str, Any]
+) -> float:
     return float(np.mean(_fit(x[fit_rows], y[fit_rows], c, **fit).predict(x[score_rows]) == y[score_rows]))
 
 
@@ -160,15 +185,24 @@ def workers(tasks: int, n_jobs: int | None = None, values: int | None = None) ->
     ``values`` in all), never more than ``tasks``."""
     if n_jobs is None:
         small = values is not None and values < SMALL_FIT_VALUES
-        n_jobs = 1 if small else (len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity")
-                                  else (os.cpu_count() or 1))
+        n_jobs = (
+            1
+            if small
+            else (len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1))
+        )
     if not isinstance(n_jobs, int) or n_jobs < 1:
         raise ValueError(f"n_jobs must be an integer >= 1 or None (all cores), got {n_jobs!r}")
     return max(1, min(n_jobs, tasks))
 
 
-def _accuracies(x: Any, y: np.ndarray, cs: Sequence[float], splits: Sequence[tuple[np.ndarray, np.ndarray]],
-                fit: dict[str, Any], n: int) -> np.ndarray:
+def _accuracies(
+    x: Any,
+    y: np.ndarray,
+    cs: Sequence[float],
+    splits: Sequence[tuple[np.ndarray, np.ndarray]],
+    fit: dict[str, Any],
+    n: int,
+) -> np.ndarray:
     """Mean held-out accuracy over ``splits`` of each ``c`` of ``cs``, the fits in ``n`` processes."""
     jobs = [(float(c), a, b) for c in cs for a, b in splits]
     if n == 1:
@@ -180,10 +214,20 @@ def _accuracies(x: Any, y: np.ndarray, cs: Sequence[float], splits: Sequence[tup
     return np.asarray(acc, dtype=np.float64).reshape(len(cs), len(splits)).mean(axis=1)
 
 
-def select_c(x: Any, y: Any, c_grid: Sequence[float], splits: Sequence[tuple[np.ndarray, np.ndarray]], *,
-             standardize: bool = True, solver: str = "lbfgs", max_iter: int = 1000, seed: int = 0,
-             warn_convergence: bool | str = False, n_jobs: int | None = None,
-             search: str = "grid") -> float:
+def select_c(
+    x: Any,
+    y: Any,
+    c_grid: Sequence[float],
+    splits: Sequence[tuple[np.ndarray, np.ndarray]],
+    *,
+    standardize: bool = True,
+    solver: str = "lbfgs",
+    max_iter: int = 1000,
+    seed: int = 0,
+    warn_convergence: bool | str = False,
+    n_jobs: int | None = None,
+    search: str = "grid",
+) -> float:
     """The ``c`` of ``c_grid`` with the best mean accuracy over ``splits`` (pairs of row
     indices ``(fit_rows, score_rows)`` of the training set). ``search="grid"`` fits every
     entry; ties go to the earliest entry (the smallest ``c``, the strongest penalty, for an
@@ -197,8 +241,13 @@ def select_c(x: Any, y: Any, c_grid: Sequence[float], splits: Sequence[tuple[np.
     if search not in SEARCHES:
         raise ValueError(f"search must be one of {', '.join(SEARCHES)}, got {search!r}")
     x, y = _matrix("x", x), np.asarray(y)
-    fit = dict(standardize=standardize and solver == "lbfgs", solver=solver, max_iter=max_iter,
-               seed=seed, warn_convergence=warn_convergence)
+    fit = dict(
+        standardize=standardize and solver == "lbfgs",
+        solver=solver,
+        max_iter=max_iter,
+        seed=seed,
+        warn_convergence=warn_convergence,
+    )
     n = workers(len(c_grid) * len(splits), n_jobs, int(np.prod(x.shape)) * len(c_grid) * len(splits))
     if search == "grid":
         return float(c_grid[int(np.argmax(_accuracies(x, y, c_grid, splits, fit, n)))])
@@ -206,7 +255,7 @@ def select_c(x: Any, y: Any, c_grid: Sequence[float], splits: Sequence[tuple[np.
     step = max(1, n // len(splits))  # entries per round: one fit per worker
     best, best_score = grid[0], -np.inf
     for start in range(0, len(grid), step):
-        cs = grid[start:start + step]
+        cs = grid[start : start + step]
         for c, score in zip(cs, _accuracies(x, y, cs, splits, fit, workers(len(cs) * len(splits), n))):
             if score < best_score:
                 return best
@@ -215,11 +264,22 @@ def select_c(x: Any, y: Any, c_grid: Sequence[float], splits: Sequence[tuple[np.
     return best
 
 
-def fit_linear_probe(x: Any, y: Any, *, c: float = 1.0, standardize: bool = True,
-                     select: bool = False, c_grid: Sequence[float] = C_GRID, holdout: float = 0.1,
-                     solver: str = "lbfgs", max_iter: int = 1000, seed: int = 0,
-                     warn_convergence: bool | str = False, n_jobs: int | None = None,
-                     search: str = "grid") -> LinearProbe:
+def fit_linear_probe(
+    x: Any,
+    y: Any,
+    *,
+    c: float = 1.0,
+    standardize: bool = True,
+    select: bool = False,
+    c_grid: Sequence[float] = C_GRID,
+    holdout: float = 0.1,
+    solver: str = "lbfgs",
+    max_iter: int = 1000,
+    seed: int = 0,
+    warn_convergence: bool | str = False,
+    n_jobs: int | None = None,
+    search: str = "grid",
+) -> LinearProbe:
     """Fit the probe on training features ``x`` ``[N, d]`` (tensor on any device, numpy, or
     scipy sparse) and labels ``y``; see the module doc. ``select=True`` chooses ``c`` from
     ``c_grid`` on a stratified ``holdout`` fraction of these rows (seeded by ``seed``).
@@ -237,13 +297,19 @@ def fit_linear_probe(x: Any, y: Any, *, c: float = 1.0, standardize: bool = True
     if sp.issparse(x) and solver != "liblinear":
         raise ValueError(f"sparse features need solver='liblinear', got solver={solver!r}")
     if x.shape[0] < 2 or len(np.unique(y)) < 2:
-        raise ValueError(f"the probe needs at least two rows of two classes, got {x.shape[0]} rows "
-                         f"of {len(np.unique(y))} class(es)")
+        raise ValueError(
+            f"the probe needs at least two rows of two classes, got {x.shape[0]} rows of {len(np.unique(y))} class(es)"
+        )
     if not isinstance(max_iter, int) or max_iter < 1:
         raise ValueError(f"max_iter must be an integer >= 1, got {max_iter!r}")
     workers(1, n_jobs)  # checks n_jobs before anything is fitted
-    fit = dict(standardize=standardize and solver == "lbfgs", solver=solver, max_iter=max_iter,
-               seed=seed, warn_convergence=warn_convergence)
+    fit = dict(
+        standardize=standardize and solver == "lbfgs",
+        solver=solver,
+        max_iter=max_iter,
+        seed=seed,
+        warn_convergence=warn_convergence,
+    )
     if not select:
         return _fit(x, y, _positive("c", c), **fit)
     if not c_grid:
@@ -252,21 +318,31 @@ def fit_linear_probe(x: Any, y: Any, *, c: float = 1.0, standardize: bool = True
     if not 0.0 < holdout < 1.0:
         raise ValueError(f"holdout must lie in (0, 1), got {holdout!r}")
     split = StratifiedShuffleSplit(n_splits=1, test_size=holdout, random_state=seed)
-    best = select_c(x, y, grid, list(split.split(np.zeros(len(y)), y)), standardize=standardize,
-                    solver=solver, max_iter=max_iter, seed=seed, warn_convergence=warn_convergence,
-                    n_jobs=n_jobs, search=search)
+    best = select_c(
+        x,
+        y,
+        grid,
+        list(split.split(np.zeros(len(y)), y)),
+        standardize=standardize,
+        solver=solver,
+        max_iter=max_iter,
+        seed=seed,
+        warn_convergence=warn_convergence,
+        n_jobs=n_jobs,
+        search=search,
+    )
     return _fit(x, y, best, **fit)
 
 
-def linear_probe(train_x: Any, train_y: Any, test_x: Any, test_y: Any, *,
-                 topk: Sequence[int] = (1,), **fit: Any) -> dict[str, float]:
+def linear_probe(
+    train_x: Any, train_y: Any, test_x: Any, test_y: Any, *, topk: Sequence[int] = (1,), **fit: Any
+) -> dict[str, float]:
     """Fit on the training split, score the test split: ``{"top1": %, ..., "c": c used}``
     (``top5`` etc. for each ``k`` of ``topk``). ``fit``: the options of :func:`fit_linear_probe`."""
     probe = fit_linear_probe(train_x, train_y, **fit)
     xte = _matrix("test_x", test_x)
     if xte.shape[1] != probe.model.n_features_in_:
-        raise ValueError(f"test_x must have {probe.model.n_features_in_} columns like train_x, "
-                         f"got shape {xte.shape}")
+        raise ValueError(f"test_x must have {probe.model.n_features_in_} columns like train_x, got shape {xte.shape}")
     yte = _labels("test_y", test_y, xte.shape[0])
     out: dict[str, float] = {}
     if tuple(topk) == (1,):
@@ -295,8 +371,7 @@ def linear_probes(probes: Sequence[dict[str, Any]], n_jobs: int | None = None) -
     from joblib import Parallel, delayed
 
     # numpy arrays, not tensors: joblib hands large arrays to the workers as memory maps
-    shipped = [{k: (v.detach().cpu().numpy() if isinstance(v, Tensor) else v) for k, v in p.items()}
-               for p in probes]
+    shipped = [{k: (v.detach().cpu().numpy() if isinstance(v, Tensor) else v) for k, v in p.items()} for p in probes]
     # the largest feature matrices first, so that the last probe to start is a small one
     order = sorted(range(len(shipped)), key=lambda i: -int(np.prod(np.shape(shipped[i]["train_x"]))))
     done = Parallel(n_jobs=n)(delayed(linear_probe)(**dict(shipped[i], n_jobs=1)) for i in order)
@@ -319,33 +394,52 @@ def topk_accuracy(scores: Tensor, labels: Tensor, k: int = 1) -> float:
 
 
 @torch.no_grad()
-def knn_scores(train_x: Tensor, train_y: Tensor, test_x: Tensor, num_classes: int, *,
-               k: int = 200, temperature: float = 0.1, weighted: bool = True,
-               chunk: int = 1024, device: torch.device | str | None = None) -> Tensor:
+def knn_scores(
+    train_x: Tensor,
+    train_y: Tensor,
+    test_x: Tensor,
+    num_classes: int,
+    *,
+    k: int = 200,
+    temperature: float = 0.1,
+    weighted: bool = True,
+    chunk: int = 1024,
+    device: torch.device | str | None = None,
+) -> Tensor:
     """Class scores ``[N_test, num_classes]`` of the (weighted) kNN classifier on cosine
     similarity, computed on ``device`` (default: where ``train_x`` is)."""
-    return knn_score_sets(train_x, train_y, test_x, num_classes, [(k, weighted)],
-                          temperature=temperature, chunk=chunk, device=device)[0]
+    return knn_score_sets(
+        train_x, train_y, test_x, num_classes, [(k, weighted)], temperature=temperature, chunk=chunk, device=device
+    )[0]
 
 
 @torch.no_grad()
-def knn_score_sets(train_x: Tensor, train_y: Tensor, test_x: Tensor, num_classes: int,
-                   classifiers: Sequence[tuple[int, bool]], *, temperature: float = 0.1,
-                   chunk: int = 1024, device: torch.device | str | None = None) -> list[Tensor]:
+def knn_score_sets(
+    train_x: Tensor,
+    train_y: Tensor,
+    test_x: Tensor,
+    num_classes: int,
+    classifiers: Sequence[tuple[int, bool]],
+    *,
+    temperature: float = 0.1,
+    chunk: int = 1024,
+    device: torch.device | str | None = None,
+) -> list[Tensor]:
     """The scores of several kNN classifiers, one ``[N_test, num_classes]`` tensor per
     ``(k, weighted)`` in ``classifiers``, from one similarity pass: each test row's neighbours
     are ranked once (up to the largest ``k``) and each classifier votes with its first ``k``."""
     check_knn(classifiers, temperature)
     if train_x.dim() != 2 or test_x.dim() != 2 or train_x.shape[1] != test_x.shape[1]:
-        raise ValueError(f"features must be [N, d] with the same d, got {tuple(train_x.shape)} "
-                         f"and {tuple(test_x.shape)}")
+        raise ValueError(
+            f"features must be [N, d] with the same d, got {tuple(train_x.shape)} and {tuple(test_x.shape)}"
+        )
     if train_y.shape != (train_x.shape[0],):
         raise ValueError(f"train_y must have one entry per training row, got shape {tuple(train_y.shape)}")
     bank = F.normalize(train_x.float().to(device if device is not None else train_x.device), dim=1)
     labels = train_y.long().to(bank.device)
     out: list[list[Tensor]] = [[] for _ in classifiers]
     for start in range(0, test_x.shape[0], chunk):
-        q = F.normalize(test_x[start:start + chunk].float().to(bank.device), dim=1)
+        q = F.normalize(test_x[start : start + chunk].float().to(bank.device), dim=1)
         sims, idx = (q @ bank.t()).topk(min(max(k for k, _ in classifiers), bank.shape[0]), dim=1)
         for scores, votes in zip(out, knn_votes(sims, labels[idx], num_classes, classifiers, temperature)):
             scores.append(votes)
@@ -361,8 +455,13 @@ def check_knn(classifiers: Sequence[tuple[int, bool]], temperature: float) -> No
         raise ValueError(f"temperature must be > 0, got {temperature!r}")
 
 
-def knn_votes(sims: Tensor, neighbour_labels: Tensor, num_classes: int,
-              classifiers: Sequence[tuple[int, bool]], temperature: float) -> list[Tensor]:
+def knn_votes(
+    sims: Tensor,
+    neighbour_labels: Tensor,
+    num_classes: int,
+    classifiers: Sequence[tuple[int, bool]],
+    temperature: float,
+) -> list[Tensor]:
     """The class scores ``[M, num_classes]`` of each ``(k, weighted)`` classifier, from each test
     row's nearest neighbours ranked by cosine similarity: ``sims`` ``[M, K]`` sorted in
     descending order along a row and their labels ``neighbour_labels`` ``[M, K]``; a classifier

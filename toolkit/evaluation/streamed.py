@@ -42,9 +42,10 @@ The linear protocols the papers state for ImageNet-100:
 * LMCL, Sec. 5.2: no linear protocol stated (ResNet-50, 100 pre-training epochs; Table 2
   reports top-1 and top-5 on ImageNet-100).
 """
+
 from __future__ import annotations
 
-from typing import Callable, Iterable, Iterator, Sequence, Union
+from collections.abc import Callable, Iterable, Iterator, Sequence
 
 import numpy as np
 import torch
@@ -53,11 +54,20 @@ from torch import Tensor
 
 from toolkit.evaluation.probes import check_knn, knn_votes, topk_hits
 
-__all__ = ["chunked_knn_scores", "streamed_linear_probe", "fit_streamed_linear", "StreamedLinear",
-           "feature_stats", "streamed_topk", "tensor_chunks", "tensor_epochs", "streamed_linear_probe_tensors"]
+__all__ = [
+    "chunked_knn_scores",
+    "streamed_linear_probe",
+    "fit_streamed_linear",
+    "StreamedLinear",
+    "feature_stats",
+    "streamed_topk",
+    "tensor_chunks",
+    "tensor_epochs",
+    "streamed_linear_probe_tensors",
+]
 
 Chunks = Iterable[tuple[Tensor, Tensor]]
-ChunkSource = Union[Chunks, Callable[[], Chunks]]
+ChunkSource = Chunks | Callable[[], Chunks]
 
 
 def _similarities(q: Tensor, bank: Tensor) -> Tensor:
@@ -66,10 +76,16 @@ def _similarities(q: Tensor, bank: Tensor) -> Tensor:
 
 
 @torch.no_grad()
-def chunked_knn_scores(train_chunks: Chunks, test_x: Tensor, num_classes: int,
-                       classifiers: Sequence[tuple[int, bool]] = ((200, True), (5, False)), *,
-                       temperature: float = 0.1, query_chunk: int = 4096,
-                       device: torch.device | str | None = None) -> list[Tensor]:
+def chunked_knn_scores(
+    train_chunks: Chunks,
+    test_x: Tensor,
+    num_classes: int,
+    classifiers: Sequence[tuple[int, bool]] = ((200, True), (5, False)),
+    *,
+    temperature: float = 0.1,
+    query_chunk: int = 4096,
+    device: torch.device | str | None = None,
+) -> list[Tensor]:
     """One ``[M, num_classes]`` score tensor per ``(k, weighted)`` of ``classifiers``, equal (to
     round-off) to ``knn_score_sets`` on the concatenated chunks; see the module doc.
     ``train_chunks``: ``(features [n_i, d], labels [n_i])`` pairs, read once; ``query_chunk``:
@@ -86,8 +102,10 @@ def chunked_knn_scores(train_chunks: Chunks, test_x: Tensor, num_classes: int,
     labels = torch.empty(m, 0, dtype=torch.long, device=dev)
     for x, y in train_chunks:
         if x.dim() != 2 or x.shape[1] != queries.shape[1] or y.shape != (x.shape[0],):
-            raise ValueError(f"a training chunk must be [n, {queries.shape[1]}] features with n labels, "
-                             f"got {tuple(x.shape)} and {tuple(y.shape)}")
+            raise ValueError(
+                f"a training chunk must be [n, {queries.shape[1]}] features with n labels, "
+                f"got {tuple(x.shape)} and {tuple(y.shape)}"
+            )
         if x.shape[0] == 0:
             continue
         bank, lab = F.normalize(x.float().to(dev), dim=1), y.long().to(dev)
@@ -126,7 +144,7 @@ def feature_stats(chunks: ChunkSource) -> tuple[Tensor, Tensor]:
             continue
         delta, total = mb - mean, n + nb
         mean = mean + delta * (nb / total)
-        m2 = m2 + m2b + delta ** 2 * (n * nb / total)
+        m2 = m2 + m2b + delta**2 * (n * nb / total)
         n = total
     if mean is None:
         raise ValueError("no rows to compute the feature statistics from")
@@ -150,18 +168,32 @@ class StreamedLinear:
         return x if self.mean is None else (x - self.mean) / self.std
 
 
-def fit_streamed_linear(train_epoch: Callable[[int], Chunks], num_classes: int, feature_dim: int, *,
-                        epochs: int, lr: float, momentum: float = 0.9, weight_decay: float = 0.0,
-                        milestones: Sequence[int] = (), gamma: float = 0.1, final_lr: float | None = None,
-                        nesterov: bool = False, standardize: bool = True, stats_chunks: ChunkSource | None = None,
-                        device: torch.device | str | None = None) -> StreamedLinear:
+def fit_streamed_linear(
+    train_epoch: Callable[[int], Chunks],
+    num_classes: int,
+    feature_dim: int,
+    *,
+    epochs: int,
+    lr: float,
+    momentum: float = 0.9,
+    weight_decay: float = 0.0,
+    milestones: Sequence[int] = (),
+    gamma: float = 0.1,
+    final_lr: float | None = None,
+    nesterov: bool = False,
+    standardize: bool = True,
+    stats_chunks: ChunkSource | None = None,
+    device: torch.device | str | None = None,
+) -> StreamedLinear:
     """Train the probe of :func:`streamed_linear_probe` and return it. ``final_lr``: decay the
     rate by one factor per epoch so that the last epoch runs at ``final_lr`` (CPCL), in place of
     ``milestones``. ``device``: default, where the first mini-batch is."""
     if epochs < 1 or lr <= 0 or weight_decay < 0 or not 0 <= momentum < 1 or num_classes < 2 or feature_dim < 1:
-        raise ValueError(f"need epochs >= 1, lr > 0, weight_decay >= 0, 0 <= momentum < 1, num_classes >= 2, "
-                         f"feature_dim >= 1; got {epochs}, {lr}, {weight_decay}, {momentum}, "
-                         f"{num_classes}, {feature_dim}")
+        raise ValueError(
+            f"need epochs >= 1, lr > 0, weight_decay >= 0, 0 <= momentum < 1, num_classes >= 2, "
+            f"feature_dim >= 1; got {epochs}, {lr}, {weight_decay}, {momentum}, "
+            f"{num_classes}, {feature_dim}"
+        )
     if final_lr is not None and (final_lr <= 0 or milestones):
         raise ValueError(f"final_lr must be > 0 and excludes milestones, got {final_lr!r} with {list(milestones)}")
     mean = std = None
@@ -178,9 +210,15 @@ def fit_streamed_linear(train_epoch: Callable[[int], Chunks], num_classes: int, 
                 torch.nn.init.zeros_(layer.weight)
                 torch.nn.init.zeros_(layer.bias)
                 probe = StreamedLinear(layer, *(None if t is None else t.to(dev).float() for t in (mean, std)))
-                opt = torch.optim.SGD([{"params": [layer.weight], "weight_decay": weight_decay},
-                                       {"params": [layer.bias], "weight_decay": 0.0}],
-                                      lr=lr, momentum=momentum, nesterov=nesterov)
+                opt = torch.optim.SGD(
+                    [
+                        {"params": [layer.weight], "weight_decay": weight_decay},
+                        {"params": [layer.bias], "weight_decay": 0.0},
+                    ],
+                    lr=lr,
+                    momentum=momentum,
+                    nesterov=nesterov,
+                )
             if x.shape[1] != feature_dim:
                 raise ValueError(f"mini-batches must have {feature_dim} features, got shape {tuple(x.shape)}")
             opt.zero_grad(set_to_none=True)
@@ -190,16 +228,18 @@ def fit_streamed_linear(train_epoch: Callable[[int], Chunks], num_classes: int, 
             raise ValueError(f"train_epoch({epoch}) gave no mini-batches")
         if not bool(torch.isfinite(layer.weight).all()):
             raise ValueError(f"the linear probe diverged at epoch {epoch} (lr {lr} too high for these features?)")
-        next_lr = lr * (rate ** (epoch + 1) if final_lr is not None
-                        else gamma ** sum(1 for m in milestones if m <= epoch + 1))
+        next_lr = lr * (
+            rate ** (epoch + 1) if final_lr is not None else gamma ** sum(1 for m in milestones if m <= epoch + 1)
+        )
         for group in opt.param_groups:
             group["lr"] = next_lr
     return probe
 
 
 @torch.no_grad()
-def streamed_topk(scores: Callable[[Tensor], Tensor], test_chunks: ChunkSource,
-                  topk: Sequence[int] = (1, 5)) -> dict[str, float]:
+def streamed_topk(
+    scores: Callable[[Tensor], Tensor], test_chunks: ChunkSource, topk: Sequence[int] = (1, 5)
+) -> dict[str, float]:
     """``{"top1": %, "top5": %, ...}`` of ``scores(features)`` over every row of the stream."""
     hits, n = {k: 0 for k in topk}, 0
     for x, y in _chunks(test_chunks):
@@ -212,9 +252,17 @@ def streamed_topk(scores: Callable[[Tensor], Tensor], test_chunks: ChunkSource,
     return {f"top{k}": 100.0 * hits[k] / n for k in topk}
 
 
-def streamed_linear_probe(train_epoch: Callable[[int], Chunks], test_chunks: ChunkSource, num_classes: int,
-                          feature_dim: int, *, epochs: int, lr: float, topk: Sequence[int] = (1, 5),
-                          **fit) -> dict[str, float]:
+def streamed_linear_probe(
+    train_epoch: Callable[[int], Chunks],
+    test_chunks: ChunkSource,
+    num_classes: int,
+    feature_dim: int,
+    *,
+    epochs: int,
+    lr: float,
+    topk: Sequence[int] = (1, 5),
+    **fit,
+) -> dict[str, float]:
     """Train a linear softmax probe with mini-batch SGD on the stream ``train_epoch(epoch)``
     and score the stream ``test_chunks`` (an iterable, or a callable returning one):
     ``{"top1": %, "top5": %}``. ``fit``: the options of :func:`fit_streamed_linear` (momentum,
@@ -223,15 +271,16 @@ def streamed_linear_probe(train_epoch: Callable[[int], Chunks], test_chunks: Chu
     return streamed_topk(probe.scores, test_chunks, topk)
 
 
-def tensor_chunks(x: Tensor, y: Tensor, size: int, *, seed: int | None = None,
-                  epoch: int = 0) -> Iterator[tuple[Tensor, Tensor]]:
+def tensor_chunks(
+    x: Tensor, y: Tensor, size: int, *, seed: int | None = None, epoch: int = 0
+) -> Iterator[tuple[Tensor, Tensor]]:
     """``(x, y)`` in slices of ``size`` rows: in order, or (``seed`` given) in the permutation
     drawn from ``(seed, epoch)``, the last slice partial."""
     if size < 1 or y.shape != (x.shape[0],):
         raise ValueError(f"need size >= 1 and one label per row, got {size!r}, {tuple(x.shape)}, {tuple(y.shape)}")
     order = None if seed is None else torch.from_numpy(np.random.default_rng([seed, epoch]).permutation(x.shape[0]))
     for start in range(0, x.shape[0], size):
-        rows = slice(start, start + size) if order is None else order[start:start + size].to(x.device)
+        rows = slice(start, start + size) if order is None else order[start : start + size].to(x.device)
         yield x[rows], y[rows]
 
 
@@ -240,10 +289,23 @@ def tensor_epochs(x: Tensor, y: Tensor, batch_size: int, seed: int = 0) -> Calla
     return lambda epoch: tensor_chunks(x, y, batch_size, seed=seed, epoch=epoch)
 
 
-def streamed_linear_probe_tensors(train_x: Tensor, train_y: Tensor, test_x: Tensor, test_y: Tensor,
-                                  num_classes: int, *, batch_size: int = 256, seed: int = 0,
-                                  test_chunk: int = 4096, **probe) -> dict[str, float]:
+def streamed_linear_probe_tensors(
+    train_x: Tensor,
+    train_y: Tensor,
+    test_x: Tensor,
+    test_y: Tensor,
+    num_classes: int,
+    *,
+    batch_size: int = 256,
+    seed: int = 0,
+    test_chunk: int = 4096,
+    **probe,
+) -> dict[str, float]:
     """:func:`streamed_linear_probe` on tensors held in memory (shuffled by ``seed``)."""
-    return streamed_linear_probe(tensor_epochs(train_x, train_y, batch_size, seed),
-                                 lambda: tensor_chunks(test_x, test_y, test_chunk), num_classes,
-                                 train_x.shape[1], **probe)
+    return streamed_linear_probe(
+        tensor_epochs(train_x, train_y, batch_size, seed),
+        lambda: tensor_chunks(test_x, test_y, test_chunk),
+        num_classes,
+        train_x.shape[1],
+        **probe,
+    )

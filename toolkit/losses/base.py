@@ -5,10 +5,12 @@ domain scores pairs itself, a score matrix with its positive mask). Loss modules
 regularizers turn it into a :class:`LossOutput`: the scalar to minimise plus the records it
 computed anyway (mean positive / negative similarity, fraction of negatives kept, ...).
 """
+
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable, ClassVar
+from typing import ClassVar
 
 from torch import Tensor, nn
 
@@ -74,9 +76,11 @@ class ContrastiveLoss(nn.Module):
 
     def attach_selector(self, selector: SelectorFn | None) -> None:
         if selector is not None and not self.accepts_selector:
-            raise ValueError(f"loss {type(self).__name__} does not accept a negative selector; "
-                             "use a loss of the InfoNCE family (nt_xent, moco_infonce, "
-                             "wl_contrastive, ...) or selector: all")
+            raise ValueError(
+                f"loss {type(self).__name__} does not accept a negative selector; "
+                "use a loss of the InfoNCE family (nt_xent, moco_infonce, "
+                "wl_contrastive, ...) or selector: all"
+            )
         self.selector = selector
 
     def forward(self, batch: ContrastiveBatch) -> LossOutput:  # pragma: no cover - abstract
@@ -97,8 +101,9 @@ def require(batch: ContrastiveBatch, owner: str, *names: str) -> None:
     """Raise a ValueError naming the missing fields of ``batch`` that ``owner`` needs."""
     missing = [n for n in names if getattr(batch, n) is None]
     if missing:
-        raise ValueError(f"{owner} needs {', '.join(missing)} in the batch (got None); "
-                         "check the recipe's objective.negatives source")
+        raise ValueError(
+            f"{owner} needs {', '.join(missing)} in the batch (got None); check the recipe's objective.negatives source"
+        )
 
 
 # The loss registry: the modules of :mod:`toolkit.losses.modules` register themselves here, one

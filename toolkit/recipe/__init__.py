@@ -10,14 +10,59 @@ reported as ``path.in.the.file: what was wrong (got X); expected Y`` and collect
 ``sections``  the common sections' schema
 ``model``     :class:`Recipe` and :func:`validate`, with the error formatting; a point's run name
 """
-from toolkit.recipe.reading import RecipeError, apply_overrides, expand_grid, get_path, load_yaml, overrides_from_mapping
-from toolkit.recipe.model import Recipe, flatten, near_misses, point_run_name, section_models, to_plain, validate
-from toolkit.recipe.sections import (Budget, Common, Component, DistributedSection, LRScheduleSection, Negatives,
-                                     ObjectiveSection, Optimizer, Paper, Regularizer, Resources, Section,
-                                     SelectorSection, Tracking)
 
-__all__ = ["Budget", "Common", "Component", "DistributedSection", "LRScheduleSection", "Negatives",
-           "ObjectiveSection", "Optimizer", "Paper", "Recipe", "RecipeError", "Regularizer", "Resources",
-           "Section", "SelectorSection", "Tracking", "apply_overrides", "expand_grid", "flatten", "get_path",
-           "load_yaml", "near_misses", "overrides_from_mapping", "point_run_name", "section_models", "to_plain",
-           "validate"]
+from toolkit.recipe.model import Recipe, flatten, near_misses, point_run_name, section_models, to_plain, validate
+from toolkit.recipe.reading import (
+    RecipeError,
+    apply_overrides,
+    expand_grid,
+    get_path,
+    load_yaml,
+    overrides_from_mapping,
+)
+from toolkit.recipe.sections import (
+    Budget,
+    Common,
+    Component,
+    DistributedSection,
+    LRScheduleSection,
+    Negatives,
+    ObjectiveSection,
+    Optimizer,
+    Paper,
+    Regularizer,
+    Resources,
+    Section,
+    SelectorSection,
+    Tracking,
+)
+
+__all__ = [
+    "Budget",
+    "Common",
+    "Component",
+    "DistributedSection",
+    "LRScheduleSection",
+    "Negatives",
+    "ObjectiveSection",
+    "Optimizer",
+    "Paper",
+    "Recipe",
+    "RecipeError",
+    "Regularizer",
+    "Resources",
+    "Section",
+    "SelectorSection",
+    "Tracking",
+    "apply_overrides",
+    "expand_grid",
+    "flatten",
+    "get_path",
+    "load_yaml",
+    "near_misses",
+    "overrides_from_mapping",
+    "point_run_name",
+    "section_models",
+    "to_plain",
+    "validate",
+]

@@ -1,18 +1,29 @@
 """A validated recipe (:class:`Recipe`) and the validation that makes one: the common sections
 (:mod:`toolkit.recipe.sections`), the domain's sections, the objective, every problem collected
 with its path."""
+
 from __future__ import annotations
 
 import copy
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
 from toolkit.recipe.reading import RecipeError, get_path
-from toolkit.recipe.sections import (Budget, Common, DistributedSection, LRScheduleSection, Negatives, ObjectiveSection,
-                                     Optimizer, Paper, Tracking)
+from toolkit.recipe.sections import (
+    Budget,
+    Common,
+    DistributedSection,
+    LRScheduleSection,
+    Negatives,
+    ObjectiveSection,
+    Optimizer,
+    Paper,
+    Tracking,
+)
 
 
 @dataclass(frozen=True)
@@ -41,8 +52,9 @@ class Recipe:
         try:
             return self.sections[name]
         except KeyError:
-            raise KeyError(f"recipe has no domain section {name!r}; it has: "
-                           f"{', '.join(sorted(self.sections)) or 'none'}") from None
+            raise KeyError(
+                f"recipe has no domain section {name!r}; it has: {', '.join(sorted(self.sections)) or 'none'}"
+            ) from None
 
     data = property(lambda self: self.section("data"))
     encoder = property(lambda self: self.section("encoder"))
@@ -78,16 +90,17 @@ class Recipe:
         return f"{self.common.domain}-{dataset}-{loss}-{sel}-s{self.common.seed}"
 
 
-
 def point_run_name(recipe: Recipe, point: list[str]) -> str:
     """A sweep point's run name from what it sets: ``nt_xent-t0.1-s0`` for
     ``objective.loss.temperature=0.1`` (the key's initials, the full last component when two
     keys share initials), the loss (or domain) first, the seed last."""
     pairs = [p.split("=", 1) for p in point]
     pairs = [(k.strip(), v) for k, v in pairs if k.strip() != "seed"]
+
     def last(key: str) -> str:
         parts = [p for p in key.split(".") if not p.isdigit()]
         return parts[-1] if parts else key
+
     initials = {k: "".join(w[:1] for w in last(k).split("_") if w) for k, _ in pairs}
     clash = {i for i in initials.values() if list(initials.values()).count(i) > 1}
     obj = recipe.common.objective
@@ -100,6 +113,7 @@ def point_run_name(recipe: Recipe, point: list[str]) -> str:
 
 # ---------------------------------------------------------------------------------------
 # Error formatting (reading files and --set overrides: toolkit.recipe.reading)
+
 
 def pydantic_problems(exc: ValidationError, prefix: str = "") -> list[tuple[str, str]]:
     """Turn pydantic errors into (yaml path, 'message (got X); expected ...')."""
@@ -142,10 +156,17 @@ def unknown_key_hint(problems: list[tuple[str, str]], models: Mapping[str, type[
 
 def section_models() -> dict[str, type[BaseModel]]:
     """The common section models by YAML path (for 'expected one of' hints)."""
-    return {"": Common, "objective": ObjectiveSection, "objective.negatives": Negatives,
-            "distributed": DistributedSection,
-            "optimizer": Optimizer, "schedule": LRScheduleSection, "budget": Budget,
-            "tracking": Tracking, "paper": Paper}
+    return {
+        "": Common,
+        "objective": ObjectiveSection,
+        "objective.negatives": Negatives,
+        "distributed": DistributedSection,
+        "optimizer": Optimizer,
+        "schedule": LRScheduleSection,
+        "budget": Budget,
+        "tracking": Tracking,
+        "paper": Paper,
+    }
 
 
 def to_plain(value: Any) -> Any:
@@ -218,8 +239,11 @@ def _objective_alone(raw: Any, bad: list[str]) -> ObjectiveSection | None:
             return None  # no loss, or no loss name: nothing to check the arguments against
         node: Any = data
         for part in parts[:-1]:
-            node = node.get(part) if isinstance(node, dict) else (
-                node[int(part)] if isinstance(node, list) and part.isdigit() and int(part) < len(node) else None)
+            node = (
+                node.get(part)
+                if isinstance(node, dict)
+                else (node[int(part)] if isinstance(node, list) and part.isdigit() and int(part) < len(node) else None)
+            )
         if isinstance(node, dict):
             node.pop(parts[-1], None)
         elif isinstance(node, list):
@@ -230,10 +254,15 @@ def _objective_alone(raw: Any, bad: list[str]) -> ObjectiveSection | None:
         return None
 
 
-def validate(data: dict[str, Any], domain_sections: Mapping[str, type[BaseModel]],
-             check_objective: Any = None, source: str = "recipe",
-             overrides: list[str] | None = None, domain_check: Any = None,
-             domain_class: Any = None) -> Recipe:
+def validate(
+    data: dict[str, Any],
+    domain_sections: Mapping[str, type[BaseModel]],
+    check_objective: Any = None,
+    source: str = "recipe",
+    overrides: list[str] | None = None,
+    domain_check: Any = None,
+    domain_class: Any = None,
+) -> Recipe:
     """Validate a loaded recipe mapping.
 
     ``domain_sections`` are the domain's own section models (``data``, ``encoder``, ...);
@@ -278,9 +307,31 @@ def validate(data: dict[str, Any], domain_sections: Mapping[str, type[BaseModel]
     resolved = to_plain(common)
     for key, model in sections.items():
         resolved[key] = to_plain(model)
-    order = ["name", "description", "domain", "seed", "device", "precision", "distributed", "data", "encoder",
-             "objective", "optimizer", "schedule", "budget", "evaluation", "tracking", "paper"]
-    resolved = {k: resolved[k] for k in order if k in resolved} | {
-        k: v for k, v in resolved.items() if k not in order}
-    return Recipe(common=common, sections=sections, resolved=resolved, source=source,
-                  overrides=list(overrides or []), raw=copy.deepcopy(data), domain_class=domain_class)
+    order = [
+        "name",
+        "description",
+        "domain",
+        "seed",
+        "device",
+        "precision",
+        "distributed",
+        "data",
+        "encoder",
+        "objective",
+        "optimizer",
+        "schedule",
+        "budget",
+        "evaluation",
+        "tracking",
+        "paper",
+    ]
+    resolved = {k: resolved[k] for k in order if k in resolved} | {k: v for k, v in resolved.items() if k not in order}
+    return Recipe(
+        common=common,
+        sections=sections,
+        resolved=resolved,
+        source=source,
+        overrides=list(overrides or []),
+        raw=copy.deepcopy(data),
+        domain_class=domain_class,
+    )

@@ -6,19 +6,30 @@ mapping, at most MAX_DEPTH levels of nesting and MAX_VALUES values with aliases 
 overrides are ``a.b.c=value`` with the value parsed the same way. Every problem is a :class:`RecipeError` carrying ``(yaml path, message)`` pairs, so all of
 them are reported at once. :mod:`toolkit.recipe` re-exports these names.
 """
+
 from __future__ import annotations
 
 import copy
 import itertools
 import re
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 import yaml
 
 from toolkit.errors import CtkError
 
-__all__ = ["RecipeError", "load_yaml", "parse_yaml", "apply_overrides", "get_path", "expand_grid", "MAX_DEPTH", "MAX_VALUES"]
+__all__ = [
+    "RecipeError",
+    "load_yaml",
+    "parse_yaml",
+    "apply_overrides",
+    "get_path",
+    "expand_grid",
+    "MAX_DEPTH",
+    "MAX_VALUES",
+]
 
 
 class RecipeError(CtkError):
@@ -35,9 +46,9 @@ class RecipeError(CtkError):
         super().__init__("\n".join(lines))
 
 
-MAX_DEPTH = 32          # nesting levels a recipe may have (the shipped ones use at most 5)
-MAX_VALUES = 10_000     # values once YAML aliases are expanded (the shipped ones hold < 300)
-MAX_BYTES = 1_000_000   # file size (the shipped recipes are 1-4 kB)
+MAX_DEPTH = 32  # nesting levels a recipe may have (the shipped ones use at most 5)
+MAX_VALUES = 10_000  # values once YAML aliases are expanded (the shipped ones hold < 300)
+MAX_BYTES = 1_000_000  # file size (the shipped recipes are 1-4 kB)
 
 
 def load_yaml(path: str | Path) -> dict[str, Any]:
@@ -54,8 +65,16 @@ def load_yaml(path: str | Path) -> dict[str, Any]:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
         line = raw[: exc.start].count(b"\n") + 1
-        raise RecipeError([("", f"not UTF-8 text: byte 0x{raw[exc.start]:02x} at line {line} (offset "
-                                f"{exc.start}); expected a recipe saved as UTF-8")], str(path)) from None
+        raise RecipeError(
+            [
+                (
+                    "",
+                    f"not UTF-8 text: byte 0x{raw[exc.start]:02x} at line {line} (offset "
+                    f"{exc.start}); expected a recipe saved as UTF-8",
+                )
+            ],
+            str(path),
+        ) from None
     problems, data = parse_yaml(text)
     if problems:
         raise RecipeError(problems, str(path))
@@ -71,8 +90,13 @@ def parse_yaml(text: str) -> tuple[list[tuple[str, str]], Any]:
     aliases are expanded (an alias "bomb" would otherwise take hours to validate)."""
     line = _too_deep_brackets(text, 2 * MAX_DEPTH)
     if line is not None:  # before the reader, whose scanner is quadratic in this depth
-        return [("", f"brackets nested more than {2 * MAX_DEPTH} levels deep at line {line}; a recipe "
-                     f"nests at most {MAX_DEPTH} levels")], None
+        return [
+            (
+                "",
+                f"brackets nested more than {2 * MAX_DEPTH} levels deep at line {line}; a recipe "
+                f"nests at most {MAX_DEPTH} levels",
+            )
+        ], None
     loader = None
     try:
         loader = yaml.SafeLoader(text)  # refuses non-printable characters here already
@@ -88,10 +112,12 @@ def parse_yaml(text: str) -> tuple[list[tuple[str, str]], Any]:
         if isinstance(exc, yaml.reader.ReaderError):  # a control character, before any parsing
             where = f" at line {text.count(chr(10), 0, exc.position) + 1}"
             problem = f"unacceptable character #x{exc.character:04x} (control characters are not allowed)"
-        if "python/" in problem:    # safe_load has no constructor for python tags: say why
+        if "python/" in problem:  # safe_load has no constructor for python tags: say why
             tag = problem.rsplit("tag:yaml.org,2002:", 1)[-1].rstrip("'")
-            problem = (f"the tag !!{tag} is refused: a recipe is data and reaches code only "
-                       "through registered names (ctk list losses|selectors|regularizers|domains)")
+            problem = (
+                f"the tag !!{tag} is refused: a recipe is data and reaches code only "
+                "through registered names (ctk list losses|selectors|regularizers|domains)"
+            )
         return [("", f"not valid YAML{where}: {problem}")], None
     except RecursionError:  # the YAML reader composes nested nodes recursively
         return [("", f"nested too deeply to read; a recipe nests at most {MAX_DEPTH} levels")], None
@@ -121,14 +147,18 @@ def _node_problems(root: yaml.Node) -> list[tuple[str, str]]:
         node, path = stack.pop()
         count += 1
         if count > MAX_VALUES:
-            problems.append((".".join(path[:6]), f"more than {MAX_VALUES} values once YAML aliases are "
-                                                 "expanded (aliases repeated inside aliases?); a recipe "
-                                                 "holds a few hundred"))
+            problems.append(
+                (
+                    ".".join(path[:6]),
+                    f"more than {MAX_VALUES} values once YAML aliases are "
+                    "expanded (aliases repeated inside aliases?); a recipe "
+                    "holds a few hundred",
+                )
+            )
             break
         if len(path) > MAX_DEPTH:
             if not deep:
-                problems.append((".".join(path[:6]), f"nested more than {MAX_DEPTH} levels deep; a "
-                                                     "recipe nests a few"))
+                problems.append((".".join(path[:6]), f"nested more than {MAX_DEPTH} levels deep; a recipe nests a few"))
                 deep = True
             continue
         if isinstance(node, yaml.MappingNode):
@@ -138,9 +168,14 @@ def _node_problems(root: yaml.Node) -> list[tuple[str, str]]:
                 if name is not None and key.tag != "tag:yaml.org,2002:merge":
                     ident = (key.tag, name)
                     if ident in seen:
-                        problems.append((".".join([*path, name]), f"written twice in one mapping (lines "
-                                         f"{seen[ident] + 1} and {key.start_mark.line + 1}); YAML would keep "
-                                         "the last silently: remove one"))
+                        problems.append(
+                            (
+                                ".".join([*path, name]),
+                                f"written twice in one mapping (lines "
+                                f"{seen[ident] + 1} and {key.start_mark.line + 1}); YAML would keep "
+                                "the last silently: remove one",
+                            )
+                        )
                     seen.setdefault(ident, key.start_mark.line)
                 stack.append((value, [*path, str(name)]))
         elif isinstance(node, yaml.SequenceNode):
@@ -193,8 +228,10 @@ def apply_overrides(data: dict[str, Any], overrides: list[str], source: str = "r
 def overrides_from_mapping(sets: Mapping[str, Any]) -> list[str]:
     """``{"objective.loss.temperature": 0.5, ...}`` (a paper table's or a study's ``set:``) as
     ``--set`` strings, each value written as one line of YAML."""
-    return [f"{key}={yaml.safe_dump(value, default_flow_style=True, width=10**6).strip().removesuffix('...').strip()}"
-            for key, value in sets.items()]
+    return [
+        f"{key}={yaml.safe_dump(value, default_flow_style=True, width=10**6).strip().removesuffix('...').strip()}"
+        for key, value in sets.items()
+    ]
 
 
 def get_path(raw: Mapping[str, Any], path: str, default: Any = None) -> Any:
@@ -229,6 +266,7 @@ def _set_child(node: Any, part: str, value: Any) -> bool:
 
 # ---------------------------------------------------------------------------------------
 # --grid: the points of a sweep, as lists of --set overrides
+
 
 def expand_grid(grid: list[str]) -> list[list[str]]:
     """``["a.b=1,2", "c=x,y"]`` -> the cartesian product as lists of ``--set`` overrides."""

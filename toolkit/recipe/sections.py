@@ -13,12 +13,12 @@ Component sections name a registered component and its arguments in one mapping:
       negatives: {source: queue, size: 4096, momentum: 0.99}
       selector: {name: ring, lower: 0, upper: 90, schedule: {name: linear, ...}}
 """
+
 from __future__ import annotations
 
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
-
 
 
 class Section(BaseModel):
@@ -131,21 +131,33 @@ class Budget(Section):
     batch_size: int = Field(256, ge=1)
     eval_every: int | None = Field(None, ge=1, description="steps between evaluations (end only when unset)")
     monitor_every: int | None = Field(None, ge=1, description="steps between online kNN monitors")
-    checkpoint_every: int | None = Field(None, ge=0, description=(
-        "steps between checkpoints (environment steps in rl); unset: once per epoch (rl: every "
-        "10000 environment steps); 0: no periodic checkpoints"))
-    checkpoint_minutes: float = Field(10.0, ge=0, description=(
-        "also checkpoint when this much wall time passed since the last one (0: never)"))
+    checkpoint_every: int | None = Field(
+        None,
+        ge=0,
+        description=(
+            "steps between checkpoints (environment steps in rl); unset: once per epoch (rl: every "
+            "10000 environment steps); 0: no periodic checkpoints"
+        ),
+    )
+    checkpoint_minutes: float = Field(
+        10.0, ge=0, description=("also checkpoint when this much wall time passed since the last one (0: never)")
+    )
     keep_checkpoints: int = Field(2, ge=1, description="the newest checkpoints kept per run")
     log_every: int = Field(10, ge=1)
-    minutes: float | None = Field(None, gt=0, le=100_000, description=(
-        "train for about this much wall time (steps and monitors; not the final evaluation, nor "
-        "logging and checkpoints, ~7% more on the vision quickstart): the step count is fixed from "
-        "the speed of timed steps before training (a sweep: once, for every point), never more "
-        "than epochs / steps, logged as measured.budget_steps_fixed (replay with --set budget.steps=N)"))
+    minutes: float | None = Field(
+        None,
+        gt=0,
+        le=100_000,
+        description=(
+            "train for about this much wall time (steps and monitors; not the final evaluation, nor "
+            "logging and checkpoints, ~7% more on the vision quickstart): the step count is fixed from "
+            "the speed of timed steps before training (a sweep: once, for every point), never more "
+            "than epochs / steps, logged as measured.budget_steps_fixed (replay with --set budget.steps=N)"
+        ),
+    )
 
     @model_validator(mode="after")
-    def _one_length(self) -> "Budget":
+    def _one_length(self) -> Budget:
         if self.epochs is None and self.steps is None:
             raise ValueError("give epochs or steps (how long to train; with minutes, the most to train)")
         return self
@@ -163,13 +175,17 @@ def uri_form_problem(uri: str) -> str | None:
         return f"tracking URI {uri!r}: expected sqlite:///PATH"
     if scheme in _SCHEMES or scheme.startswith("postgresql+"):
         return None
-    return (f"tracking URI {uri!r}: unknown scheme {scheme or '(none)'!r}; expected sqlite:///PATH, "
-            "http(s)://HOST:PORT or a database URI")
+    return (
+        f"tracking URI {uri!r}: unknown scheme {scheme or '(none)'!r}; expected sqlite:///PATH, "
+        "http(s)://HOST:PORT or a database URI"
+    )
 
 
 class Tracking(Section):
     experiment: str = Field("ctk", min_length=1)
-    uri: str | None = Field(None, description="mlflow tracking URI; default $MLFLOW_TRACKING_URI, else sqlite:///./mlflow.db")
+    uri: str | None = Field(
+        None, description="mlflow tracking URI; default $MLFLOW_TRACKING_URI, else sqlite:///./mlflow.db"
+    )
     run_name: str | None = None
     log_model: bool = True
     tags: dict[str, str] = Field(default_factory=dict)

@@ -10,20 +10,23 @@ Modules: ``masks`` (the keep-mask functions: all, hard, ring), ``selectors`` (th
 selector rules built on them), ``schedules`` (step schedules and :class:`ScheduledSelector`),
 ``sources`` (MoCo queue, memory bank, momentum encoder).
 """
+
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from torch import Tensor
 
-from toolkit.samplers.selectors import SELECTORS, NegativeSelector, make_selector  # noqa: F401
-from toolkit.samplers.schedules import SELECTOR_SCHEDULES, ScheduledSelector, make_schedule  # noqa: F401
 from toolkit.samplers.masks import all_mask, hard_mask, ring_mask  # noqa: F401
+from toolkit.samplers.schedules import SELECTOR_SCHEDULES, ScheduledSelector, make_schedule  # noqa: F401
+from toolkit.samplers.selectors import SELECTORS, NegativeSelector, make_selector  # noqa: F401
 from toolkit.samplers.sources import MemoryBank, MoCoQueue, MomentumEncoder  # noqa: F401
 
 
-def build_selector(name: str, args: dict[str, Any], schedule: str | None = None,
-                   schedule_args: dict[str, Any] | None = None) -> Callable[[Tensor, int], Tensor] | None:
+def build_selector(
+    name: str, args: dict[str, Any], schedule: str | None = None, schedule_args: dict[str, Any] | None = None
+) -> Callable[[Tensor, int], Tensor] | None:
     """A ``(sims, step) -> keep-mask`` callable (a :class:`ScheduledSelector`), or ``None``
     for a selector that keeps everything (``all``). ``schedule_args`` may name the scheduled
     selector argument as ``param`` (default: the selector's own)."""

@@ -19,6 +19,7 @@ Quantiles are found with ``torch.topk`` on the smaller side of the row (measured
 ``partition`` (values only, no indices; ~1.8x faster than the ``topk`` path at M = 65,536)
 and compares; rows with a tie across a cut take the ``topk`` path, so the mask is the same.
 """
+
 from __future__ import annotations
 
 import math
@@ -31,9 +32,19 @@ from torch import Tensor
 
 from toolkit import checks
 
-__all__ = ["all_mask", "hard_mask", "ring_mask", "ring_mask_and_sums", "ring_bounds", "hard_count",
-           "check_percentiles", "RING_DEFAULT", "RING_DEFAULT_THRESHOLDS",
-           "ring_official_thresholds_to_percentiles", "ring_percentiles_to_official_thresholds"]
+__all__ = [
+    "all_mask",
+    "hard_mask",
+    "ring_mask",
+    "ring_mask_and_sums",
+    "ring_bounds",
+    "hard_count",
+    "check_percentiles",
+    "RING_DEFAULT",
+    "RING_DEFAULT_THRESHOLDS",
+    "ring_official_thresholds_to_percentiles",
+    "ring_percentiles_to_official_thresholds",
+]
 
 # The one default ring of every Ring component (ring_nce, ir_ring, the ring selector): the
 # authors' configs, thres_outer = thres_inner = 0.1, which are the percentiles [90, 99).
@@ -58,8 +69,7 @@ def all_mask(sims: Tensor) -> Tensor:
     return torch.ones(sims.shape, dtype=torch.bool, device=sims.device)
 
 
-def hard_count(num_candidates: int, alpha: float | None = None,
-               num_hard: int | None = None) -> int:
+def hard_count(num_candidates: int, alpha: float | None = None, num_hard: int | None = None) -> int:
     """The K of Wang & Liu Eq. 9: ``num_hard``, or ``ceil(alpha * M)``, or ``M`` if neither.
 
     Raises ``ValueError`` if both are given, ``alpha`` is outside ``(0, 1]`` or ``num_hard``
@@ -67,13 +77,16 @@ def hard_count(num_candidates: int, alpha: float | None = None,
     """
     m = int(num_candidates)
     if alpha is not None and num_hard is not None:
-        raise ValueError(f"give exactly one of alpha and num_hard (or neither, for all "
-                         f"negatives), got alpha={alpha!r} and num_hard={num_hard!r}")
+        raise ValueError(
+            f"give exactly one of alpha and num_hard (or neither, for all "
+            f"negatives), got alpha={alpha!r} and num_hard={num_hard!r}"
+        )
     if num_hard is not None:
-        if isinstance(num_hard, bool) or not isinstance(num_hard, numbers.Integral) \
-                or not 1 <= num_hard <= m:
-            raise checks.ArgumentError("num_hard", f"num_hard must be an integer in [1, {m}] (the number of candidate "
-                             f"negatives), got {num_hard!r}")
+        if isinstance(num_hard, bool) or not isinstance(num_hard, numbers.Integral) or not 1 <= num_hard <= m:
+            raise checks.ArgumentError(
+                "num_hard",
+                f"num_hard must be an integer in [1, {m}] (the number of candidate negatives), got {num_hard!r}",
+            )
         return int(num_hard)
     if alpha is not None:
         checks.in_range("alpha", alpha, 0.0, 1.0, low_open=True)
@@ -116,8 +129,10 @@ def check_percentiles(lower: float, upper: float) -> None:
     checks.in_range("lower", lower, 0.0, 100.0)
     checks.in_range("upper", upper, 0.0, 100.0)
     if lower >= upper:
-        raise checks.ArgumentError("lower", f"lower must be < upper (percentiles of the ascending similarities), "
-                         f"got lower={lower!r}, upper={upper!r}")
+        raise checks.ArgumentError(
+            "lower",
+            f"lower must be < upper (percentiles of the ascending similarities), got lower={lower!r}, upper={upper!r}",
+        )
 
 
 def ring_bounds(num_candidates: int, lower: float, upper: float) -> tuple[int, int]:
@@ -132,9 +147,11 @@ def ring_bounds(num_candidates: int, lower: float, upper: float) -> tuple[int, i
     lo = int(math.floor(lower * m / 100.0 + _EPS))
     hi = min(m, int(math.floor(upper * m / 100.0 + _EPS)))
     if hi <= lo:
-        raise ValueError(f"the ring [lower={lower!r}, upper={upper!r}) percentiles of {m} "
-                         f"candidates is empty (int({lower}/100*{m})={lo}, "
-                         f"int({upper}/100*{m})={hi}); widen the ring or use more negatives")
+        raise ValueError(
+            f"the ring [lower={lower!r}, upper={upper!r}) percentiles of {m} "
+            f"candidates is empty (int({lower}/100*{m})={lo}, "
+            f"int({upper}/100*{m})={hi}); widen the ring or use more negatives"
+        )
     return lo, hi
 
 
@@ -219,8 +236,9 @@ def _ring_cuts(sims: np.ndarray, lo: int, hi: int, sums: bool):
     return cut_lo, cut_hi, redo, kept_sums
 
 
-def _partition_cuts(rows: np.ndarray, lo: int, hi: int, cut_lo: np.ndarray,
-                    cut_hi: np.ndarray, redo: np.ndarray) -> np.ndarray:
+def _partition_cuts(
+    rows: np.ndarray, lo: int, hi: int, cut_lo: np.ndarray, cut_hi: np.ndarray, redo: np.ndarray
+) -> np.ndarray:
     """:func:`_ring_cuts` on a block of rows, written into its slices of the outputs; returns
     the partitioned copy."""
     p = np.array(rows, copy=True, order="C")
@@ -236,7 +254,7 @@ def _partition_cuts(rows: np.ndarray, lo: int, hi: int, cut_lo: np.ndarray,
         k = hi - 1 - first
         seg.partition(k, axis=1)
         cut_hi[:] = seg[:, k]
-        above = seg[:, k + 1:].min(axis=1)
+        above = seg[:, k + 1 :].min(axis=1)
         redo[:] |= (above == cut_hi) | np.isnan(cut_hi) | np.isnan(above)
 
     if hi == m:
@@ -279,8 +297,7 @@ def _ring_mask_topk(sims: Tensor, lo: int, hi: int) -> Tensor:
     return mask
 
 
-def ring_official_thresholds_to_percentiles(theta_outer: float,
-                                            theta_inner: float) -> tuple[float, float]:
+def ring_official_thresholds_to_percentiles(theta_outer: float, theta_inner: float) -> tuple[float, float]:
     """Map the Ring code's thresholds to the paper's percentiles (docs/methods.md, section Ring).
 
     The official ``MoCoRing`` sorts descending, keeps the outer ball of the ``theta_outer``
@@ -304,4 +321,3 @@ def ring_percentiles_to_official_thresholds(lower: float, upper: float) -> tuple
         raise checks.ArgumentError("lower", f"lower must be < upper, got lower={lower!r}, upper={upper!r}")
     theta_outer = 1.0 - lower / 100.0
     return theta_outer, (1.0 - upper / 100.0) / theta_outer
-

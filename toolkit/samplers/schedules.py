@@ -13,12 +13,14 @@ goes 0 -> 90 and ``w_u = 100 (1 - theta_o theta_i)`` goes 90 -> 99 (docs/methods
 ring). The shipped configs do not anneal. :class:`ScheduledSelector` wires a schedule to one
 selector argument.
 """
+
 from __future__ import annotations
 
 import math
 import numbers
 from collections import deque
-from typing import TYPE_CHECKING, Any, ClassVar, Mapping
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from torch import Tensor
 
@@ -28,12 +30,26 @@ from toolkit.registry import Registry
 if TYPE_CHECKING:
     from toolkit.samplers.selectors import NegativeSelector
 
-__all__ = ["Schedule", "ConstantSchedule", "LinearSchedule", "StepSchedule",
-           "StaircaseSchedule", "ExponentialSchedule", "AdaptiveSchedule",
-           "constant", "linear", "step", "staircase", "exponential", "adaptive",
-           "SELECTOR_SCHEDULES", "make_schedule", "ScheduledSelector"]
+__all__ = [
+    "Schedule",
+    "ConstantSchedule",
+    "LinearSchedule",
+    "StepSchedule",
+    "StaircaseSchedule",
+    "ExponentialSchedule",
+    "AdaptiveSchedule",
+    "constant",
+    "linear",
+    "step",
+    "staircase",
+    "exponential",
+    "adaptive",
+    "SELECTOR_SCHEDULES",
+    "make_schedule",
+    "ScheduledSelector",
+]
 
-SELECTOR_SCHEDULES: Registry[type["Schedule"]] = Registry("selector schedule")
+SELECTOR_SCHEDULES: Registry[type[Schedule]] = Registry("selector schedule")
 
 
 def _finite(name: str, value: float) -> float:
@@ -50,8 +66,7 @@ def _count(name: str, value: int) -> int:
 
 def _step(step: int) -> int:
     if isinstance(step, bool) or not isinstance(step, numbers.Integral) or step < 0:
-        raise checks.ArgumentError("step", f"step must be an integer >= 0 (the global optimisation step), "
-                         f"got {step!r}")
+        raise checks.ArgumentError("step", f"step must be an integer >= 0 (the global optimisation step), got {step!r}")
     return int(step)
 
 
@@ -85,8 +100,7 @@ class Schedule:
         mine = self.config()
         other = {k: state[k] for k in mine if k in state}
         if other != mine:
-            raise ValueError(f"state_dict was saved by {self.name} with {other}, "
-                             f"this one has {mine}")
+            raise ValueError(f"state_dict was saved by {self.name} with {other}, this one has {mine}")
 
     def __repr__(self) -> str:
         args = ", ".join(f"{k}={v!r}" for k, v in self.config().items())
@@ -195,11 +209,12 @@ class ExponentialSchedule(Schedule):
         self.final = _finite("final", final)
         self.steps = _count("steps", steps)
         self.decay = None if decay is None else checks.positive("decay", decay)
-        if self.decay is None and (self.init == 0 or self.final == 0
-                                   or (self.init > 0) != (self.final > 0)):
-            raise ValueError(f"geometric interpolation needs init and final of the same sign and "
-                             f"non-zero, got init={init!r}, final={final!r}; pass decay= for the "
-                             "additive form")
+        if self.decay is None and (self.init == 0 or self.final == 0 or (self.init > 0) != (self.final > 0)):
+            raise ValueError(
+                f"geometric interpolation needs init and final of the same sign and "
+                f"non-zero, got init={init!r}, final={final!r}; pass decay= for the "
+                "additive form"
+            )
 
     def value(self, step: int) -> float:
         if step >= self.steps - (1 if self.decay is None else 0):
@@ -229,8 +244,15 @@ class AdaptiveSchedule(Schedule):
     name = "adaptive"
     follows_metric = True
 
-    def __init__(self, init: float = 1.0, low: float = 0.1, high: float = 1.0,
-                 delta: float = 0.01, window: int = 10, lower_is_better: bool = True) -> None:
+    def __init__(
+        self,
+        init: float = 1.0,
+        low: float = 0.1,
+        high: float = 1.0,
+        delta: float = 0.01,
+        window: int = 10,
+        lower_is_better: bool = True,
+    ) -> None:
         self.init = _finite("init", init)
         self.low = _finite("low", low)
         self.high = _finite("high", high)
@@ -256,8 +278,14 @@ class AdaptiveSchedule(Schedule):
         self.history.append(metric)
 
     def config(self) -> dict[str, Any]:
-        return {"init": self.init, "low": self.low, "high": self.high, "delta": self.delta,
-                "window": self.window, "lower_is_better": self.lower_is_better}
+        return {
+            "init": self.init,
+            "low": self.low,
+            "high": self.high,
+            "delta": self.delta,
+            "window": self.window,
+            "lower_is_better": self.lower_is_better,
+        }
 
     def state_dict(self) -> dict[str, Any]:
         return {**super().state_dict(), "current": self.current, "history": list(self.history)}
@@ -277,7 +305,7 @@ exponential = ExponentialSchedule
 adaptive = AdaptiveSchedule
 
 
-def make_schedule(spec: "Schedule | float | Mapping[str, Any]") -> Schedule:
+def make_schedule(spec: Schedule | float | Mapping[str, Any]) -> Schedule:
     """A schedule from a recipe value: a number (constant), ``{name: linear, init: 1.0, ...}``
     or an existing schedule."""
     if isinstance(spec, Schedule):
@@ -288,8 +316,9 @@ def make_schedule(spec: "Schedule | float | Mapping[str, Any]") -> Schedule:
         args = dict(spec)
         name = args.pop("name", None)
         if name is None:
-            raise ValueError(f"a schedule needs a name (one of {', '.join(SELECTOR_SCHEDULES.names())}), "
-                             f"got {dict(spec)!r}")
+            raise ValueError(
+                f"a schedule needs a name (one of {', '.join(SELECTOR_SCHEDULES.names())}), got {dict(spec)!r}"
+            )
         try:
             cls = SELECTOR_SCHEDULES.get(name)
         except KeyError as err:
@@ -298,8 +327,7 @@ def make_schedule(spec: "Schedule | float | Mapping[str, Any]") -> Schedule:
             return cls(**args)
         except TypeError as err:
             raise ValueError(f"schedule {name!r}: {err}") from None
-    raise ValueError(f"schedule must be a number, a mapping with a name, or a Schedule, "
-                     f"got {spec!r}")
+    raise ValueError(f"schedule must be a number, a mapping with a name, or a Schedule, got {spec!r}")
 
 
 class ScheduledSelector:
@@ -313,18 +341,26 @@ class ScheduledSelector:
     ``ScheduledSelector("ring", {"theta_inner": 0.1}, linear(1.0, 0.1, S))``.
     """
 
-    def __init__(self, selector: "str | NegativeSelector", args: Mapping[str, Any] | None = None,
-                 schedule: "Schedule | float | Mapping[str, Any] | None" = None,
-                 param: str | None = None) -> None:
+    def __init__(
+        self,
+        selector: str | NegativeSelector,
+        args: Mapping[str, Any] | None = None,
+        schedule: Schedule | float | Mapping[str, Any] | None = None,
+        param: str | None = None,
+    ) -> None:
         from toolkit.samplers.selectors import make_selector
+
         self.selector = make_selector(selector, args) if isinstance(selector, str) else selector
         self.name = self.selector.name
         self.schedule = None if schedule is None else make_schedule(schedule)
         if self.schedule is not None:
             self.param = param or self.selector.default_param()
             if self.selector.keeps_all or self.param is None:
-                raise checks.ArgumentError("param", f"param {self.param!r} cannot be scheduled for selector {self.name!r}; "
-                                 f"expected one of {list(self.selector.arguments)}")
+                raise checks.ArgumentError(
+                    "param",
+                    f"param {self.param!r} cannot be scheduled for selector {self.name!r}; "
+                    f"expected one of {list(self.selector.arguments)}",
+                )
             self.selector.check_param(self.param)
         else:
             self.param = param
@@ -367,5 +403,4 @@ class ScheduledSelector:
             self.schedule.load_state_dict(state["schedule"])
 
     def __repr__(self) -> str:
-        return (f"ScheduledSelector({self.name!r}, {self.args!r}, schedule={self.schedule!r}, "
-                f"param={self.param!r})")
+        return f"ScheduledSelector({self.name!r}, {self.args!r}, schedule={self.schedule!r}, param={self.param!r})"

@@ -15,20 +15,29 @@ plug-in package adds a selector with one decorated class::
         def mask(self, sims, fraction):
             ...
 """
+
 from __future__ import annotations
 
-from typing import Any, ClassVar, Mapping
+from collections.abc import Mapping
+from typing import Any, ClassVar
 
 from torch import Tensor
 
 from toolkit import checks
 from toolkit.registry import Registry
-from toolkit.samplers.masks import (RING_DEFAULT_THRESHOLDS, all_mask, check_percentiles, hard_count,
-                                    hard_mask, ring_mask, ring_official_thresholds_to_percentiles)
+from toolkit.samplers.masks import (
+    RING_DEFAULT_THRESHOLDS,
+    all_mask,
+    check_percentiles,
+    hard_count,
+    hard_mask,
+    ring_mask,
+    ring_official_thresholds_to_percentiles,
+)
 
 __all__ = ["SELECTORS", "NegativeSelector", "AllSelector", "HardSelector", "RingSelector"]
 
-SELECTORS: Registry[type["NegativeSelector"]] = Registry("selector")
+SELECTORS: Registry[type[NegativeSelector]] = Registry("selector")
 
 
 class NegativeSelector:
@@ -42,8 +51,9 @@ class NegativeSelector:
         self.args = dict(args or {})
         unknown = sorted(set(self.args) - set(self.arguments))
         if unknown:
-            raise ValueError(f"selector {self.name!r} got unknown argument(s) {unknown}; "
-                             f"expected some of {list(self.arguments)}")
+            raise ValueError(
+                f"selector {self.name!r} got unknown argument(s) {unknown}; expected some of {list(self.arguments)}"
+            )
 
     @property
     def name(self) -> str:
@@ -62,8 +72,11 @@ class NegativeSelector:
     def check_param(self, param: str) -> None:
         """Raise ValueError if ``param`` cannot be scheduled."""
         if param not in self.arguments:
-            raise checks.ArgumentError("param", f"param {param!r} cannot be scheduled for selector {self.name!r}; "
-                             f"expected one of {list(self.arguments)}")
+            raise checks.ArgumentError(
+                "param",
+                f"param {param!r} cannot be scheduled for selector {self.name!r}; "
+                f"expected one of {list(self.arguments)}",
+            )
 
     def check_missing(self, scheduled: str | None) -> None:
         """Raise ValueError if a required argument is neither given nor scheduled."""
@@ -87,7 +100,9 @@ class AllSelector(NegativeSelector):
         return all_mask(sims)
 
 
-@SELECTORS.register("hard", description="Wang & Liu hard negatives: the top-k (num_hard) or top alpha-fraction most similar")
+@SELECTORS.register(
+    "hard", description="Wang & Liu hard negatives: the top-k (num_hard) or top alpha-fraction most similar"
+)
 class HardSelector(NegativeSelector):
     """Wang & Liu 2021, Sec. 3.3, Eq. 9 (:func:`~toolkit.samplers.masks.hard_mask`)."""
 
@@ -110,8 +125,11 @@ _PERCENTILES = ("lower", "upper")
 _OFFICIAL = ("theta_outer", "theta_inner")
 
 
-@SELECTORS.register("ring", description="Ring / CNCE: negatives between the lower and upper "
-                                        "percentiles of similarity (or the official theta_outer / theta_inner)")
+@SELECTORS.register(
+    "ring",
+    description="Ring / CNCE: negatives between the lower and upper "
+    "percentiles of similarity (or the official theta_outer / theta_inner)",
+)
 class RingSelector(NegativeSelector):
     """Ring (Wu et al. 2021), Sec. 4 / Alg. 1 (:func:`~toolkit.samplers.masks.ring_mask`):
     ``lower`` / ``upper`` percentiles, or the official ``theta_outer`` / ``theta_inner``
@@ -123,8 +141,10 @@ class RingSelector(NegativeSelector):
         super().__init__(args)
         self.official = bool(set(self.args) & set(_OFFICIAL)) or not self.args
         if self.official and set(self.args) & set(_PERCENTILES):
-            raise ValueError("ring takes either lower/upper percentiles or "
-                             f"theta_outer/theta_inner, not both; got {sorted(self.args)}")
+            raise ValueError(
+                "ring takes either lower/upper percentiles or "
+                f"theta_outer/theta_inner, not both; got {sorted(self.args)}"
+            )
         if self.official:
             outer, inner = RING_DEFAULT_THRESHOLDS
             self.args = {"theta_outer": outer, "theta_inner": inner, **self.args}
@@ -135,8 +155,9 @@ class RingSelector(NegativeSelector):
     def check_param(self, param: str) -> None:
         super().check_param(param)
         if (param in _OFFICIAL) != self.official:
-            raise checks.ArgumentError("param", f"param {param!r} does not belong to the ring "
-                             f"parametrisation in use ({sorted(self.args)})")
+            raise checks.ArgumentError(
+                "param", f"param {param!r} does not belong to the ring parametrisation in use ({sorted(self.args)})"
+            )
 
     def check_missing(self, scheduled: str | None) -> None:
         if not self.official:

@@ -3,6 +3,7 @@
 All three are ``nn.Module``s whose state lives in buffers, so ``state_dict`` checkpoints them
 and a resumed run continues with the same queue / bank / key encoder.
 """
+
 from __future__ import annotations
 
 import copy
@@ -53,10 +54,12 @@ class MoCoQueue(nn.Module):
     def enqueue(self, keys: Tensor) -> None:
         checks.tensor("keys", keys, dim=2)
         if keys.shape[1] != self.queue.shape[1]:
-            raise checks.ArgumentError("keys", f"keys must have {self.queue.shape[1]} columns, got shape {tuple(keys.shape)}")
+            raise checks.ArgumentError(
+                "keys", f"keys must have {self.queue.shape[1]} columns, got shape {tuple(keys.shape)}"
+            )
         keys = keys.detach().to(self.queue.dtype)
         if keys.shape[0] > self.size:
-            keys = keys[-self.size:]
+            keys = keys[-self.size :]
         if self._host is None:
             self._host = (int(self.ptr), int(self.filled))
         b, (start, filled) = keys.shape[0], self._host
@@ -75,8 +78,9 @@ class MemoryBank(nn.Module):
     replaces the slot (the Ring repository's default), ``m = 0.5`` is Wu et al.'s.
     """
 
-    def __init__(self, num_instances: int, dim: int, momentum: float = 0.5,
-                 generator: torch.Generator | None = None) -> None:
+    def __init__(
+        self, num_instances: int, dim: int, momentum: float = 0.5, generator: torch.Generator | None = None
+    ) -> None:
         super().__init__()
         if not isinstance(num_instances, int) or num_instances < 2:
             raise checks.ArgumentError("num_instances", f"num_instances must be an integer >= 2, got {num_instances!r}")
@@ -89,10 +93,15 @@ class MemoryBank(nn.Module):
     @torch.no_grad()
     def update(self, indices: Tensor, z: Tensor) -> None:
         if indices.dim() != 1 or indices.shape[0] != z.shape[0]:
-            raise checks.ArgumentError("indices", f"indices must be [N] matching z [N, d], got {tuple(indices.shape)} and {tuple(z.shape)}")
+            raise checks.ArgumentError(
+                "indices", f"indices must be [N] matching z [N, d], got {tuple(indices.shape)} and {tuple(z.shape)}"
+            )
         if int(indices.max()) >= self.bank.shape[0] or int(indices.min()) < 0:
-            raise checks.ArgumentError("indices", f"indices must lie in [0, {self.bank.shape[0]}), got range "
-                             f"[{int(indices.min())}, {int(indices.max())}]")
+            raise checks.ArgumentError(
+                "indices",
+                f"indices must lie in [0, {self.bank.shape[0]}), got range "
+                f"[{int(indices.min())}, {int(indices.max())}]",
+            )
         mixed = self.momentum * self.bank[indices] + (1 - self.momentum) * z.detach().to(self.bank.dtype)
         self.bank[indices] = nnf.normalize(mixed, dim=1)
 

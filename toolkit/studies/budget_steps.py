@@ -16,12 +16,14 @@ The count is recorded on the parent run (tag ``ctk.budget_steps``, JSON per grou
 metric ``sweep/budget_steps_fixed``) and printed. Running the sweep again (new points, killed
 ones resumed) reads it back instead of calibrating again, so a point resumed later keeps it.
 """
+
 from __future__ import annotations
 
 import dataclasses
 import json
 import re
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 __all__ = ["TAG", "METRIC", "group_key", "fix_for_points"]
 
@@ -41,8 +43,14 @@ def _metric_name(key: str, many: bool) -> str:
     return METRIC if not many else f"{METRIC}/" + re.sub(r"[^A-Za-z0-9_\-. /]", "_", key.strip("|"))
 
 
-def fix_for_points(client: Any, parent: str, points: list[Any], specs: list[Any],
-                   alone: Callable[[Any], Any], echo: Callable[[str], None]) -> dict[str, dict[str, Any]]:
+def fix_for_points(
+    client: Any,
+    parent: str,
+    points: list[Any],
+    specs: list[Any],
+    alone: Callable[[Any], Any],
+    echo: Callable[[str], None],
+) -> dict[str, dict[str, Any]]:
     """Fix the steps of every spec to launch whose point trains for ``budget.minutes``: read from
     the parent run, else calibrated with ``alone`` (runs one spec alone, where the points run);
     recorded on the parent, printed with ``echo``. Returns {group: record}."""
@@ -62,24 +70,35 @@ def fix_for_points(client: Any, parent: str, points: list[Any], specs: list[Any]
         minutes = first.recipe.budget.minutes
         entry = recorded.get(key)
         if entry is not None:
-            echo(f"sweep: budget.minutes {minutes:g} -> {entry['steps']:,} steps for every point{where}, "
-                 f"as this sweep fixed them before ({entry['ms_per_step']:.1f} ms/step on {entry['on']})")
+            echo(
+                f"sweep: budget.minutes {minutes:g} -> {entry['steps']:,} steps for every point{where}, "
+                f"as this sweep fixed them before ({entry['ms_per_step']:.1f} ms/step on {entry['on']})"
+            )
         else:
             outcome = alone(dataclasses.replace(to_run[first.label], calibrate=True))
             if outcome.outcome != "calibrated":
                 why = f": {outcome.note}" if outcome.note else ""
-                echo(f"sweep: budget.minutes {minutes:g}{where}: no calibration ({outcome.outcome}{why}); "
-                     "each point fixes its own steps")
+                echo(
+                    f"sweep: budget.minutes {minutes:g}{where}: no calibration ({outcome.outcome}{why}); "
+                    "each point fixes its own steps"
+                )
                 continue
-            entry = {"steps": int(outcome.metrics["steps"]), "ms_per_step": float(outcome.metrics["ms_per_step"]),
-                     "minutes": minutes, "on": first.label, "precision": outcome.metrics.get("precision")}
+            entry = {
+                "steps": int(outcome.metrics["steps"]),
+                "ms_per_step": float(outcome.metrics["ms_per_step"]),
+                "minutes": minutes,
+                "on": first.label,
+                "precision": outcome.metrics.get("precision"),
+            }
             recorded[key] = entry
             client.set_tag(parent, TAG, json.dumps(recorded, sort_keys=True))
             client.log_metric(parent, _metric_name(key, many), entry["steps"])
-            echo(f"sweep: budget.minutes {minutes:g} -> {entry['steps']:,} steps for every point{where} "
-                 f"({entry['ms_per_step']:.1f} ms/step, {entry['precision']}, timed on {first.label} alone before "
-                 f"the points start, in {outcome.seconds:.0f} s); replay a point with --set "
-                 f"budget.steps={entry['steps']}")
+            echo(
+                f"sweep: budget.minutes {minutes:g} -> {entry['steps']:,} steps for every point{where} "
+                f"({entry['ms_per_step']:.1f} ms/step, {entry['precision']}, timed on {first.label} alone before "
+                f"the points start, in {outcome.seconds:.0f} s); replay a point with --set "
+                f"budget.steps={entry['steps']}"
+            )
         for p in members:
             to_run[p.label].fixed_steps = entry["steps"]
     return recorded

@@ -26,11 +26,13 @@ claimed sign and the adjusted p is below ``ALPHA``, *fails* when the effect has 
 and the adjusted p is below ``ALPHA``, and is *inconclusive* otherwise (at this n). A claim
 holds when all its comparisons hold and fails when any fails.
 """
+
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 from toolkit.studies import stats
 
@@ -44,7 +46,7 @@ class Side:
     metric: str | None = None
     value: float | None = None  # a constant
 
-    def label(self, claim: "Claim") -> str:
+    def label(self, claim: Claim) -> str:
         if self.value is not None:
             return f"{self.value:g}"
         if claim.row is not None and self.row == claim.row:
@@ -65,8 +67,9 @@ class Claim:
     metric: str | None = None
 
 
-def _side(raw: Any, claim: Mapping[str, Any], where: str, rows: Sequence[str],
-          metrics: Sequence[str], problems: list) -> Side | None:
+def _side(
+    raw: Any, claim: Mapping[str, Any], where: str, rows: Sequence[str], metrics: Sequence[str], problems: list
+) -> Side | None:
     if isinstance(raw, (int, float)) and not isinstance(raw, bool):
         return Side(value=float(raw))
     if isinstance(raw, Mapping):
@@ -76,8 +79,13 @@ def _side(raw: Any, claim: Mapping[str, Any], where: str, rows: Sequence[str],
     elif isinstance(raw, str) and claim.get("metric") is not None:
         side = Side(row=raw, metric=str(claim["metric"]))
     else:
-        problems.append((where, f"expected a number, a mapping {{row, metric}}, or a name with the "
-                                f"claim's row or metric set, got {raw!r}"))
+        problems.append(
+            (
+                where,
+                f"expected a number, a mapping {{row, metric}}, or a name with the "
+                f"claim's row or metric set, got {raw!r}",
+            )
+        )
         return None
     if side.row not in rows:
         problems.append((where, f"row {side.row!r} is not a row of the table"))
@@ -121,8 +129,17 @@ def parse_claims(raw: Any, rows: Sequence[str], metrics: Sequence[str]) -> tuple
             a, b = (_side(s, c, f"{where}.{j}", rows, metrics, problems) for s in pair)
             if a is not None and b is not None:
                 pairs.append((a, b))
-        claims.append(Claim(str(c.get("id", f"C{i + 1}")), str(c["text"]), str(c.get("section", "")),
-                            relation, tuple(pairs), c.get("row"), c.get("metric")))
+        claims.append(
+            Claim(
+                str(c.get("id", f"C{i + 1}")),
+                str(c["text"]),
+                str(c.get("section", "")),
+                relation,
+                tuple(pairs),
+                c.get("row"),
+                c.get("metric"),
+            )
+        )
     return claims, problems
 
 
@@ -130,8 +147,7 @@ def _values(side: Side, measured: Mapping, seeds: Mapping) -> tuple[list, list |
     """The side's per-seed values and their seeds (a constant: none yet, see :func:`evaluate`)."""
     if side.value is not None:
         return [], None
-    return (list(measured.get(side.row, {}).get(side.metric, [])),
-            seeds.get(side.row, {}).get(side.metric))
+    return (list(measured.get(side.row, {}).get(side.metric, [])), seeds.get(side.row, {}).get(side.metric))
 
 
 def _comparison(claim: Claim, a: Side, b: Side) -> str:
@@ -150,8 +166,7 @@ def comparison_verdict(diff: float, p_adjusted: float, relation: str, alpha: flo
     return "holds" if (diff > 0) == (relation == ">") else "fails"
 
 
-def evaluate(claims: Sequence[Claim], measured: Mapping, seeds: Mapping,
-             alpha: float = ALPHA) -> list[dict[str, Any]]:
+def evaluate(claims: Sequence[Claim], measured: Mapping, seeds: Mapping, alpha: float = ALPHA) -> list[dict[str, Any]]:
     """One record per comparison: claim id, comparison, n, effect (mean of a - b), its
     interval, p, Holm-adjusted p over every comparison here, verdict; then the claim's verdict
     (``claim_verdict``, the same on each of its records)."""
@@ -165,10 +180,18 @@ def evaluate(claims: Sequence[Claim], measured: Mapping, seeds: Mapping,
             if b.value is not None:
                 vb, sb = [b.value] * len(va), sa
             d = stats.difference(va, vb, sa, sb)
-            records.append({"claim": claim.id, "comparison": _comparison(claim, a, b),
-                            "n": d.n if d else len(stats.finite(va)), "effect": d and d.diff,
-                            "ci_low": d and d.low, "ci_high": d and d.high, "p": d and d.p,
-                            "test": d.test if d else None})
+            records.append(
+                {
+                    "claim": claim.id,
+                    "comparison": _comparison(claim, a, b),
+                    "n": d.n if d else len(stats.finite(va)),
+                    "effect": d and d.diff,
+                    "ci_low": d and d.low,
+                    "ci_high": d and d.high,
+                    "p": d and d.p,
+                    "test": d.test if d else None,
+                }
+            )
     tested = [i for i, r in enumerate(records) if r["p"] is not None and math.isfinite(r["p"])]
     adjusted = stats.holm([records[i]["p"] for i in tested])
     by_claim = {c.id: c for c in claims}
@@ -187,8 +210,7 @@ def evaluate(claims: Sequence[Claim], measured: Mapping, seeds: Mapping,
         mine = [r for r in records if r["claim"] == claim.id]
         verdicts = {r["verdict"] for r in mine}
         n = min((r["n"] for r in mine), default=0)
-        overall = ("fails" if "fails" in verdicts else "holds" if verdicts == {"holds"}
-                   else f"inconclusive at n={n}")
+        overall = "fails" if "fails" in verdicts else "holds" if verdicts == {"holds"} else f"inconclusive at n={n}"
         for r in mine:
             r["claim_verdict"] = overall
     return records

@@ -13,10 +13,12 @@ so a group or test whose runs differ in one is marked (``confounded: steps 2,573
 ``ctk compare --strict`` refuses to compare. A value a run did not log (runs from before the
 split, domains that do not measure it) is left out rather than counted as a difference.
 """
+
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any, Iterable
+from typing import Any
 
 from toolkit.tracking.measured import measurements
 
@@ -26,8 +28,8 @@ __all__ = ["ASPECTS", "aspect_values", "differing", "confounds", "differs_line",
 @dataclass(frozen=True)
 class Aspect:
     name: str
-    keys: tuple[str, ...]      # measurement keys, first found wins
-    confounds: bool = False    # a difference here can change the result
+    keys: tuple[str, ...]  # measurement keys, first found wins
+    confounds: bool = False  # a difference here can change the result
 
 
 ASPECTS = (
@@ -87,8 +89,11 @@ def _by_aspect(runs: list[Any]) -> dict[str, set[str]]:
 def differing(runs: list[Any], only_confounds: bool = False) -> dict[str, str]:
     """{aspect: spread} of the aspects whose logged values differ among ``runs``."""
     found = _by_aspect(runs)
-    return {a.name: spread(found[a.name]) for a in ASPECTS
-            if len(found.get(a.name, ())) > 1 and (a.confounds or not only_confounds)}
+    return {
+        a.name: spread(found[a.name])
+        for a in ASPECTS
+        if len(found.get(a.name, ())) > 1 and (a.confounds or not only_confounds)
+    }
 
 
 def confounds(runs: list[Any]) -> str | None:
@@ -118,8 +123,9 @@ def differs_parts(groups: list[tuple[str, list[Any]]]) -> list[str]:
         between = len(groups) > 1 and len(set(known)) > 1
         where = []
         if within:
-            where.append("within " + (", ".join(within) if len(within) <= 3 else
-                                      f"{len(within)} of {len(groups)} groups"))
+            where.append(
+                "within " + (", ".join(within) if len(within) <= 3 else f"{len(within)} of {len(groups)} groups")
+            )
         if between:
             where.append("between groups")
         parts.append(f"{name} {values} ({' and '.join(where)})")

@@ -17,6 +17,7 @@ checkpoint. A point that raises is recorded FAILED with its traceback as the art
 checkpoint and stop (Ray's cancel raises the SIGINT that the trainer turns into "stop after this
 step"), and they end KILLED; running the sweep again resumes them.
 """
+
 from __future__ import annotations
 
 import os
@@ -24,9 +25,10 @@ import socket
 import sys
 import time
 import traceback
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from toolkit.errors import CtkError
 from toolkit.studies.sweeps import POINT_TAG, decide, find_point_runs
@@ -58,7 +60,7 @@ class PointSpec:
     env: dict[str, str] = field(default_factory=dict)
     cwd: str = ""
     fixed_steps: int | None = None  # budget.minutes' steps, fixed once for the sweep
-    calibrate: bool = False         # only fix those steps (toolkit.runs.calibrate): no run
+    calibrate: bool = False  # only fix those steps (toolkit.runs.calibrate): no run
 
 
 @dataclass
@@ -71,19 +73,26 @@ class Outcome:
     metrics: dict[str, float] = field(default_factory=dict)
 
 
-def run_point(spec: PointSpec, lookup: Callable[[str], Any], progress: bool = False,
-              task_id: str | None = None) -> Outcome:
+def run_point(
+    spec: PointSpec, lookup: Callable[[str], Any], progress: bool = False, task_id: str | None = None
+) -> Outcome:
     """Run (or skip, or resume) one point; never raises for the point's own failure."""
     from toolkit.runs import calibrate, execute, load_recipe
     from toolkit.tracking.store import client_for
+
     start = time.perf_counter()
     client = run_id = None
     try:
         recipe = load_recipe(spec.source, [], lookup, data=spec.raw)
         if spec.calibrate:
             found = calibrate(recipe)
-            return Outcome(spec.label, "calibrated" if found else "not calibrated", None,
-                           time.perf_counter() - start, metrics=found or {})
+            return Outcome(
+                spec.label,
+                "calibrated" if found else "not calibrated",
+                None,
+                time.perf_counter() - start,
+                metrics=found or {},
+            )
         client = client_for(recipe.tracking.uri)
         run = find_point_runs(client, recipe.tracking.experiment).get(spec.key)
         if run is not None and run.info.status == "RUNNING" and task_id and run.data.tags.get(RAY_TASK_TAG) == task_id:
@@ -92,25 +101,37 @@ def run_point(spec: PointSpec, lookup: Callable[[str], Any], progress: bool = Fa
             run = client.get_run(run.info.run_id)
         action, run_id = decide(run, spec.retry_failed)
         if action in ("skip", "running", "failed"):
-            note = {"skip": "", "running": "running elsewhere",
-                    "failed": "failed earlier (--retry-failed runs it again)"}[action]
+            note = {
+                "skip": "",
+                "running": "running elsewhere",
+                "failed": "failed earlier (--retry-failed runs it again)",
+            }[action]
             return Outcome(spec.label, {"skip": "skipped"}.get(action, action), run_id, note=note)
         if action == "restart":
             client.delete_run(run_id)
         tags = {**spec.tags, POINT_TAG: spec.key, **({RAY_TASK_TAG: task_id} if task_id else {})}
         resume = run_id if action == "resume" else None
-        run_id, metrics = execute(recipe, resume=resume, progress=progress, extra_tags=tags,
-                                  fixed_steps=spec.fixed_steps)
-        return Outcome(spec.label, "finished", run_id, time.perf_counter() - start,
-                       "resumed" if resume else "", metrics)
+        run_id, metrics = execute(
+            recipe, resume=resume, progress=progress, extra_tags=tags, fixed_steps=spec.fixed_steps
+        )
+        return Outcome(
+            spec.label, "finished", run_id, time.perf_counter() - start, "resumed" if resume else "", metrics
+        )
     except KeyboardInterrupt as exc:
-        return Outcome(spec.label, "killed", _point_run_id(client, spec) or run_id, time.perf_counter() - start,
-                       str(exc).splitlines()[0] if str(exc) else "interrupted")
+        return Outcome(
+            spec.label,
+            "killed",
+            _point_run_id(client, spec) or run_id,
+            time.perf_counter() - start,
+            str(exc).splitlines()[0] if str(exc) else "interrupted",
+        )
     except Exception as exc:  # noqa: BLE001 - a failing point must not end the sweep
         text = traceback.format_exc()
         run_id = _record_failure(client, spec, text, f"{type(exc).__name__}: {exc}")
         first = (str(exc).splitlines() or [""])[0]
-        return Outcome(spec.label, "failed", run_id, time.perf_counter() - start, f"{type(exc).__name__}: {first}"[:200])
+        return Outcome(
+            spec.label, "failed", run_id, time.perf_counter() - start, f"{type(exc).__name__}: {first}"[:200]
+        )
 
 
 def _point_run_id(client: Any, spec: PointSpec) -> str | None:
@@ -127,6 +148,7 @@ def _record_failure(client: Any, spec: PointSpec, text: str, error: str) -> str 
     """Attach the traceback to the point's FAILED run (created FAILED when the point failed
     before its run existed)."""
     from toolkit.tracking.store import client_for, experiment_id
+
     try:
         client = client or client_for(spec.env.get("MLFLOW_TRACKING_URI"))
         experiment = spec.raw.get("tracking", {}).get("experiment", "ctk")
@@ -149,6 +171,7 @@ def _ray_task(spec: PointSpec, lookup: Callable[[str], Any]) -> Outcome:
     """The body of a Ray task: this point's environment, working folder and thread budget."""
     import ray
     import torch
+
     os.environ.update(spec.env)
     if spec.cwd and Path(spec.cwd).is_dir():
         os.chdir(spec.cwd)
@@ -166,7 +189,8 @@ def refuse_local_store(uri: str, hosts: list[str]) -> None:
             f"{', '.join(others[:3])}{' ...' if len(others) > 3 else ''} that cannot write it. Start a "
             "tracking server that every node reaches (ctk server --host 0.0.0.0 --port 5000 on this "
             "machine, or with --backend-store-uri postgresql://...) and run the sweep with "
-            "MLFLOW_TRACKING_URI=http://THIS_HOST:5000")
+            "MLFLOW_TRACKING_URI=http://THIS_HOST:5000"
+        )
 
 
 def _start_ray(jobs: int, address: str | None, cpus: float, env: dict[str, str]) -> tuple[Any, bool]:
@@ -174,11 +198,17 @@ def _start_ray(jobs: int, address: str | None, cpus: float, env: dict[str, str])
     try:
         import ray
     except ImportError:
-        raise LaunchError("--jobs > 1 and --address need Ray: pip install 'ctk[sweep]' "
-                          "(or pip install 'ray[default]==2.60.*')") from None
+        raise LaunchError(
+            "--jobs > 1 and --address need Ray: pip install 'ctk[sweep]' (or pip install 'ray[default]==2.60.*')"
+        ) from None
     runtime_env = {"env_vars": env}
-    common = {"include_dashboard": False, "log_to_driver": False, "logging_level": "ERROR",
-              "runtime_env": runtime_env, "ignore_reinit_error": True}
+    common = {
+        "include_dashboard": False,
+        "log_to_driver": False,
+        "logging_level": "ERROR",
+        "runtime_env": runtime_env,
+        "ignore_reinit_error": True,
+    }
     if address:
         common.pop("include_dashboard")
         ray.init(address=address, **common)
@@ -187,10 +217,16 @@ def _start_ray(jobs: int, address: str | None, cpus: float, env: dict[str, str])
     return ray, True
 
 
-def run_points(specs: list[PointSpec], lookup: Callable[[str], Any], *, jobs: int = 1,
-               address: str | None = None, progress: bool = True,
-               echo: Callable[[str], None] = print,
-               before: Callable[[Callable[[PointSpec], Outcome]], None] | None = None) -> tuple[list[Outcome], bool]:
+def run_points(
+    specs: list[PointSpec],
+    lookup: Callable[[str], Any],
+    *,
+    jobs: int = 1,
+    address: str | None = None,
+    progress: bool = True,
+    echo: Callable[[str], None] = print,
+    before: Callable[[Callable[[PointSpec], Outcome]], None] | None = None,
+) -> tuple[list[Outcome], bool]:
     """Run the points; returns their outcomes (in completion order) and whether Ctrl-C
     stopped the sweep. ``before(run_alone)`` is called before any point starts, with a function
     that runs one spec where the points run (this process, or a Ray worker with its resources),
@@ -211,26 +247,34 @@ def run_points(specs: list[PointSpec], lookup: Callable[[str], Any], *, jobs: in
                 return outcomes, True
         return outcomes, False
     start = time.perf_counter()
-    ray, started = _start_ray(jobs, address, max((s.cpus for s in specs), default=1.0),
-                              specs[0].env if specs else {})
+    ray, started = _start_ray(jobs, address, max((s.cpus for s in specs), default=1.0), specs[0].env if specs else {})
     try:
-        echo(f"ray: {'local instance' if started else address} up in {time.perf_counter() - start:.1f} s, "
-             f"{int(ray.cluster_resources().get('CPU', 0))} CPUs, {int(ray.cluster_resources().get('GPU', 0))} GPUs")
+        echo(
+            f"ray: {'local instance' if started else address} up in {time.perf_counter() - start:.1f} s, "
+            f"{int(ray.cluster_resources().get('CPU', 0))} CPUs, {int(ray.cluster_resources().get('GPU', 0))} GPUs"
+        )
         if specs:
-            refuse_local_store(specs[0].env["MLFLOW_TRACKING_URI"],
-                               [n["NodeManagerHostname"] for n in ray.nodes() if n.get("Alive")])
+            refuse_local_store(
+                specs[0].env["MLFLOW_TRACKING_URI"], [n["NodeManagerHostname"] for n in ray.nodes() if n.get("Alive")]
+            )
         if before is not None:
             alone = ray.remote(max_retries=1, retry_exceptions=False)(_ray_task)
-            before(lambda spec: _collect(ray, alone.options(num_cpus=spec.cpus, num_gpus=spec.gpus,
-                                                             name=spec.label).remote(spec, lookup), spec))
+            before(
+                lambda spec: _collect(
+                    ray,
+                    alone.options(num_cpus=spec.cpus, num_gpus=spec.gpus, name=spec.label).remote(spec, lookup),
+                    spec,
+                )
+            )
         return _ray_loop(ray, specs, lookup, jobs if jobs > 1 else len(specs), echo)
     finally:
         if started:
             ray.shutdown()
 
 
-def _ray_loop(ray: Any, specs: list[PointSpec], lookup: Any, limit: int,
-              echo: Callable[[str], None]) -> tuple[list[Outcome], bool]:
+def _ray_loop(
+    ray: Any, specs: list[PointSpec], lookup: Any, limit: int, echo: Callable[[str], None]
+) -> tuple[list[Outcome], bool]:
     task = ray.remote(max_retries=1, retry_exceptions=False)(_ray_task)
     pending, running, outcomes = list(specs), {}, []
     try:
@@ -260,6 +304,7 @@ def _ray_loop(ray: Any, specs: list[PointSpec], lookup: Any, limit: int,
 
 def _collect(ray: Any, ref: Any, spec: PointSpec) -> Outcome:
     from ray.exceptions import RayError, TaskCancelledError
+
     try:
         return ray.get(ref)
     except TaskCancelledError:
@@ -273,9 +318,12 @@ def point_env(uri: str, cpus: float) -> dict[str, str]:
     """The environment every worker gets: the store, the checkpoint and data folders (absolute,
     so any working folder finds them), this checkout on the import path, the thread budget."""
     root = str(Path(__file__).resolve().parent.parent)
-    env = {"MLFLOW_TRACKING_URI": uri, "OMP_NUM_THREADS": str(max(1, int(cpus))),
-           "CTK_CHECKPOINTS": str(Path(os.environ.get("CTK_CHECKPOINTS", "checkpoints")).resolve()),
-           "PYTHONPATH": os.pathsep.join([root, *filter(None, [os.environ.get("PYTHONPATH")])])}
+    env = {
+        "MLFLOW_TRACKING_URI": uri,
+        "OMP_NUM_THREADS": str(max(1, int(cpus))),
+        "CTK_CHECKPOINTS": str(Path(os.environ.get("CTK_CHECKPOINTS", "checkpoints")).resolve()),
+        "PYTHONPATH": os.pathsep.join([root, *filter(None, [os.environ.get("PYTHONPATH")])]),
+    }
     for name in ("CTK_DATA", "HF_HUB_OFFLINE", "MUJOCO_GL", "MLFLOW_TRACKING_USERNAME", "MLFLOW_TRACKING_PASSWORD"):
         if os.environ.get(name):
             env[name] = os.environ[name]
@@ -296,10 +344,21 @@ def data_problems(points: list[Any]) -> list[str]:
     return out
 
 
-def run_sweep(points: list[Any], lookup: Callable[[str], Any], *, experiment: str, parent_name: str,
-              grid: dict[str, Any], jobs: int = 1, address: str | None = None, retry_failed: bool = False,
-              cpus: float | None = None, gpus: float | None = None, progress: bool = True,
-              echo: Callable[[str], None] = print) -> tuple[int, list[Outcome]]:
+def run_sweep(
+    points: list[Any],
+    lookup: Callable[[str], Any],
+    *,
+    experiment: str,
+    parent_name: str,
+    grid: dict[str, Any],
+    jobs: int = 1,
+    address: str | None = None,
+    retry_failed: bool = False,
+    cpus: float | None = None,
+    gpus: float | None = None,
+    progress: bool = True,
+    echo: Callable[[str], None] = print,
+) -> tuple[int, list[Outcome]]:
     """Plan, launch and summarise a sweep of :class:`toolkit.studies.sweeps.Point`; returns (exit code:
     0, 1 when a point failed, 130 when stopped by Ctrl-C; the outcomes)."""
     from toolkit.studies.sweeps import (
@@ -309,6 +368,7 @@ def run_sweep(points: list[Any], lookup: Callable[[str], Any], *, experiment: st
         summary_table,
     )
     from toolkit.tracking.store import client_for, tracking_uri
+
     unique: dict[str, Any] = {}
     for p in points:
         if p.key in unique:
@@ -322,11 +382,16 @@ def run_sweep(points: list[Any], lookup: Callable[[str], Any], *, experiment: st
     client = client_for(uri)
     existing = find_point_runs(client, experiment)
     plan = [(p, *decide(existing.get(p.key), retry_failed)) for p in points]
-    count = {a: sum(1 for _, act, _ in plan if act == a) for a in ("skip", "running", "failed", "resume", "restart", "launch")}
-    echo(f"sweep: {len(points)} points in experiment {experiment!r}: {count['skip']} skipped (finished), "
-         f"{count['resume']} resumed, {count['launch'] + count['restart']} launched"
-         + (f", {count['failed']} failed earlier (not retried without --retry-failed)" if count["failed"] else "")
-         + (f", {count['running']} running elsewhere" if count["running"] else ""))
+    count = {
+        a: sum(1 for _, act, _ in plan if act == a)
+        for a in ("skip", "running", "failed", "resume", "restart", "launch")
+    }
+    echo(
+        f"sweep: {len(points)} points in experiment {experiment!r}: {count['skip']} skipped (finished), "
+        f"{count['resume']} resumed, {count['launch'] + count['restart']} launched"
+        + (f", {count['failed']} failed earlier (not retried without --retry-failed)" if count["failed"] else "")
+        + (f", {count['running']} running elsewhere" if count["running"] else "")
+    )
     parent = open_parent(client, experiment, parent_name, points, grid, [rid for _, _, rid in plan if rid])
     local_cores = os.cpu_count() or 1
     specs = []
@@ -335,25 +400,52 @@ def run_sweep(points: list[Any], lookup: Callable[[str], Any], *, experiment: st
             continue
         res = p.recipe.common.resources
         each = cpus or res.cpus or (max(1, local_cores // jobs) if jobs > 1 else 1)
-        specs.append(PointSpec(p.label, p.key, p.recipe.source, p.recipe.raw, {**p.tags, PARENT_TAG: parent},
-                               retry_failed, float(each), float(res.gpus if gpus is None else gpus),
-                               point_env(uri, each), os.getcwd()))
+        specs.append(
+            PointSpec(
+                p.label,
+                p.key,
+                p.recipe.source,
+                p.recipe.raw,
+                {**p.tags, PARENT_TAG: parent},
+                retry_failed,
+                float(each),
+                float(res.gpus if gpus is None else gpus),
+                point_env(uri, each),
+                os.getcwd(),
+            )
+        )
     from toolkit.studies.budget_steps import fix_for_points
+
     try:
-        outcomes, interrupted = run_points(specs, lookup, jobs=jobs, address=address, progress=progress, echo=echo,
-                                           before=lambda alone: fix_for_points(client, parent, points, specs,
-                                                                               alone, echo))
+        outcomes, interrupted = run_points(
+            specs,
+            lookup,
+            jobs=jobs,
+            address=address,
+            progress=progress,
+            echo=echo,
+            before=lambda alone: fix_for_points(client, parent, points, specs, alone, echo),
+        )
     except KeyboardInterrupt:
         outcomes, interrupted = [], True
     done = {o.label for o in outcomes}
-    outcomes += [Outcome(p.label, {"skip": "skipped"}.get(a, a), rid, note="failed earlier" if a == "failed" else "",
-                         metrics=dict(existing[p.key].data.metrics) if a == "skip" else {})
-                 for p, a, rid in plan if a in ("skip", "running", "failed") and p.label not in done]
+    outcomes += [
+        Outcome(
+            p.label,
+            {"skip": "skipped"}.get(a, a),
+            rid,
+            note="failed earlier" if a == "failed" else "",
+            metrics=dict(existing[p.key].data.metrics) if a == "skip" else {},
+        )
+        for p, a, rid in plan
+        if a in ("skip", "running", "failed") and p.label not in done
+    ]
     outcomes += [Outcome(s.label, "not run") for s in specs if s.label not in {o.label for o in outcomes}]
     order = {p.label: i for i, p in enumerate(points)}
     outcomes.sort(key=lambda o: order.get(o.label, len(order)))
-    table = summary_table([(o.label, o.outcome, o.run_id or "-", f"{o.seconds:.0f}" if o.seconds else "-", o.note)
-                           for o in outcomes])
+    table = summary_table(
+        [(o.label, o.outcome, o.run_id or "-", f"{o.seconds:.0f}" if o.seconds else "-", o.note) for o in outcomes]
+    )
     counts = {k: sum(1 for o in outcomes if o.outcome == k) for k in ("finished", "failed", "skipped", "killed")}
     echo(table)
     echo("summary: " + ", ".join(f"{v} {k}" for k, v in counts.items()))
@@ -362,9 +454,18 @@ def run_sweep(points: list[Any], lookup: Callable[[str], Any], *, experiment: st
     return code, outcomes
 
 
-def sweep_grid(recipe: str, grid: list[str], sets: list[str], experiment: str | None, load: Callable[..., Any],
-               lookup: Callable[[str], Any], echo: Callable[[str], None], note: Callable[[str], None],
-               progress: bool = True, **launch: Any) -> int:
+def sweep_grid(
+    recipe: str,
+    grid: list[str],
+    sets: list[str],
+    experiment: str | None,
+    load: Callable[..., Any],
+    lookup: Callable[[str], Any],
+    echo: Callable[[str], None],
+    note: Callable[[str], None],
+    progress: bool = True,
+    **launch: Any,
+) -> int:
     """``ctk sweep``: one point per combination of ``grid`` (``key=v1,v2``), run as
     :func:`run_sweep` (``launch``: its jobs, address, cpus, gpus, retry_failed), then the
     comparison printed with ``echo`` and its plot logged to the parent run; returns the exit status."""
@@ -373,13 +474,24 @@ def sweep_grid(recipe: str, grid: list[str], sets: list[str], experiment: str | 
     from toolkit.recipe import expand_grid
     from toolkit.studies.comparison import comparison_text
     from toolkit.studies.sweeps import grid_points, log_sweep_answer, log_sweep_figure
+
     points = expand_grid(grid)
     experiment = experiment or f"sweep-{Path(recipe).stem}"
     todo = grid_points(recipe, points, sets, experiment, load)
-    code, _ = run_sweep(todo, lookup, experiment=experiment, parent_name=f"sweep-{Path(recipe).stem}",
-                        grid={"recipe": recipe, "grid": grid, "set": sets}, progress=progress, echo=note, **launch)
+    code, _ = run_sweep(
+        todo,
+        lookup,
+        experiment=experiment,
+        parent_name=f"sweep-{Path(recipe).stem}",
+        grid={"recipe": recipe, "grid": grid, "set": sets},
+        progress=progress,
+        echo=note,
+        **launch,
+    )
     try:
-        text, comp = comparison_text(experiment, todo[0].recipe.tracking.uri, "table", shutil.get_terminal_size().columns)
+        text, comp = comparison_text(
+            experiment, todo[0].recipe.tracking.uri, "table", shutil.get_terminal_size().columns
+        )
     except ValueError as exc:  # nothing finished yet: said, and the sweep's own status stands
         note(f"(no comparison: {exc})")
         return code

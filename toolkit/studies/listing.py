@@ -1,5 +1,6 @@
 """``ctk runs``: the newest runs of a store, with their status, heartbeat, last checkpoint and
 the command that resumes them."""
+
 from __future__ import annotations
 
 import time
@@ -24,6 +25,7 @@ def runs_table(experiment: str | None = None, uri: str | None = None, limit: int
     if not ids:
         return f"no runs in {tracking_uri(uri)}"
     from toolkit import checkpoint as ckpt  # (torch) only when there are runs whose checkpoints to find
+
     mark_dead_runs(client, ids)
     runs = client.search_runs(ids, order_by=["attributes.start_time DESC"], max_results=limit)
     now = time.time()
@@ -38,8 +40,8 @@ def runs_table(experiment: str | None = None, uri: str | None = None, limit: int
             step = str(int(on_disk.stem.split("-", 1)[1]))
         status = run.info.status + (f" ({tags['ctk.killed_reason']})" if "ctk.killed_reason" in tags else "")
         resumable = "ctk.checkpoint" in tags or on_disk is not None
-        resume = (f"ctk run --resume {run.info.run_id}"
-                  if run.info.status in ("KILLED", "FAILED") and resumable else "")
-        rows.append([run.info.run_id, run.info.run_name or "", status, age, f"step {step}" if step != "-" else "-",
-                     resume])
+        resume = f"ctk run --resume {run.info.run_id}" if run.info.status in ("KILLED", "FAILED") and resumable else ""
+        rows.append(
+            [run.info.run_id, run.info.run_name or "", status, age, f"step {step}" if step != "-" else "-", resume]
+        )
     return aligned(rows)

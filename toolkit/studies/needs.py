@@ -6,6 +6,7 @@ whether it needs a GPU (the table's ``gpu: true``, or a row with ``device: cuda`
 ``cpu_minutes``) and, for a GPU table, the GPU-hours measured for it (``gpu_hours``, with the
 card in ``gpu_hours_on``; "not measured" until then). Read from the YAML alone: nothing is
 imported that needs torch, and nothing is fetched."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -28,14 +29,14 @@ PLACED: dict[str, tuple[str, ...]] = {}
 
 @dataclass
 class Needs:
-    installed: list[str] = field(default_factory=list)   # present in the data root
-    fetchable: list[str] = field(default_factory=list)   # in the offline catalogue, not fetched yet
+    installed: list[str] = field(default_factory=list)  # present in the data root
+    fetchable: list[str] = field(default_factory=list)  # in the offline catalogue, not fetched yet
     unavailable: list[str] = field(default_factory=list)  # no offline copy (CIFAR, STL-10, BookCorpus...)
-    to_place: list[str] = field(default_factory=list)     # "name at folder": a PLACED dataset not there yet
+    to_place: list[str] = field(default_factory=list)  # "name at folder": a PLACED dataset not there yet
     gpu: bool = False
     cpu_minutes: float | None = None
-    gpu_hours: float | None = None   # measured, all rows and seeds
-    gpu_hours_on: str = ""           # the card they were measured on
+    gpu_hours: float | None = None  # measured, all rows and seeds
+    gpu_hours_on: str = ""  # the card they were measured on
 
     def line(self) -> str:
         parts = []
@@ -54,8 +55,9 @@ class Needs:
             parts.append("time on 2 CPU cores not measured")
         if self.gpu:
             on = f" on {self.gpu_hours_on}" if self.gpu_hours_on else ""
-            parts.append(f"~{self.gpu_hours:g} GPU-hours{on}" if self.gpu_hours is not None
-                         else "GPU-hours not measured")
+            parts.append(
+                f"~{self.gpu_hours:g} GPU-hours{on}" if self.gpu_hours is not None else "GPU-hours not measured"
+            )
         return "; ".join(parts)
 
 
@@ -71,6 +73,7 @@ def placed_folder(name: str, data: dict[str, Any], root: str | None = None) -> P
     """Where a :data:`PLACED` dataset is read: the recipe's ``data.path``, else the first of its
     folder names found under the data root (``data.root``, ``root``, else the provider's)."""
     from toolkit.data import folder as data_folder
+
     if data.get("path"):
         return Path(str(data["path"])).expanduser()
     base = data_folder.data_root(data.get("root") or root)
@@ -82,6 +85,7 @@ def table_needs(table: Any, root: str | None = None) -> Needs:
     """The needs of ``table`` (a :class:`toolkit.studies.reproduce.PaperTable`), read from the
     recipes of its rows with their overrides."""
     from toolkit.data import folder as data_folder
+
     needs = Needs()
     raw_table = yaml.safe_load(table.path.read_text()) or {}
     minutes = raw_table.get("cpu_minutes")
@@ -105,8 +109,9 @@ def table_needs(table: Any, root: str | None = None) -> Needs:
                 if n in PLACED:
                     folder = placed_folder(n, data, root)
                     here = (folder / "train").is_dir() and (folder / "val").is_dir()
-                    folders = [folder] if here or data.get("path") else \
-                        [folder.parent / name for name in PLACED[n]]  # imagenet100: or a full imagenet
+                    folders = (
+                        [folder] if here or data.get("path") else [folder.parent / name for name in PLACED[n]]
+                    )  # imagenet100: or a full imagenet
                     where = f"{n} at {' or '.join(str(f) for f in folders)}"
                     if where not in placed + needs.installed:
                         (needs.installed if here else placed).append(where)

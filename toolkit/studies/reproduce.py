@@ -6,13 +6,14 @@ another dataset than the paper's (``dataset_differs``) shows its numbers as cont
 verdict. Below the numbers, the claims the paper draws from the table
 (:mod:`toolkit.studies.claims`), each tested over seeds. ``ctk compare`` lives in
 :mod:`toolkit.studies.comparison`; both render through :mod:`toolkit.studies.tables`."""
+
 from __future__ import annotations
 
+import json
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable
-
-import json
+from typing import Any
 
 import yaml
 
@@ -24,6 +25,7 @@ from toolkit.studies.tables import Column, Report, interval, num, render
 
 # ---------------------------------------------------------------------------------------
 # reproduce
+
 
 @dataclass
 class TableRow:
@@ -81,18 +83,30 @@ def load_table(path: str | Path) -> PaperTable:
         if not isinstance(row, dict) or "recipe" not in row or "label" not in row:
             raise rc.RecipeError([(f"rows.{i}", "expected a mapping with label and recipe")], str(p))
         sets = row.get("set") or {}
-        rows.append(TableRow(str(row["label"]), (p.parent / row["recipe"]).resolve(),
-                             rc.overrides_from_mapping(sets),
-                             {k: float(v) for k, v in (row.get("paper") or {}).items()},
-                             printed.get(i, {})))
-    claims, problems = claims_mod.parse_claims(data.get("claims"), [r.label for r in rows],
-                                               list(data["metrics"]))
+        rows.append(
+            TableRow(
+                str(row["label"]),
+                (p.parent / row["recipe"]).resolve(),
+                rc.overrides_from_mapping(sets),
+                {k: float(v) for k, v in (row.get("paper") or {}).items()},
+                printed.get(i, {}),
+            )
+        )
+    claims, problems = claims_mod.parse_claims(data.get("claims"), [r.label for r in rows], list(data["metrics"]))
     if problems:
         raise rc.RecipeError(problems, str(p))
-    return PaperTable(str(data["name"]), str(data["title"]), str(data.get("paper", "")),
-                      [int(s) for s in data.get("seeds", [0])], list(data["metrics"]), rows, p,
-                      str(data.get("notes", "")), claims=claims,
-                      dataset_differs=str(data.get("dataset_differs") or ""))
+    return PaperTable(
+        str(data["name"]),
+        str(data["title"]),
+        str(data.get("paper", "")),
+        [int(s) for s in data.get("seeds", [0])],
+        list(data["metrics"]),
+        rows,
+        p,
+        str(data.get("notes", "")),
+        claims=claims,
+        dataset_differs=str(data.get("dataset_differs") or ""),
+    )
 
 
 def discover_tables(roots: Iterable[Path]) -> dict[str, PaperTable]:
@@ -106,15 +120,28 @@ def discover_tables(roots: Iterable[Path]) -> dict[str, PaperTable]:
             except (TypeError, ValueError) as exc:  # a number or a list that is not one
                 raise CtkError(f"{path}: {exc}", 2) from exc
             if table.name in found:
-                raise CtkError(f"reproduce table {table.name!r} is defined twice: {found[table.name].path} and {path}", 2)
+                raise CtkError(
+                    f"reproduce table {table.name!r} is defined twice: {found[table.name].path} and {path}", 2
+                )
             found[table.name] = table
     return found
 
 
-def run_table(tables: dict[str, PaperTable], name: str, seeds: str | None, rows: list[str], sets: list[str],
-              experiment: str | None, fmt: str, load: Callable[..., Any], lookup: Callable[[str], Any],
-              echo: Callable[[str], None], note: Callable[[str], None], progress: bool = True,
-              **launch: Any) -> int:
+def run_table(
+    tables: dict[str, PaperTable],
+    name: str,
+    seeds: str | None,
+    rows: list[str],
+    sets: list[str],
+    experiment: str | None,
+    fmt: str,
+    load: Callable[..., Any],
+    lookup: Callable[[str], Any],
+    echo: Callable[[str], None],
+    note: Callable[[str], None],
+    progress: bool = True,
+    **launch: Any,
+) -> int:
     """``ctk reproduce NAME``: run the table's rows (all, or ``rows``) once per seed as a sweep
     (``launch``: see :func:`toolkit.studies.launch.run_sweep`), print the report with ``echo`` (in
     ``fmt``) and return the exit status. Only the parseable report goes to ``echo`` for csv/json."""
@@ -127,6 +154,7 @@ def run_table(tables: dict[str, PaperTable], name: str, seeds: str | None, rows:
     from toolkit.studies.sweeps import fill_measured, select_rows, table_points
     from toolkit.studies.ui_view import publish_view
     from toolkit.tracking.store import client_for
+
     table = tables[name]
     table.seeds = [int(s) for s in seeds.split(",")] if seeds else table.seeds
     if rows:
@@ -134,14 +162,21 @@ def run_table(tables: dict[str, PaperTable], name: str, seeds: str | None, rows:
     experiment = experiment or f"reproduce-{name}"
     todo = table_points(table, name, sets, experiment, load)
     start = time.perf_counter()
-    code, outcomes = run_sweep(todo, lookup, experiment=experiment, parent_name=f"reproduce-{name}",
-                               grid={"table": name, "seeds": table.seeds, "set": sets,
-                                     "rows": [row.label for row in table.rows]},
-                               progress=progress, echo=note, **launch)
+    code, outcomes = run_sweep(
+        todo,
+        lookup,
+        experiment=experiment,
+        parent_name=f"reproduce-{name}",
+        grid={"table": name, "seeds": table.seeds, "set": sets, "rows": [row.label for row in table.rows]},
+        progress=progress,
+        echo=note,
+        **launch,
+    )
     fill_measured(table, todo, outcomes)
     echo(render_reproduction(table, fmt, shutil.get_terminal_size().columns))
     (note if fmt in ("csv", "json") else echo)(
-        f"({len(todo)} runs in {time.perf_counter() - start:.0f} s; mlflow experiment {experiment!r})")
+        f"({len(todo)} runs in {time.perf_counter() - start:.0f} s; mlflow experiment {experiment!r})"
+    )
     publish_view(client_for(todo[0].recipe.tracking.uri), experiment)
     return code
 
@@ -161,23 +196,40 @@ def reproduce_report(table: PaperTable) -> Report:
         for m in table.metrics:
             s = stats.summarize(got.get(m, []))
             paper = row.paper.get(m)
-            records.append({"row": row.label, "metric": m, "n": s.n if s else 0,
-                            "mean": s and s.mean, "std": s and s.std,
-                            "ci_low": s and s.low, "ci_high": s and s.high, "paper": paper,
-                            "verdict": stats.verdict(s, paper, _half_unit(row, m)) if judged else None})
-    columns = [Column("row", lambda r: r["row"]), Column("metric", lambda r: r["metric"]),
-               Column("n", lambda r: str(r["n"])), Column("mean", lambda r: num(r["mean"])),
-               Column("std", lambda r: num(r["std"], 2)),
-               Column("95% CI", lambda r: interval(r["ci_low"], r["ci_high"]), "CI"),
-               Column("paper", lambda r: num(r["paper"]))]
+            records.append(
+                {
+                    "row": row.label,
+                    "metric": m,
+                    "n": s.n if s else 0,
+                    "mean": s and s.mean,
+                    "std": s and s.std,
+                    "ci_low": s and s.low,
+                    "ci_high": s and s.high,
+                    "paper": paper,
+                    "verdict": stats.verdict(s, paper, _half_unit(row, m)) if judged else None,
+                }
+            )
+    columns = [
+        Column("row", lambda r: r["row"]),
+        Column("metric", lambda r: r["metric"]),
+        Column("n", lambda r: str(r["n"])),
+        Column("mean", lambda r: num(r["mean"])),
+        Column("std", lambda r: num(r["std"], 2)),
+        Column("95% CI", lambda r: interval(r["ci_low"], r["ci_high"]), "CI"),
+        Column("paper", lambda r: num(r["paper"])),
+    ]
     notes = [f"paper: {table.paper}", f"seeds: {', '.join(map(str, table.seeds))}"]
     if judged:
         columns.append(Column("verdict", lambda r: r["verdict"]))
-        notes.append("verdict: the measured 95% interval, widened by half a unit of the paper's last "
-                     "printed digit, contains the paper's number, or lies above / below it")
+        notes.append(
+            "verdict: the measured 95% interval, widened by half a unit of the paper's last "
+            "printed digit, contains the paper's number, or lies above / below it"
+        )
     else:
-        notes.append(f"no verdict per number: {table.dataset_differs} The paper's numbers are "
-                     "context; the claims below are what is compared.")
+        notes.append(
+            f"no verdict per number: {table.dataset_differs} The paper's numbers are "
+            "context; the claims below are what is compared."
+        )
     if table.notes:
         notes.append(f"notes: {table.notes}")
     fields = ["row", "metric", "n", "mean", "std", "ci_low", "ci_high", "paper", "verdict"]
@@ -190,22 +242,40 @@ def claims_report(table: PaperTable) -> Report | None:
     if not table.claims:
         return None
     records = claims_mod.evaluate(table.claims, table.measured, table.measured_seeds)
-    columns = [Column("claim", lambda r: r["claim"]), Column("comparison", lambda r: r["comparison"]),
-               Column("n", lambda r: str(r["n"])), Column("effect", lambda r: num(r["effect"])),
-               Column("95% CI", lambda r: interval(r["ci_low"], r["ci_high"]), "CI"),
-               Column("p", lambda r: num(r["p"], 2)), Column("p (Holm)", lambda r: num(r["p_holm"], 2), "Holm"),
-               Column("verdict", lambda r: r["verdict"])]
+    columns = [
+        Column("claim", lambda r: r["claim"]),
+        Column("comparison", lambda r: r["comparison"]),
+        Column("n", lambda r: str(r["n"])),
+        Column("effect", lambda r: num(r["effect"])),
+        Column("95% CI", lambda r: interval(r["ci_low"], r["ci_high"]), "CI"),
+        Column("p", lambda r: num(r["p"], 2)),
+        Column("p (Holm)", lambda r: num(r["p_holm"], 2), "Holm"),
+        Column("verdict", lambda r: r["verdict"]),
+    ]
     notes = []
     for claim in table.claims:
         verdict = next(r["claim_verdict"] for r in records if r["claim"] == claim.id)
         where = f" ({claim.section})" if claim.section else ""
         head, _, rest = verdict.partition(" ")
         notes.append(f"{claim.id}: {head.upper()}{' ' + rest if rest else ''}: {claim.text}{where}")
-    notes.append(f"effect = mean over seeds of left - right; p: paired t-test over seeds (Welch where "
-                 f"the seeds differ), Holm-adjusted over the table's {len(records)} comparisons; "
-                 f"holds / fails: adjusted p < {claims_mod.ALPHA} with the claimed / the opposite sign")
-    fields = ["claim", "comparison", "n", "effect", "ci_low", "ci_high", "p", "p_holm", "test",
-              "verdict", "claim_verdict"]
+    notes.append(
+        f"effect = mean over seeds of left - right; p: paired t-test over seeds (Welch where "
+        f"the seeds differ), Holm-adjusted over the table's {len(records)} comparisons; "
+        f"holds / fails: adjusted p < {claims_mod.ALPHA} with the claimed / the opposite sign"
+    )
+    fields = [
+        "claim",
+        "comparison",
+        "n",
+        "effect",
+        "ci_low",
+        "ci_high",
+        "p",
+        "p_holm",
+        "test",
+        "verdict",
+        "claim_verdict",
+    ]
     return Report(f"Claims of {table.name}", fields, records, columns, key_columns=2, notes=notes)
 
 
@@ -222,8 +292,11 @@ def render_reproduction(table: PaperTable, fmt: str = "table", width: int | None
         out["claim_notes"] = claims.notes
         return json.dumps(out, indent=2)
     if fmt == "csv":
-        merged = Report(numbers.title, ["kind", *numbers.fields, *[f for f in claims.fields if f not in numbers.fields]],
-                        [{"kind": "number", **r} for r in numbers.records]
-                        + [{"kind": "claim", **r} for r in claims.records], [])
+        merged = Report(
+            numbers.title,
+            ["kind", *numbers.fields, *[f for f in claims.fields if f not in numbers.fields]],
+            [{"kind": "number", **r} for r in numbers.records] + [{"kind": "claim", **r} for r in claims.records],
+            [],
+        )
         return render(merged, "csv")
     return render(numbers, fmt, width) + "\n\n" + render(claims, fmt, width)

@@ -1,5 +1,6 @@
 """What a set of runs from the store holds: their seeds, which are sweep parents, which metrics
 are evaluation results and which settings vary. Read by comparisons and the UI's saved view."""
+
 from __future__ import annotations
 
 from typing import Any
@@ -18,8 +19,7 @@ def run_seed(run: Any) -> str | None:
 def split_parents(runs: list[Any]) -> tuple[list[Any], list[Any]]:
     """(runs that are nobody's parent, sweep parent runs): a parent carries no recipe."""
     parent_ids = {r.data.tags[PARENT_TAG] for r in runs if PARENT_TAG in r.data.tags}
-    return ([r for r in runs if r.info.run_id not in parent_ids],
-            [r for r in runs if r.info.run_id in parent_ids])
+    return ([r for r in runs if r.info.run_id not in parent_ids], [r for r in runs if r.info.run_id in parent_ids])
 
 
 def eval_metrics(runs: list[Any]) -> list[str]:
@@ -38,5 +38,8 @@ def varying_params(runs: list[Any], seed: bool = False) -> list[str]:
     their old names)."""
     per_run = [settings(r) for r in runs]
     keys = sorted({k for s in per_run for k in s})
-    return [k for k in keys if not k.startswith("tracking.") and (seed or k != "seed")
-            and len({s.get(k) for s in per_run}) > 1]
+    return [
+        k
+        for k in keys
+        if not k.startswith("tracking.") and (seed or k != "seed") and len({s.get(k) for s in per_run}) > 1
+    ]

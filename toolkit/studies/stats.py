@@ -12,12 +12,13 @@
 
 Every number comes from ``scipy.stats``; this module only decides which test applies.
 """
+
 from __future__ import annotations
 
 import math
 import warnings
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 import numpy as np
 from scipy import stats as sps
@@ -43,7 +44,7 @@ class Difference:
     high: float
     p: float
     test: str  # "paired" | "welch"
-    n: int     # pairs for "paired", group size for "welch"
+    n: int  # pairs for "paired", group size for "welch"
 
 
 def finite(values: Sequence[float | None]) -> list[float]:
@@ -78,10 +79,13 @@ def _pairs(values: Sequence[float | None], seeds: Sequence[object]) -> dict[obje
     return out
 
 
-def difference(values: Sequence[float | None], baseline: Sequence[float | None],
-               seeds: Sequence[object] | None = None,
-               baseline_seeds: Sequence[object] | None = None,
-               confidence: float = CONFIDENCE) -> Difference | None:
+def difference(
+    values: Sequence[float | None],
+    baseline: Sequence[float | None],
+    seeds: Sequence[object] | None = None,
+    baseline_seeds: Sequence[object] | None = None,
+    confidence: float = CONFIDENCE,
+) -> Difference | None:
     """Compare ``values`` with ``baseline``; None when either side has fewer than 2 values.
 
     Paired by seed when both sides have exactly the same (distinct) seeds, else Welch.
@@ -96,12 +100,10 @@ def difference(values: Sequence[float | None], baseline: Sequence[float | None],
             xa = np.array([pa[s] for s in order])
             xb = np.array([pb[s] for s in order])
             return _tested(sps.ttest_rel, xa, xb, {}, confidence, "paired")
-    return _tested(sps.ttest_ind, np.asarray(a), np.asarray(b), {"equal_var": False},
-                   confidence, "welch")
+    return _tested(sps.ttest_ind, np.asarray(a), np.asarray(b), {"equal_var": False}, confidence, "welch")
 
 
-def _tested(test, xa: np.ndarray, xb: np.ndarray, kwargs: dict, confidence: float,
-            name: str) -> Difference:
+def _tested(test, xa: np.ndarray, xb: np.ndarray, kwargs: dict, confidence: float, name: str) -> Difference:
     # Zero-variance samples: scipy answers p = 0 (a constant non-zero shift) or NaN (no
     # difference at all) and warns about precision; the NaN shows as "-" and never counts
     # as significant.
@@ -109,8 +111,7 @@ def _tested(test, xa: np.ndarray, xb: np.ndarray, kwargs: dict, confidence: floa
         warnings.simplefilter("ignore", RuntimeWarning)
         res = test(xa, xb, **kwargs)
         ci = res.confidence_interval(confidence)
-    return Difference(float(xa.mean() - xb.mean()), float(ci.low), float(ci.high),
-                      float(res.pvalue), name, len(xa))
+    return Difference(float(xa.mean() - xb.mean()), float(ci.low), float(ci.high), float(res.pvalue), name, len(xa))
 
 
 def holm(pvalues: Sequence[float]) -> list[float]:

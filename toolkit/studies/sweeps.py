@@ -21,6 +21,7 @@ so a point never has two live runs. The sweep itself is a parent run (tag ``ctk.
 = the hash of experiment and sweep name, so a grown grid keeps its parent): children carry ``mlflow.parentRunId``; the parent holds the
 grid, the summary table and the comparison plot.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -34,8 +35,18 @@ import yaml
 from toolkit import checkpoint as ckpt
 from toolkit.errors import CtkError
 
-__all__ = ["Point", "point_key", "decide", "find_point_runs", "open_parent", "close_parent",
-           "summary_table", "POINT_TAG", "PARENT_TAG", "SWEEP_TAG"]
+__all__ = [
+    "Point",
+    "point_key",
+    "decide",
+    "find_point_runs",
+    "open_parent",
+    "close_parent",
+    "summary_table",
+    "POINT_TAG",
+    "PARENT_TAG",
+    "SWEEP_TAG",
+]
 
 POINT_TAG = "ctk.point"
 PARENT_TAG = "mlflow.parentRunId"
@@ -70,6 +81,7 @@ def find_point_runs(client: Any, experiment: str) -> dict[str, Any]:
     RUNNING runs are marked KILLED first). Two runs for a key (never written by ctk) keep the
     most advanced one: FINISHED, then RUNNING, KILLED, FAILED."""
     from toolkit.tracking.health import mark_dead_runs
+
     exp = client.get_experiment_by_name(experiment)
     if exp is None:
         return {}
@@ -107,16 +119,19 @@ def parent_run_id(client: Any, experiment: str, name: str) -> str | None:
     exp = client.get_experiment_by_name(experiment)
     if exp is None:
         return None
-    found = client.search_runs([exp.experiment_id], f"tags.`{SWEEP_TAG}` = '{_parent_key(experiment, name)}'",
-                               max_results=1)
+    found = client.search_runs(
+        [exp.experiment_id], f"tags.`{SWEEP_TAG}` = '{_parent_key(experiment, name)}'", max_results=1
+    )
     return found[0].info.run_id if found else None
 
 
-def open_parent(client: Any, experiment: str, name: str, points: list[Point], grid: dict[str, Any],
-                children: list[str] = ()) -> str:
+def open_parent(
+    client: Any, experiment: str, name: str, points: list[Point], grid: dict[str, Any], children: list[str] = ()
+) -> str:
     """The sweep's parent run (the same one when the sweep runs again), RUNNING, with the grid
     as ``sweep/grid.yaml``; the points' existing runs (``children``) are nested under it."""
     from toolkit.tracking.store import experiment_id
+
     eid = experiment_id(client, experiment)
     key = _parent_key(experiment, name)
     found = client.search_runs([eid], f"tags.`{SWEEP_TAG}` = '{key}'", max_results=1)
@@ -150,25 +165,34 @@ def close_parent(client: Any, run_id: str, summary: str, counts: dict[str, int],
 def summary_table(rows: list[tuple[str, str, str, str, str]]) -> str:
     """Aligned text: point, outcome, run id, seconds, note (error's first line)."""
     from toolkit.studies.tables import aligned
+
     return aligned([("point", "outcome", "run", "seconds", "note"), *rows])
 
 
 # -- the points of ``ctk sweep`` and ``ctk reproduce`` --------------------------------------
 # ``load(path, overrides, extra)`` validates a recipe (a RecipeError names every problem).
 
+
 def grid_points(recipe: str, grid: list[list[str]], sets: list[str], experiment: str, load: Any) -> list[Point]:
     """One point per grid combination, named by its swept values (a run name the recipe sets wins)."""
     from toolkit.recipe import point_run_name
     from toolkit.runs import with_run_name
     from toolkit.studies.ui_view import run_note
+
     out = []
     for values in grid:
         extra = [*values, f"tracking.experiment={experiment}"]
         r = load(recipe, sets, extra)  # validated once; the name is added to the validated recipe
         if not r.common.tracking.run_name:
             r = with_run_name(r, point_run_name(r, values))
-        out.append(Point(r.run_name, r, values, {"ctk.sweep": experiment,
-                                                 "mlflow.note.content": run_note(f"sweep {experiment}", values)}))
+        out.append(
+            Point(
+                r.run_name,
+                r,
+                values,
+                {"ctk.sweep": experiment, "mlflow.note.content": run_note(f"sweep {experiment}", values)},
+            )
+        )
     return out
 
 
@@ -177,22 +201,30 @@ def select_rows(table: Any, name: str, rows: list[str]) -> None:
     labels = [row.label for row in table.rows]
     unknown = [r for r in rows if r not in labels]
     if unknown:
-        raise CtkError(f"--row {unknown[0]!r} is not a row of {name}; expected one of: "
-                       f"{', '.join(repr(lab) for lab in labels)}", 2)
+        raise CtkError(
+            f"--row {unknown[0]!r} is not a row of {name}; expected one of: {', '.join(repr(lab) for lab in labels)}", 2
+        )
     table.rows = [row for row in table.rows if row.label in rows]
 
 
 def table_points(table: Any, name: str, sets: list[str], experiment: str, load: Any) -> list[Point]:
     """One point per row and seed of a paper table."""
     from toolkit.studies.ui_view import run_note
+
     out = []
     for row in table.rows:
         for seed in table.seeds:
             r = load(str(row.recipe), (*row.overrides, *sets), [f"seed={seed}", f"tracking.experiment={experiment}"])
             note = run_note(f"{name}, row {row.label}", [*row.overrides, *sets, f"seed={seed}"])
-            out.append(Point(f"{row.label} s{seed}", r, [f"seed={seed}"],
-                             {"ctk.table": name, "ctk.row": row.label, "mlflow.note.content": note},
-                             budget_group=r.domain))
+            out.append(
+                Point(
+                    f"{row.label} s{seed}",
+                    r,
+                    [f"seed={seed}"],
+                    {"ctk.table": name, "ctk.row": row.label, "mlflow.note.content": note},
+                    budget_group=r.domain,
+                )
+            )
     return out
 
 
@@ -226,15 +258,19 @@ def log_answer(client: Any, parent: str, comp: Any, directions: dict[str, str] |
     from toolkit.studies.tables import interval, num
     from toolkit.studies.ui_view import NOTE_TAG
     from toolkit.tracking.store import RECORD_TAG
-    record = [m for g in comp.groups for r in g.runs for m in r.data.tags.get(RECORD_TAG, "").split(",")
-              if m in comp.metrics]
+
+    record = [
+        m for g in comp.groups for r in g.runs for m in r.data.tags.get(RECORD_TAG, "").split(",") if m in comp.metrics
+    ]
     metrics = list(dict.fromkeys(record)) or comp.metrics[:3]
     if not metrics:
         return None
     first, sign = metrics[0], -1.0 if (directions or {}).get(metrics[0]) == "min" else 1.0
     summaries = {g.label: {m: stats.summarize(g.metric(m)) for m in metrics} for g in comp.groups}
-    ranked = sorted((g for g in comp.groups if summaries[g.label][first] is not None),
-                    key=lambda g: -sign * summaries[g.label][first].mean)
+    ranked = sorted(
+        (g for g in comp.groups if summaries[g.label][first] is not None),
+        key=lambda g: -sign * summaries[g.label][first].mean,
+    )
     if not ranked:
         return None
     batch = []
@@ -246,14 +282,22 @@ def log_answer(client: Any, parent: str, comp: Any, directions: dict[str, str] |
     batch += [(m, s.mean) for m, s in means.items() if s] + [("best/n", len(best.runs))]
     for name, value in batch:
         client.log_metric(parent, name, float(f"{value:.6g}"))
-    rows = [f"| {g.label} | {len(g.runs)} | " + " | ".join(
-        "-" if s is None else f"{num(s.mean)} {interval(s.low, s.high)}" for s in summaries[g.label].values()) + " |"
-        for g in ranked]
+    rows = [
+        f"| {g.label} | {len(g.runs)} | "
+        + " | ".join(
+            "-" if s is None else f"{num(s.mean)} {interval(s.low, s.high)}" for s in summaries[g.label].values()
+        )
+        + " |"
+        for g in ranked
+    ]
     s = summaries[best.label][first]
-    text = (f"**sweep answer**: best {best.label}: {first} {num(s.mean)} (n={s.n}, 95% CI "
-            f"{interval(s.low, s.high)}; {'lower' if sign < 0 else 'higher'} is better)\n\n"
-            f"| group | n | {' | '.join(metrics)} |\n|{'---|' * (2 + len(metrics))}\n" + "\n".join(rows)
-            + f"\n\n{differs_line([(g.label, g.runs) for g in comp.groups])}")
+    text = (
+        f"**sweep answer**: best {best.label}: {first} {num(s.mean)} (n={s.n}, 95% CI "
+        f"{interval(s.low, s.high)}; {'lower' if sign < 0 else 'higher'} is better)\n\n"
+        f"| group | n | {' | '.join(metrics)} |\n|{'---|' * (2 + len(metrics))}\n"
+        + "\n".join(rows)
+        + f"\n\n{differs_line([(g.label, g.runs) for g in comp.groups])}"
+    )
     client.set_tag(parent, NOTE_TAG, text)
     return best.label
 
@@ -262,6 +306,7 @@ def log_sweep_answer(comp: Any, experiment: str, name: str, recipe: Any) -> str 
     """:func:`log_answer` on the parent of the sweep ``name`` (directions from ``recipe``'s domain);
     the line that says so, or None."""
     from toolkit.tracking.store import client_for
+
     client = client_for(recipe.tracking.uri)
     parent = parent_run_id(client, experiment, name)
     best = log_answer(client, parent, comp, recipe.domain_class.result_metrics(recipe)) if parent else None
@@ -275,6 +320,7 @@ def log_sweep_figure(comp: Any, experiment: str) -> None:
     from pathlib import Path
 
     from toolkit.studies.comparison import write_figure
+
     with tempfile.TemporaryDirectory() as folder:
         try:
             write_figure(comp, str(Path(folder) / (re.sub(r"[^A-Za-z0-9._-]+", "_", experiment) + ".png")))

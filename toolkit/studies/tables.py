@@ -6,6 +6,7 @@ value is empty / null); ``table`` and ``markdown`` write the text columns. The t
 fits ``width``: too-wide headers are abbreviated (full names in a legend under the table);
 if that is not enough the columns are wrapped into blocks that repeat the identifying ones.
 """
+
 from __future__ import annotations
 
 import csv
@@ -13,8 +14,9 @@ import io
 import json
 import math
 import textwrap
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Callable, Sequence
+from typing import Any
 
 FORMATS = ("table", "markdown", "csv", "json")
 
@@ -29,10 +31,10 @@ class Column:
 @dataclass
 class Report:
     title: str
-    fields: list[str]               # record keys, in csv/json order
+    fields: list[str]  # record keys, in csv/json order
     records: list[dict[str, Any]]
-    columns: list[Column]           # the text view
-    key_columns: int = 1            # leading columns repeated when the table wraps
+    columns: list[Column]  # the text view
+    key_columns: int = 1  # leading columns repeated when the table wraps
     notes: list[str] = field(default_factory=list)
     meta: dict[str, Any] = field(default_factory=dict)  # json: beside title and notes (e.g. differs)
 
@@ -42,26 +44,24 @@ def render(report: Report, fmt: str = "table", width: int | None = None) -> str:
         raise ValueError(f"--format {fmt!r}: expected one of {', '.join(FORMATS)}")
     if fmt == "csv":
         buf = io.StringIO()
-        writer = csv.DictWriter(buf, fieldnames=report.fields, lineterminator="\n",
-                                extrasaction="ignore")
+        writer = csv.DictWriter(buf, fieldnames=report.fields, lineterminator="\n", extrasaction="ignore")
         writer.writeheader()
         for rec in report.records:
             writer.writerow({k: "" if _missing(rec.get(k)) else rec.get(k) for k in report.fields})
         return buf.getvalue().rstrip("\n")
     if fmt == "json":
-        rows = [{k: None if _missing(rec.get(k)) else rec.get(k) for k in report.fields}
-                for rec in report.records]
+        rows = [{k: None if _missing(rec.get(k)) else rec.get(k) for k in report.fields} for rec in report.records]
         return json.dumps({"title": report.title, "notes": report.notes, **report.meta, "rows": rows}, indent=2)
     cells = [[c.cell(rec) for c in report.columns] for rec in report.records]
     headers = [c.header for c in report.columns]
     if fmt == "markdown":
-        out = [f"**{report.title}**", "", _md_row(headers),
-               _md_row(["---"] * len(headers))] + [_md_row(r) for r in cells]
+        out = [f"**{report.title}**", "", _md_row(headers), _md_row(["---"] * len(headers))] + [
+            _md_row(r) for r in cells
+        ]
         if report.notes:
             out += [""] + [f"{n}  " for n in report.notes]
         return "\n".join(out).rstrip()
-    return text_table(report.title, headers, cells, report.columns, report.key_columns,
-                      report.notes, width)
+    return text_table(report.title, headers, cells, report.columns, report.key_columns, report.notes, width)
 
 
 def aligned(rows: list[Sequence[str]]) -> str:
@@ -97,8 +97,7 @@ def _lines(headers: list[str], rows: list[list[str]], cols: list[int]) -> list[s
     sub_h = [headers[i] for i in cols]
     sub_r = [[r[i] for i in cols] for r in rows]
     widths = _widths(sub_h, sub_r)
-    out = ["  ".join(h.ljust(w) for h, w in zip(sub_h, widths)).rstrip(),
-           "  ".join("-" * w for w in widths)]
+    out = ["  ".join(h.ljust(w) for h, w in zip(sub_h, widths)).rstrip(), "  ".join("-" * w for w in widths)]
     out += ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in sub_r]
     return out
 
@@ -107,8 +106,7 @@ def _total(widths: list[int]) -> int:
     return sum(widths) + 2 * (len(widths) - 1)
 
 
-def abbreviate(headers: list[str], limits: list[int], preferred: list[str | None],
-               truncate: bool = False) -> list[str]:
+def abbreviate(headers: list[str], limits: list[int], preferred: list[str | None], truncate: bool = False) -> list[str]:
     """Shorten each header longer than its limit (the width of its cells) to its preferred
     short name, else its last dotted component; ``truncate`` also cuts those to the limit
     (at least 4 characters, ending in '~'). Made unique with a number."""
@@ -128,8 +126,15 @@ def abbreviate(headers: list[str], limits: list[int], preferred: list[str | None
     return out
 
 
-def text_table(title: str, headers: list[str], rows: list[list[str]], columns: list[Column],
-               key_columns: int, notes: list[str], width: int | None) -> str:
+def text_table(
+    title: str,
+    headers: list[str],
+    rows: list[list[str]],
+    columns: list[Column],
+    key_columns: int,
+    notes: list[str],
+    width: int | None,
+) -> str:
     """A plain-text table no wider than ``width`` (None: no limit)."""
     out = [title] if title else []
     legend: list[str] = []

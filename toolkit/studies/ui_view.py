@@ -12,6 +12,7 @@ view with the evaluation metrics, the swept settings (what the user set that dif
 runs; never what a run measured: :mod:`toolkit.tracking.measured`) and the seed as columns;
 ``ctk ui`` prints the link and the experiment's description carries it too.
 """
+
 from __future__ import annotations
 
 import json
@@ -29,8 +30,7 @@ _NOTE_MARK = "<!-- written by ctk -->"
 
 def view_path(experiment_id: str) -> str:
     """The UI route that opens the experiment with ctk's columns."""
-    return (f"#/experiments/{experiment_id}/runs?workflowType=machine_learning"
-            f"&viewStateShareKey={VIEW_KEY}")
+    return f"#/experiments/{experiment_id}/runs?workflowType=machine_learning&viewStateShareKey={VIEW_KEY}"
 
 
 def view_state(metrics: list[str], params: list[str]) -> dict[str, Any]:
@@ -42,11 +42,15 @@ def view_state(metrics: list[str], params: list[str]) -> dict[str, Any]:
     one a user's drag would save), so the metrics come in the order given, metrics of record
     first, then the params, then the run attributes; ``columnWidths`` fits each header's name."""
     columns = [f"metrics.`{m}`" for m in metrics] + [f"params.`{p}`" for p in params]
-    widths = {c: min(260, max(100, 8 * len(name) + 36))
-              for c, name in zip(columns, [*metrics, *params])}
-    return {"selectedColumns": columns, "columnOrder": columns, "columnWidths": widths,
-            "orderByKey": "attributes.start_time", "orderByAsc": False,
-            "runsHiddenMode": "SHOW_ALL"}
+    widths = {c: min(260, max(100, 8 * len(name) + 36)) for c, name in zip(columns, [*metrics, *params])}
+    return {
+        "selectedColumns": columns,
+        "columnOrder": columns,
+        "columnWidths": widths,
+        "orderByKey": "attributes.start_time",
+        "orderByAsc": False,
+        "runsHiddenMode": "SHOW_ALL",
+    }
 
 
 def publish_view(client: Any, experiment: str) -> str | None:
@@ -65,10 +69,12 @@ def publish_view(client: Any, experiment: str) -> str | None:
     client.set_experiment_tag(experiment_id, VIEW_TAG, json.dumps(state))
     note = exp.tags.get(NOTE_TAG)
     if note is None or note.startswith(_NOTE_MARK):  # never overwrite a user's description
-        text = (f"{_NOTE_MARK}\n{len(runs)} runs; swept: {', '.join(swept) or 'nothing'}"
-                f"{f' ({len(seeds)} seeds)' if len(seeds) > 1 else ''}.\n\n"
-                f"[Open the runs with their metrics and swept params as columns]"
-                f"({view_path(experiment_id)})")
+        text = (
+            f"{_NOTE_MARK}\n{len(runs)} runs; swept: {', '.join(swept) or 'nothing'}"
+            f"{f' ({len(seeds)} seeds)' if len(seeds) > 1 else ''}.\n\n"
+            f"[Open the runs with their metrics and swept params as columns]"
+            f"({view_path(experiment_id)})"
+        )
         client.set_experiment_tag(experiment_id, NOTE_TAG, text)
     return view_path(experiment_id)
 

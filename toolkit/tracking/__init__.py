@@ -10,6 +10,7 @@
 
 :func:`mlflow_environment` sets mlflow's environment defaults; nothing is set by importing a module.
 """
+
 from __future__ import annotations
 
 import os

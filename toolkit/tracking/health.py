@@ -16,6 +16,7 @@ SQLite's lock and on get-or-create races, heartbeats, and dead runs marked as su
   (``toolkit.runs.retire_dead_runs``), a sweep before it decides its points, ``ctk tune``
   after its trials, and ``ctk runs``, which lists runs with their resume command.
 """
+
 from __future__ import annotations
 
 import os
@@ -23,20 +24,38 @@ import socket
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable, TypeVar
+from typing import Any, TypeVar
 
 from toolkit.errors import CtkError
 
 T = TypeVar("T")
 
-__all__ = ["TrackingUnavailable", "check_store", "retrying", "HEARTBEAT_S", "STALE_AFTER_S",
-           "liveness_tags", "mark_dead_runs", "pid_alive"]
+__all__ = [
+    "TrackingUnavailable",
+    "check_store",
+    "retrying",
+    "HEARTBEAT_S",
+    "STALE_AFTER_S",
+    "liveness_tags",
+    "mark_dead_runs",
+    "pid_alive",
+]
 
 HEARTBEAT_S = 30.0
 STALE_AFTER_S = 30 * 60.0
-_TRANSIENT = ("database is locked", "database table is locked", "connection", "timed out",
-              "temporarily unavailable", "503", "502", "504", "UNIQUE constraint failed")
+_TRANSIENT = (
+    "database is locked",
+    "database table is locked",
+    "connection",
+    "timed out",
+    "temporarily unavailable",
+    "503",
+    "502",
+    "504",
+    "UNIQUE constraint failed",
+)
 
 
 class TrackingUnavailable(CtkError, RuntimeError):
@@ -50,12 +69,13 @@ def check_store(uri: str, timeout: float = 10.0) -> None:
     first its form (:func:`toolkit.recipe.sections.uri_form_problem`, the check a recipe's
     ``tracking.uri`` gets when loaded), then whether it answers."""
     from toolkit.recipe.sections import uri_form_problem
+
     problem = uri_form_problem(uri)
     if problem:
         raise TrackingUnavailable(problem)
     scheme = uri.split(":", 1)[0].lower()
     if scheme == "sqlite":
-        folder = Path(uri[len("sqlite:///"):]).resolve().parent
+        folder = Path(uri[len("sqlite:///") :]).resolve().parent
         if not folder.is_dir() or not os.access(folder, os.W_OK):
             raise TrackingUnavailable(f"tracking URI {uri!r}: folder {folder} does not exist or is not writable")
         return
@@ -67,13 +87,14 @@ def check_store(uri: str, timeout: float = 10.0) -> None:
                     raise TrackingUnavailable(f"tracking URI {uri!r} answered {resp.status} at /health")
         except (urllib.error.URLError, OSError, ValueError) as exc:
             reason = getattr(exc, "reason", exc)
-            raise TrackingUnavailable(f"tracking URI {uri!r} did not answer within {timeout:.0f} s "
-                                      f"({reason}); start it (ctk server) or set MLFLOW_TRACKING_URI") from None
+            raise TrackingUnavailable(
+                f"tracking URI {uri!r} did not answer within {timeout:.0f} s "
+                f"({reason}); start it (ctk server) or set MLFLOW_TRACKING_URI"
+            ) from None
         return
 
 
-def retrying(call: Callable[[], T], what: str = "tracking call", attempts: int = 6,
-             first_wait: float = 0.2) -> T:
+def retrying(call: Callable[[], T], what: str = "tracking call", attempts: int = 6, first_wait: float = 0.2) -> T:
     """``call()``, repeated with back-off (0.2, 0.4, ... s) on transient store failures."""
     wait = first_wait
     for attempt in range(attempts):
@@ -116,9 +137,11 @@ def death_reason(tags: dict[str, str], now: float | None = None, stale_after: fl
 def mark_dead_runs(client: Any, experiment_ids: list[str], stale_after: float = STALE_AFTER_S) -> list[str]:
     """Mark the dead RUNNING runs of these experiments KILLED; returns their ids."""
     from mlflow.entities import ViewType
+
     marked = []
-    runs = client.search_runs(experiment_ids, filter_string="attributes.status = 'RUNNING'",
-                              run_view_type=ViewType.ACTIVE_ONLY)
+    runs = client.search_runs(
+        experiment_ids, filter_string="attributes.status = 'RUNNING'", run_view_type=ViewType.ACTIVE_ONLY
+    )
     for run in runs:
         reason = death_reason(run.data.tags, stale_after=stale_after)
         if reason is None:

@@ -20,9 +20,11 @@ measurements: ``budget_steps_fixed``, ``budget_ms_per_step``, ``budget_steps_rea
 ``precision`` was the resolved value and ``precision_requested`` the setting). Their ctk version
 and commit come from the tags ``ctk.version`` and ``mlflow.source.git.commit``.
 """
+
 from __future__ import annotations
 
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 __all__ = ["MEASURED", "ENV", "split_params", "settings", "measurements", "is_setting", "earlier_steps"]
 
@@ -33,8 +35,9 @@ _LEGACY_PREFIXES = ("evaluation.chosen.",)
 _ENV_TAGS = {"ctk.version": "env.ctk", "mlflow.source.git.commit": "env.git_commit"}
 
 
-def split_params(params: Mapping[str, str], tags: Mapping[str, str] | None = None
-                 ) -> tuple[dict[str, str], dict[str, str]]:
+def split_params(
+    params: Mapping[str, str], tags: Mapping[str, str] | None = None
+) -> tuple[dict[str, str], dict[str, str]]:
     """(settings, measurements) of a run's params (and tags, for the environment of old runs);
     measurement keys carry their namespace (``measured.precision``, ``env.git_commit``), old
     names mapped onto it."""
@@ -75,8 +78,16 @@ def is_setting(key: str) -> bool:
 
 # what must match for an earlier run's budget.minutes count to be this run's: the machine and
 # how the run used it
-_SAME_MACHINE = ("env.cpu_model", "env.cpu_capability", "env.cpu_bf16", "env.gpu", "env.torch", "env.threads",
-                 f"{MEASURED}precision", f"{MEASURED}device")
+_SAME_MACHINE = (
+    "env.cpu_model",
+    "env.cpu_capability",
+    "env.cpu_bf16",
+    "env.gpu",
+    "env.torch",
+    "env.threads",
+    f"{MEASURED}precision",
+    f"{MEASURED}device",
+)
 
 
 def _comparable(params: Mapping[str, str], tags: Mapping[str, str]) -> tuple[dict[str, str], dict[str, str | None]]:
@@ -95,9 +106,16 @@ def earlier_steps(client: Any, run_id: str) -> tuple[int, str] | None:
     want = _comparable(this.data.params, this.data.tags)
     if None in want[1].values():
         return None
-    for run in client.search_runs([this.info.experiment_id], f"params.`{MEASURED}budget_steps_by` = 'run'",
-                                  order_by=["attributes.start_time ASC"], max_results=1000):
-        if run.info.run_id != run_id and run.info.status in ("FINISHED", "RUNNING") and \
-                _comparable(run.data.params, run.data.tags) == want:
+    for run in client.search_runs(
+        [this.info.experiment_id],
+        f"params.`{MEASURED}budget_steps_by` = 'run'",
+        order_by=["attributes.start_time ASC"],
+        max_results=1000,
+    ):
+        if (
+            run.info.run_id != run_id
+            and run.info.status in ("FINISHED", "RUNNING")
+            and _comparable(run.data.params, run.data.tags) == want
+        ):
             return int(run.data.params[f"{MEASURED}budget_steps_fixed"]), run.info.run_id
     return None

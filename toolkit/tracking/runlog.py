@@ -5,10 +5,12 @@ calls each one plainly (no ``hasattr``): :class:`toolkit.tracking.tracker.Tracke
 run; a calibration keeps only the params (``toolkit.runs.calibrate``); tests and benchmarks keep
 what they check. Nothing here imports mlflow.
 """
+
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 __all__ = ["RunLog"]
 
@@ -34,6 +36,7 @@ class RunLog:
     def log_figure(self, figure: Any, name: str) -> None:
         """Record a matplotlib figure as ``figures/<name>.png``; the figure is closed either way."""
         import matplotlib.pyplot as plt
+
         plt.close(figure)
 
     def log_text(self, text: str, path: str) -> None:

@@ -18,6 +18,7 @@ for ``ctk server`` (every worker of a sweep logging to it); ``--workers`` sets e
 2-core machine ``mlflow server`` was ready in 11.5 s with one worker and no job runner, against
 20.2 s with mlflow's defaults (13 against 37 CPU-seconds).
 """
+
 from __future__ import annotations
 
 import importlib.util
@@ -29,13 +30,24 @@ import subprocess
 import sys
 import time
 import urllib.request
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from toolkit.errors import CtkError
 
-__all__ = ["LOOPBACK", "UI_WORKERS", "server_env", "server_workers", "is_loopback", "exposure_warning", "mlflow_command",
-           "ui", "serve", "supervise"]
+__all__ = [
+    "LOOPBACK",
+    "UI_WORKERS",
+    "server_env",
+    "server_workers",
+    "is_loopback",
+    "exposure_warning",
+    "mlflow_command",
+    "ui",
+    "serve",
+    "supervise",
+]
 
 LOOPBACK = "127.0.0.1"
 UI_WORKERS = 1
@@ -71,18 +83,31 @@ def exposure_warning(host: str, port: int, basic_auth: bool) -> str | None:
         return None
     where = f"{host}:{port}"
     if basic_auth:
-        return (f"warning: listening on {where}, beyond this machine. Basic-auth is on, but the "
-                "traffic is plain HTTP (passwords and runs readable on the network): prefer an "
-                f"SSH tunnel to {LOOPBACK} (ssh -L {port}:{LOOPBACK}:{port} HOST) or a TLS proxy.")
-    return (f"warning: listening on {where}, beyond this machine: anyone who reaches the port "
-            "can read and change every run and download every artifact. Protect it with "
-            "--basic-auth (mlflow's basic-auth app, `mlflow ui --app-name basic-auth`, needs "
-            f"mlflow[auth]) or keep --host {LOOPBACK} and use an SSH tunnel "
-            f"(ssh -L {port}:{LOOPBACK}:{port} HOST).")
+        return (
+            f"warning: listening on {where}, beyond this machine. Basic-auth is on, but the "
+            "traffic is plain HTTP (passwords and runs readable on the network): prefer an "
+            f"SSH tunnel to {LOOPBACK} (ssh -L {port}:{LOOPBACK}:{port} HOST) or a TLS proxy."
+        )
+    return (
+        f"warning: listening on {where}, beyond this machine: anyone who reaches the port "
+        "can read and change every run and download every artifact. Protect it with "
+        "--basic-auth (mlflow's basic-auth app, `mlflow ui --app-name basic-auth`, needs "
+        f"mlflow[auth]) or keep --host {LOOPBACK} and use an SSH tunnel "
+        f"(ssh -L {port}:{LOOPBACK}:{port} HOST)."
+    )
 
 
-def mlflow_command(kind: str, store: str, *, host: str, port: int, artifacts: str | None,
-                   basic_auth: bool, serve_artifacts: bool = False, workers: int = 1) -> list[str]:
+def mlflow_command(
+    kind: str,
+    store: str,
+    *,
+    host: str,
+    port: int,
+    artifacts: str | None,
+    basic_auth: bool,
+    serve_artifacts: bool = False,
+    workers: int = 1,
+) -> list[str]:
     """``python -m mlflow ui|server`` on ``store`` bound to ``host:port`` with ``workers`` web
     workers; ``serve_artifacts``: the server stores artifacts under ``artifacts`` and serves
     them over HTTP (clients on other machines never need the folder).
@@ -95,14 +120,28 @@ def mlflow_command(kind: str, store: str, *, host: str, port: int, artifacts: st
         raise ValueError(f"kind must be 'ui' or 'server', got {kind!r}")
     if workers < 1:
         raise ValueError(f"workers must be 1 or more, got {workers}")
-    cmd = [sys.executable, "-m", "mlflow", kind, "--backend-store-uri", store,
-           "--host", host, "--port", str(port), "--workers", str(workers)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "mlflow",
+        kind,
+        "--backend-store-uri",
+        store,
+        "--host",
+        host,
+        "--port",
+        str(port),
+        "--workers",
+        str(workers),
+    ]
     if artifacts and serve_artifacts:
         cmd += ["--serve-artifacts", "--artifacts-destination", artifacts]
     elif artifacts:
         cmd += ["--default-artifact-root", artifacts]
     if kind == "server" and not is_loopback(host):  # mlflow's host check: the names workers use
-        names = {socket.gethostname(), socket.getfqdn(), "localhost", LOOPBACK} | ({host} if host != "0.0.0.0" else set())
+        names = {socket.gethostname(), socket.getfqdn(), "localhost", LOOPBACK} | (
+            {host} if host != "0.0.0.0" else set()
+        )
         cmd += ["--allowed-hosts", ",".join(sorted(f"{n}:{port}" for n in names))]
     if basic_auth:
         if importlib.util.find_spec("flask_wtf") is None:
@@ -111,9 +150,17 @@ def mlflow_command(kind: str, store: str, *, host: str, port: int, artifacts: st
     return cmd
 
 
-def ui(uri: str | None, host: str, port: int, basic_auth: bool, echo: Callable[[str], None] = print,
-       warn: Callable[[str], None] = print, ready_timeout: float = 180.0,
-       views: Callable[[Any], list[tuple[str, str]]] | None = None, workers: int = UI_WORKERS) -> int:
+def ui(
+    uri: str | None,
+    host: str,
+    port: int,
+    basic_auth: bool,
+    echo: Callable[[str], None] = print,
+    warn: Callable[[str], None] = print,
+    ready_timeout: float = 180.0,
+    views: Callable[[Any], list[tuple[str, str]]] | None = None,
+    workers: int = UI_WORKERS,
+) -> int:
     """``ctk ui``: ``mlflow ui`` on the existing store at ``uri`` (see
     :func:`~toolkit.tracking.store.tracking_uri`; a missing local store is not created: a
     CtkError says where ctk looked); ``views(client)`` writes the saved views the UI opens and
@@ -123,9 +170,11 @@ def ui(uri: str | None, host: str, port: int, basic_auth: bool, echo: Callable[[
     request, a progress line until then (the exposure warning with ``warn``). Runs until
     Ctrl-C; returns the exit code."""
     from toolkit.tracking.store import artifact_root, no_store, reading_client, tracking_uri
+
     store = tracking_uri(uri)
-    cmd = mlflow_command("ui", store, host=host, port=port, artifacts=artifact_root(store), basic_auth=basic_auth,
-                         workers=workers)
+    cmd = mlflow_command(
+        "ui", store, host=host, port=port, artifacts=artifact_root(store), basic_auth=basic_auth, workers=workers
+    )
     client = reading_client(store)
     if client is None:
         raise CtkError(no_store(store), 1)
@@ -140,11 +189,19 @@ def ui(uri: str | None, host: str, port: int, basic_auth: bool, echo: Callable[[
         for name, route in links:
             echo(f"  {name}: http://{host}:{port}/{route}")
         echo("stop it with Ctrl-C")
+
     return supervise(cmd, host, port, ready, echo, ready_timeout)
 
 
-def supervise(cmd: list[str], host: str, port: int, on_ready: Callable[[], None], echo: Callable[[str], None],
-              ready_timeout: float, note_every: float = 15.0) -> int:
+def supervise(
+    cmd: list[str],
+    host: str,
+    port: int,
+    on_ready: Callable[[], None],
+    echo: Callable[[str], None],
+    ready_timeout: float,
+    note_every: float = 15.0,
+) -> int:
     """Start the server ``cmd`` (its own process group), call ``on_ready`` once an HTTP request
     to its ``/health`` on ``host:port`` succeeds (a progress line every ``note_every`` seconds
     until then), and on Ctrl-C / SIGTERM stop it and its workers. mlflow's job runner stays off
@@ -154,6 +211,7 @@ def supervise(cmd: list[str], host: str, port: int, on_ready: Callable[[], None]
 
     def ask_stop(signum: int, frame: object) -> None:
         stop["asked"] = True
+
     previous = {sig: signal.signal(sig, ask_stop) for sig in (signal.SIGINT, signal.SIGTERM)}
     url = f"http://{LOOPBACK if host in ('0.0.0.0', '::') else host}:{port}/health"
     try:
@@ -179,15 +237,31 @@ def supervise(cmd: list[str], host: str, port: int, on_ready: Callable[[], None]
             signal.signal(sig, handler)
 
 
-def serve(store: str, artifacts: str, host: str, port: int, basic_auth: bool = False,
-          echo: Callable[[str], None] = print, ready_timeout: float = 60.0, workers: int | None = None) -> int:
+def serve(
+    store: str,
+    artifacts: str,
+    host: str,
+    port: int,
+    basic_auth: bool = False,
+    echo: Callable[[str], None] = print,
+    ready_timeout: float = 60.0,
+    workers: int | None = None,
+) -> int:
     """``ctk server``: an mlflow tracking server on ``store`` serving the artifacts kept in
     ``artifacts``; prints the URI that workers set as ``MLFLOW_TRACKING_URI`` once it answers,
     and on Ctrl-C / SIGTERM stops it and its workers (their own process group); ``workers``
     web workers (default :func:`server_workers`). Returns the exit code."""
     Path(artifacts).mkdir(parents=True, exist_ok=True)
-    cmd = mlflow_command("server", store, host=host, port=port, artifacts=str(Path(artifacts).resolve()),
-                         basic_auth=basic_auth, serve_artifacts=True, workers=workers or server_workers())
+    cmd = mlflow_command(
+        "server",
+        store,
+        host=host,
+        port=port,
+        artifacts=str(Path(artifacts).resolve()),
+        basic_auth=basic_auth,
+        serve_artifacts=True,
+        workers=workers or server_workers(),
+    )
     warning = exposure_warning(host, port, basic_auth)
     if warning:
         echo(warning)
@@ -197,6 +271,7 @@ def serve(store: str, artifacts: str, host: str, port: int, basic_auth: bool = F
         echo(f"mlflow tracking server on http://{host}:{port} (store {store}, artifacts {artifacts})")
         echo(f"workers: export MLFLOW_TRACKING_URI=http://{name}:{port}")
         echo("stop it with Ctrl-C")
+
     return supervise(cmd, host, port, ready, echo, ready_timeout)
 
 

@@ -4,6 +4,7 @@ Default store: a SQLite file ``mlflow.db`` and an artifact folder ``mlartifacts/
 working directory (no server); ``$MLFLOW_TRACKING_URI`` or the recipe's ``tracking.uri`` replace
 it.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -11,8 +12,9 @@ import os
 import shutil
 import subprocess
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Iterator
+from typing import TYPE_CHECKING
 
 from toolkit.errors import CtkError
 from toolkit.locking import file_lock
@@ -40,14 +42,14 @@ def tracking_uri(uri: str | None = None, workdir: str | Path | None = None) -> s
 def artifact_root(uri: str) -> str | None:
     """For a local SQLite store, the artifact folder beside the database."""
     if uri.startswith("sqlite:///"):
-        return str(Path(uri[len("sqlite:///"):]).resolve().parent / DEFAULT_ARTIFACTS)
+        return str(Path(uri[len("sqlite:///") :]).resolve().parent / DEFAULT_ARTIFACTS)
     return None
 
 
 def sqlite_path(uri: str) -> Path | None:
     """The database file of a ``sqlite:///PATH`` URI, else None."""
     if uri.startswith("sqlite:///"):
-        return Path(uri[len("sqlite:///"):].split("?", 1)[0]).resolve()
+        return Path(uri[len("sqlite:///") :].split("?", 1)[0]).resolve()
     return None
 
 
@@ -65,8 +67,10 @@ def reading_client(uri: str | None = None) -> MlflowClient | None:
 
 def no_store(uri: str | None = None) -> str:
     """What a reading command says when the store it looked for does not exist (it creates none)."""
-    return (f"no tracking store at {tracking_uri(uri)} (nothing has run in this folder): run ctk in the "
-            "project folder, or point it at a store with --uri URI or MLFLOW_TRACKING_URI")
+    return (
+        f"no tracking store at {tracking_uri(uri)} (nothing has run in this folder): run ctk in the "
+        "project folder, or point it at a store with --uri URI or MLFLOW_TRACKING_URI"
+    )
 
 
 def find_experiment(client: MlflowClient | None, name: str, uri: str | None = None):
@@ -93,7 +97,7 @@ def run_location(uri: str | None, run_id: str) -> tuple[str | None, str | None]:
     except Exception:  # noqa: BLE001 - a summary line, never a failure
         return None, None
     location = info.artifact_uri
-    return (location[len("file://"):] if location.startswith("file://") else location), info.experiment_id
+    return (location[len("file://") :] if location.startswith("file://") else location), info.experiment_id
 
 
 @contextlib.contextmanager
@@ -121,6 +125,7 @@ def client_for(uri: str | None = None) -> MlflowClient:
     opened in."""
     mlflow_environment()
     from mlflow.tracking import MlflowClient
+
     uri = _absolute(tracking_uri(uri))
     if uri in _SET_UP:
         return MlflowClient(tracking_uri=uri)
@@ -134,7 +139,7 @@ def client_for(uri: str | None = None) -> MlflowClient:
 def _absolute(uri: str) -> str:
     """``sqlite:///RELATIVE[?query]`` as ``sqlite:////ABSOLUTE[?query]``; other URIs unchanged."""
     path = sqlite_path(uri)
-    if path is None or uri[len("sqlite:///"):].startswith("/"):
+    if path is None or uri[len("sqlite:///") :].startswith("/"):
         return uri
     query = uri.split("?", 1)[1] if "?" in uri else ""
     return f"sqlite:///{path}" + (f"?{query}" if query else "")
@@ -151,6 +156,7 @@ def schema_template() -> Path:
 
     import mlflow
     from mlflow.tracking import MlflowClient
+
     cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "ctk"
     template = cache / f"mlflow-{mlflow.__version__}-empty-store.db"
     if _empty_store(template):
@@ -169,10 +175,12 @@ def schema_template() -> Path:
 def _empty_store(path: Path) -> bool:
     """Whether ``path`` reads as a SQLite store with an alembic version and no experiment."""
     import sqlite3
+
     try:
         with contextlib.closing(sqlite3.connect(f"file:{path}?mode=ro", uri=True)) as db:
-            return (db.execute("SELECT count(*) FROM alembic_version").fetchone() == (1,)
-                    and db.execute("SELECT count(*) FROM experiments").fetchone() == (0,))
+            return db.execute("SELECT count(*) FROM alembic_version").fetchone() == (1,) and db.execute(
+                "SELECT count(*) FROM experiments"
+            ).fetchone() == (0,)
     except sqlite3.Error:
         return False
 
@@ -211,8 +219,9 @@ def experiment_id(client: MlflowClient, name: str) -> str:
         location = str(Path(root) / name) if root else None
         try:
             # mlflow 3 opens an experiment without this tag in its GenAI (traces) view
-            return client.create_experiment(name, artifact_location=location,
-                                            tags={"mlflow.experimentKind": "custom_model_development"})
+            return client.create_experiment(
+                name, artifact_location=location, tags={"mlflow.experimentKind": "custom_model_development"}
+            )
         except Exception:  # noqa: BLE001 - another process created it first: read it back
             exp = client.get_experiment_by_name(name)
             if exp is None:
@@ -225,8 +234,13 @@ def experiment_id(client: MlflowClient, name: str) -> str:
 
 def git_commit(path: str | Path | None = None) -> str:
     try:
-        out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=path or Path(__file__).parent,
-                             capture_output=True, text=True, timeout=5)
+        out = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"],
+            cwd=path or Path(__file__).parent,
+            capture_output=True,
+            text=True,
+            timeout=5,
+        )
         return out.stdout.strip() or "unknown"
     except (OSError, subprocess.SubprocessError):
         return "unknown"

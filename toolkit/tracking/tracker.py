@@ -5,14 +5,16 @@ Metrics are buffered and sent with one ``log_batch`` per logging interval; while
 not answer they stay queued and training goes on. A run that raises is marked FAILED with the
 error as a tag, never left RUNNING.
 """
+
 from __future__ import annotations
 
 import math
 import sys
 import tempfile
 import time
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 from toolkit.tracking.health import HEARTBEAT_S, liveness_tags, retrying
 from toolkit.tracking.runlog import RunLog
@@ -42,10 +44,16 @@ class Tracker(RunLog):
     is a step of the run path (``toolkit.runs.execute``) and of ``ctk runs``.
     """
 
-    def __init__(self, experiment: str = "ctk", run_name: str | None = None, uri: str | None = None,
-                 tags: Mapping[str, str] | None = None, run_id: str | None = None,
-                 enabled: bool = True,
-                 listeners: Sequence[Callable[[dict[str, float], int], None]] = ()) -> None:
+    def __init__(
+        self,
+        experiment: str = "ctk",
+        run_name: str | None = None,
+        uri: str | None = None,
+        tags: Mapping[str, str] | None = None,
+        run_id: str | None = None,
+        enabled: bool = True,
+        listeners: Sequence[Callable[[dict[str, float], int], None]] = (),
+    ) -> None:
         self.enabled = enabled
         self.experiment = experiment
         self.run_name = run_name
@@ -60,7 +68,7 @@ class Tracker(RunLog):
         self.listeners = tuple(listeners)
 
     # -- lifecycle --------------------------------------------------------------------------
-    def __enter__(self) -> "Tracker":
+    def __enter__(self) -> Tracker:
         if not self.enabled:
             return self
         self.client = client_for(self.uri)
@@ -104,24 +112,30 @@ class Tracker(RunLog):
                 self.client.set_tag(self.run_id, "error", reason[:5000])
                 self.client.set_terminated(self.run_id, "KILLED" if exc_type is KeyboardInterrupt else "FAILED")
         except Exception as err:  # noqa: BLE001 - never hide the run's own outcome behind the store's
-            print(f"[ctk] warning: could not record the end of run {self.run_id} in {self.uri} "
-                  f"({type(err).__name__}); {len(self._pending)} metrics were not sent", file=sys.stderr, flush=True)
+            print(
+                f"[ctk] warning: could not record the end of run {self.run_id} in {self.uri} "
+                f"({type(err).__name__}); {len(self._pending)} metrics were not sent",
+                file=sys.stderr,
+                flush=True,
+            )
 
     # -- logging ----------------------------------------------------------------------------
     def log_params(self, params: Mapping[str, Any]) -> None:
         if not self.enabled:
             return
         from mlflow.entities import Param
+
         items = [Param(str(k), _param_value(v)) for k, v in params.items()]
         existing = set(self.client.get_run(self.run_id).data.params) if self.run_id else set()
         items = [p for p in items if p.key not in existing]
         for i in range(0, len(items), 100):
-            self.client.log_batch(self.run_id, params=items[i:i + 100])
+            self.client.log_batch(self.run_id, params=items[i : i + 100])
 
     def set_tags(self, tags: Mapping[str, Any]) -> None:
         if not self.enabled:
             return
         from mlflow.entities import RunTag
+
         self.client.log_batch(self.run_id, tags=[RunTag(str(k), str(v)) for k, v in tags.items()])
 
     def log_metrics(self, metrics: Mapping[str, Any], step: int, flush: bool = True) -> None:
@@ -129,6 +143,7 @@ class Tracker(RunLog):
         if not self.enabled:
             return
         from mlflow.entities import Metric
+
         ts = int(time.time() * 1000)
         for k, v in metrics.items():
             value = float(v.item() if hasattr(v, "item") else v)
@@ -148,6 +163,7 @@ class Tracker(RunLog):
         if not self.enabled:
             return
         from mlflow.entities import RunTag
+
         try:
             if time.monotonic() - self._last_beat >= HEARTBEAT_S:
                 self.client.log_batch(self.run_id, tags=[RunTag(k, v) for k, v in liveness_tags().items()])
@@ -160,9 +176,13 @@ class Tracker(RunLog):
                 del self._pending[: len(self._pending) - MAX_PENDING]
             if not self._outage_warned:
                 self._outage_warned = True
-                print(f"[ctk] warning: the tracking store {self.uri} did not take the metrics "
-                      f"({type(exc).__name__}: {str(exc).splitlines()[0][:200]}); training goes on and "
-                      "they are sent when it answers again", file=sys.stderr, flush=True)
+                print(
+                    f"[ctk] warning: the tracking store {self.uri} did not take the metrics "
+                    f"({type(exc).__name__}: {str(exc).splitlines()[0][:200]}); training goes on and "
+                    "they are sent when it answers again",
+                    file=sys.stderr,
+                    flush=True,
+                )
             return
         if self._outage_warned:
             self._outage_warned = False
@@ -181,6 +201,7 @@ class Tracker(RunLog):
         if self.enabled:
             self.client.log_figure(self.run_id, figure, f"figures/{name}.png")
         import matplotlib.pyplot as plt
+
         plt.close(figure)
 
     def log_text(self, text: str, path: str) -> None:
@@ -197,6 +218,7 @@ class Tracker(RunLog):
         if not self.enabled:
             return
         from toolkit.tracking.encoder_file import ARTIFACT_PATH, save_encoder
+
         with tempfile.TemporaryDirectory() as tmp:
             path = save_encoder(Path(tmp) / Path(ARTIFACT_PATH).name, encoder, recipe, extras)
             self.client.log_artifact(self.run_id, str(path), str(Path(ARTIFACT_PATH).parent))

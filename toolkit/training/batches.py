@@ -7,9 +7,11 @@ resumed epoch are skipped (:func:`epoch_batches`). :class:`TensorBatches` serves
 tensors; streamed datasets (``domains/vision/streaming.py``) start an epoch at any batch
 without reading the ones before it, and give each rank its own share of every batch.
 """
+
 from __future__ import annotations
 
-from typing import Any, Iterator, Mapping
+from collections.abc import Iterator, Mapping
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -73,6 +75,7 @@ def epoch_orders() -> tuple[type, ...]:
     (:class:`Batches`), :class:`SeededEpochSampler` and torch's ``DistributedSampler`` (a
     ``DataBundle.sampler``)."""
     from torch.utils.data.distributed import DistributedSampler
+
     return (Batches, SeededEpochSampler, DistributedSampler)
 
 
@@ -87,8 +90,14 @@ class TensorBatches(Batches):
     """Batches of dicts from in-memory tensors of equal length: ``{"x": ..., "y": ...,
     "index": ...}``. ``index`` (dataset positions) is added automatically."""
 
-    def __init__(self, tensors: Mapping[str, Tensor], batch_size: int, seed: int = 0,
-                 shuffle: bool = True, drop_last: bool = True) -> None:
+    def __init__(
+        self,
+        tensors: Mapping[str, Tensor],
+        batch_size: int,
+        seed: int = 0,
+        shuffle: bool = True,
+        drop_last: bool = True,
+    ) -> None:
         lengths = {k: len(v) for k, v in tensors.items()}
         if len(set(lengths.values())) != 1:
             raise ValueError(f"tensors must have equal lengths, got {lengths}")
@@ -109,7 +118,7 @@ class TensorBatches(Batches):
     def iter_from(self, start: int) -> Iterator[dict[str, Any]]:
         order = torch.tensor(list(iter(self.sampler)), dtype=torch.long)
         for b in range(start, len(self)):
-            idx = order[b * self.batch_size:(b + 1) * self.batch_size]
+            idx = order[b * self.batch_size : (b + 1) * self.batch_size]
             batch = {k: v[idx] for k, v in self.tensors.items()}
             batch["index"] = idx
             yield batch

@@ -23,6 +23,7 @@ experiment fixed with the same settings (seed aside) on the same machine, when t
 (:func:`toolkit.tracking.measured.earlier_steps`; ``measured.budget_steps_by = run <id>``), so a
 second seed trains as long as the first.
 """
+
 from __future__ import annotations
 
 import copy
@@ -101,8 +102,9 @@ def fix_steps_from_speed(trainer: Any, monitor_seconds: float) -> int:
         steps, per_step = max(1, min(ceiling, int(given))), None
     else:
         per_step = speed(trainer)
-        steps = max(1, min(ceiling, steps_that_fit(budget.minutes * 60.0, per_step, budget.monitor_every,
-                                                   monitor_seconds)))
+        steps = max(
+            1, min(ceiling, steps_that_fit(budget.minutes * 60.0, per_step, budget.monitor_every, monitor_seconds))
+        )
     if dist:
         steps = int(dist.broadcast_object(steps))
     trainer.total = trainer.state.planned_steps = steps
@@ -111,11 +113,21 @@ def fix_steps_from_speed(trainer: Any, monitor_seconds: float) -> int:
     ceiling_note = " (the budget's ceiling)" if steps == ceiling else f" of at most {ceiling}"
     warm, blocks, size = CALIBRATION_STEPS
     by = trainer.options.fixed_by
-    how = ((f"{steps} steps (fixed once by the sweep for every point)" if by == "sweep" else
-            f"{steps} steps (as {by} fixed them: the same settings on this machine)") if per_step is None else
-           f"{per_step * 1e3:.1f} ms/step (median of {blocks} blocks of {size} timed steps) -> {steps} steps")
-    print(f"[ctk] budget.minutes {budget.minutes:g}: {how}{ceiling_note}, {steps / trainer.steps_per_epoch:.2f} "
-          f"epochs; replay with --set budget.steps={steps}", file=sys.stderr, flush=True)
+    how = (
+        (
+            f"{steps} steps (fixed once by the sweep for every point)"
+            if by == "sweep"
+            else f"{steps} steps (as {by} fixed them: the same settings on this machine)"
+        )
+        if per_step is None
+        else f"{per_step * 1e3:.1f} ms/step (median of {blocks} blocks of {size} timed steps) -> {steps} steps"
+    )
+    print(
+        f"[ctk] budget.minutes {budget.minutes:g}: {how}{ceiling_note}, {steps / trainer.steps_per_epoch:.2f} "
+        f"epochs; replay with --set budget.steps={steps}",
+        file=sys.stderr,
+        flush=True,
+    )
     logged = {f"{MEASURED}budget_steps_fixed": steps, f"{MEASURED}budget_steps_by": by if given else "run"}
     if per_step is not None:
         logged[f"{MEASURED}budget_ms_per_step"] = round(per_step * 1e3, 2)
@@ -140,11 +152,14 @@ def calibrate(trainer: Any) -> dict[str, float]:
 
     def stop(step: int) -> None:
         raise _Calibrated
+
     trainer.tracker = Kept()
     trainer.options.hooks.append(stop)
     try:
         trainer.fit()
     except _Calibrated:
         pass
-    return {"steps": int(logged[f"{MEASURED}budget_steps_fixed"]),
-            "ms_per_step": float(logged.get(f"{MEASURED}budget_ms_per_step", "nan"))}
+    return {
+        "steps": int(logged[f"{MEASURED}budget_steps_fixed"]),
+        "ms_per_step": float(logged.get(f"{MEASURED}budget_ms_per_step", "nan")),
+    }

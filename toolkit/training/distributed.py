@@ -21,6 +21,7 @@
 * Multi-node: ``ctk run ... --nnodes N --node-rank R --master-addr A --master-port P`` launches
   the node's ``--nproc`` processes with torchrun's static rendezvous (see :func:`launch`).
 """
+
 from __future__ import annotations
 
 import os
@@ -37,8 +38,15 @@ from torch import Tensor, nn
 from toolkit.losses.base import ContrastiveBatch
 
 
-def torchrun_command(nproc: int, script: str, args: list[str], nnodes: int = 1, node_rank: int = 0,
-                     master_addr: str = "127.0.0.1", master_port: int = 29500) -> list[str]:
+def torchrun_command(
+    nproc: int,
+    script: str,
+    args: list[str],
+    nnodes: int = 1,
+    node_rank: int = 0,
+    master_addr: str = "127.0.0.1",
+    master_port: int = 29500,
+) -> list[str]:
     """The torchrun command line of one node: ``--standalone`` on one node; on several,
     ``--nnodes N --node-rank R --master-addr A --master-port P`` (static rendezvous: node 0
     hosts the store at A:P; every node runs the same command with its own rank)."""
@@ -46,9 +54,16 @@ def torchrun_command(nproc: int, script: str, args: list[str], nnodes: int = 1, 
         raise ValueError(f"--nproc must be >= 1, got {nproc}")
     if nnodes < 1 or not 0 <= node_rank < nnodes:
         raise ValueError(f"--node-rank must lie in [0, --nnodes), got node rank {node_rank} of {nnodes} nodes")
-    where = (["--standalone"] if nnodes == 1 else
-             [f"--nnodes={nnodes}", f"--node-rank={node_rank}", f"--master-addr={master_addr}",
-              f"--master-port={master_port}"])
+    where = (
+        ["--standalone"]
+        if nnodes == 1
+        else [
+            f"--nnodes={nnodes}",
+            f"--node-rank={node_rank}",
+            f"--master-addr={master_addr}",
+            f"--master-port={master_port}",
+        ]
+    )
     return [sys.executable, "-m", "torch.distributed.run", *where, f"--nproc-per-node={nproc}", script, *args]
 
 
@@ -74,6 +89,7 @@ def launch(nproc: int, script: str, args: list[str], **nodes: Any) -> int:
 def all_gather_with_grad(x: Tensor) -> Tensor:
     """Concatenate ``x`` from every rank along dim 0, in rank order, keeping gradients."""
     from torch.distributed.nn.functional import all_gather
+
     return torch.cat(all_gather(x.contiguous()), dim=0)
 
 
@@ -104,10 +120,10 @@ class ShuffledKeys(nn.Module):
         world, rank, n = self.ctx.world_size, self.ctx.rank, x.shape[0]
         gathered = all_gather_no_grad(x)
         perm = torch.randperm(gathered.shape[0], generator=self.generator).to(x.device)
-        mine = self.key_encoder(gathered[perm[rank * n:(rank + 1) * n]])
+        mine = self.key_encoder(gathered[perm[rank * n : (rank + 1) * n]])
         keys = torch.empty((world * n, *mine.shape[1:]), dtype=mine.dtype, device=mine.device)
         keys[perm] = all_gather_no_grad(mine)
-        return keys[rank * n:(rank + 1) * n]
+        return keys[rank * n : (rank + 1) * n]
 
 
 @dataclass
@@ -142,8 +158,10 @@ class Context:
         conversion is in place, so ``encoder`` itself then holds the SyncBatchNorm layers)."""
         if sync_bn:
             if self.device.type != "cuda":
-                raise ValueError("distributed.sync_bn: true needs CUDA devices (torch's SyncBatchNorm "
-                                 f"runs on GPUs only), got device {self.device}; set it to false on CPU")
+                raise ValueError(
+                    "distributed.sync_bn: true needs CUDA devices (torch's SyncBatchNorm "
+                    f"runs on GPUs only), got device {self.device}; set it to false on CPU"
+                )
             # in place for a non-BN root: the parameters stay the same objects
             encoder = nn.SyncBatchNorm.convert_sync_batchnorm(encoder)
         ids = [self.device.index] if self.device.type == "cuda" else None
@@ -158,7 +176,7 @@ class Context:
                 if n % self.world_size:
                     raise ValueError(f"the global batch ({n}) must divide evenly over {self.world_size} processes")
                 per = n // self.world_size
-                v = v[self.rank * per:(self.rank + 1) * per]
+                v = v[self.rank * per : (self.rank + 1) * per]
             out[k] = v
         return out
 
@@ -166,14 +184,17 @@ class Context:
         """The global ContrastiveBatch: views (with gradients), keys, natural and indices
         concatenated over ranks in rank order."""
         if batch.scores is not None:
-            raise ValueError("domain-scored batches (scores/positive_mask) cannot be gathered across "
-                             "ranks yet; run this domain with one process per run")
+            raise ValueError(
+                "domain-scored batches (scores/positive_mask) cannot be gathered across "
+                "ranks yet; run this domain with one process per run"
+            )
         return replace(
             batch,
             views=all_gather_with_grad(batch.views) if batch.views is not None else None,
             natural=all_gather_with_grad(batch.natural) if batch.natural is not None else None,
             keys=all_gather_no_grad(batch.keys) if batch.keys is not None else None,
-            indices=all_gather_no_grad(batch.indices) if batch.indices is not None else None)
+            indices=all_gather_no_grad(batch.indices) if batch.indices is not None else None,
+        )
 
     def any_rank(self, flag: bool) -> bool:
         """True on every rank when ``flag`` is true on at least one (one small all-reduce)."""

@@ -19,6 +19,7 @@ any machine; ``none`` also lets a user keep a fast CPU to fp32). ``ATEN_CPU_CAPA
 ``ONEDNN_MAX_CPU_ISA=AVX2`` (torch's and oneDNN's own caps) are honoured: under them the CPU
 counts as having no native bf16, since neither library then uses its bf16 instructions.
 """
+
 from __future__ import annotations
 
 import os
@@ -28,8 +29,19 @@ from functools import lru_cache
 
 import torch
 
-__all__ = ["PRECISIONS", "Choice", "CpuBf16", "autocast_dtype", "cpu_bf16", "cpu_model", "machine_line",
-           "machine_params", "problem", "resolve", "OVERRIDE_ENV"]
+__all__ = [
+    "PRECISIONS",
+    "Choice",
+    "CpuBf16",
+    "autocast_dtype",
+    "cpu_bf16",
+    "cpu_model",
+    "machine_line",
+    "machine_params",
+    "problem",
+    "resolve",
+    "OVERRIDE_ENV",
+]
 
 PRECISIONS = ("auto", "fp32", "bf16", "fp16")
 OVERRIDE_ENV = "CTK_CPU_BF16"
@@ -129,9 +141,11 @@ def machine_line() -> str:
     """One line naming the machine a figure was measured on: CPU model, torch's CPU capability,
     native bf16 or not, torch version (and the GPU when there is one)."""
     bf16 = cpu_bf16()
-    line = (f"machine: {cpu_model()} ({platform.machine()}), {os.cpu_count()} cores, torch "
-            f"{torch.__version__}, CPU capability {torch.backends.cpu.get_cpu_capability()}, "
-            f"bf16 {'native' if bf16.native else 'not native'} ({bf16.feature})")
+    line = (
+        f"machine: {cpu_model()} ({platform.machine()}), {os.cpu_count()} cores, torch "
+        f"{torch.__version__}, CPU capability {torch.backends.cpu.get_cpu_capability()}, "
+        f"bf16 {'native' if bf16.native else 'not native'} ({bf16.feature})"
+    )
     if torch.cuda.is_available():
         line += f"; GPU: {torch.cuda.get_device_name(0)}"
     return line
@@ -142,10 +156,14 @@ def machine_params() -> dict[str, str]:
     :mod:`toolkit.tracking.measured`): torch's CPU capability, native bf16 or not, the CPU model,
     the GPU (``none`` without CUDA), the torch version and its CPU threads."""
     bf16 = cpu_bf16()
-    return {"cpu_capability": torch.backends.cpu.get_cpu_capability(),
-            "cpu_bf16": "native" if bf16.native else "not native", "cpu_model": cpu_model(),
-            "gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else "none",
-            "torch": torch.__version__, "threads": str(torch.get_num_threads())}
+    return {
+        "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+        "cpu_bf16": "native" if bf16.native else "not native",
+        "cpu_model": cpu_model(),
+        "gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else "none",
+        "torch": torch.__version__,
+        "threads": str(torch.get_num_threads()),
+    }
 
 
 def _cuda_bf16(device: torch.device) -> bool:
@@ -160,19 +178,27 @@ def problem(requested: str, device: torch.device | str) -> str | None:
         if device.type == "cpu":
             bf16 = cpu_bf16()
             if not bf16.native:
-                return (f"this CPU ({cpu_model()}) has no native bf16: it needs AVX512-BF16 or AMX "
-                        f"(x86) or the BF16 extension (aarch64); found {bf16.feature}. Emulated bf16 "
-                        "runs about 10x slower than fp32 here (and some oneDNN kernels refuse it). "
-                        "Use precision: auto (fp32 on this CPU) or fp32; set "
-                        f"{OVERRIDE_ENV}=native to run bf16 anyway")
+                return (
+                    f"this CPU ({cpu_model()}) has no native bf16: it needs AVX512-BF16 or AMX "
+                    f"(x86) or the BF16 extension (aarch64); found {bf16.feature}. Emulated bf16 "
+                    "runs about 10x slower than fp32 here (and some oneDNN kernels refuse it). "
+                    "Use precision: auto (fp32 on this CPU) or fp32; set "
+                    f"{OVERRIDE_ENV}=native to run bf16 anyway"
+                )
         elif device.type == "cuda" and not _cuda_bf16(device):
-            return (f"this GPU ({torch.cuda.get_device_name(device)}) has no bf16 support; use "
-                    "precision: auto (fp16 with loss scaling) or fp16")
+            return (
+                f"this GPU ({torch.cuda.get_device_name(device)}) has no bf16 support; use "
+                "precision: auto (fp16 with loss scaling) or fp16"
+            )
     return None
 
 
-def resolve(requested: str, device: torch.device | str,
-            allowed: tuple[str, ...] = ("fp32", "bf16", "fp16"), auto_fp32: str | None = None) -> Choice:
+def resolve(
+    requested: str,
+    device: torch.device | str,
+    allowed: tuple[str, ...] = ("fp32", "bf16", "fp16"),
+    auto_fp32: str | None = None,
+) -> Choice:
     """The precision a run on ``device`` computes in. ``allowed`` is what the domain's trainer
     supports (RL: no fp16); ``auto_fp32``, a domain's reason to keep ``auto`` at fp32 everywhere.
     Raises ValueError with :func:`problem`'s message for an explicit value this hardware cannot

@@ -20,13 +20,15 @@ loss) and ``--nproc`` stop requests (checked at log steps) are the exceptions.
 Under torchrun every rank draws its own views (``views`` generator seeded by rank), shares the
 shuffle-BN permutation generator, and rank 0's checkpoint holds every rank's random state.
 """
+
 from __future__ import annotations
 
 import contextlib
 import math
 import time
+from collections.abc import Iterator, Mapping
 from dataclasses import asdict, dataclass, field
-from typing import Any, Iterator, Mapping
+from typing import Any
 
 import torch
 from tqdm import tqdm
@@ -34,7 +36,8 @@ from tqdm import tqdm
 from toolkit import checkpoint as ckpt
 from toolkit import objective as objective_mod
 from toolkit.training.batches import Batches, DataStop, epoch_batches, epoch_orders
-from toolkit.training.budget import calibrate as calibrate_length, fix_steps_from_speed
+from toolkit.training.budget import calibrate as calibrate_length
+from toolkit.training.budget import fix_steps_from_speed
 from toolkit.training.optim import build_optimizer, build_scheduler
 from toolkit.training.precision import autocast_dtype
 from toolkit.training.trainer import NonFiniteLoss, RunOptions, StopAfterStep, Trainer, select_device
@@ -94,6 +97,7 @@ class Pretrainer(Trainer):
         self.key_encoder = self.objective.key_encoder
         if dist and recipe.distributed.shuffle_bn and self.key_encoder is not None:
             from toolkit.training.distributed import ShuffledKeys
+
             self.key_encoder = ShuffledKeys(self.key_encoder, dist, self.shuffle_gen)
         self._bad: tuple[torch.Tensor, torch.Tensor] | None = None  # (first non-finite step, its loss)
         self._rank_rng: list[Any] | None = None
@@ -136,9 +140,15 @@ class Pretrainer(Trainer):
         self._settle_sums()
         loop = asdict(self.state)
         loop["history"] = [list(h) for h in loop["history"]]
-        state = {"encoder": self.encoder.state_dict(), "objective": self.objective.state_dict(),
-                 "optimizer": self.optimizer.state_dict(), "scheduler": self.scheduler.state_dict(),
-                 "scaler": self.scaler.state_dict(), "loop": loop, "rng": ckpt.rng_state(self._generators())}
+        state = {
+            "encoder": self.encoder.state_dict(),
+            "objective": self.objective.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "scheduler": self.scheduler.state_dict(),
+            "scaler": self.scaler.state_dict(),
+            "loop": loop,
+            "rng": ckpt.rng_state(self._generators()),
+        }
         if self._rank_rng is not None:
             state["rng_ranks"] = self._rank_rng
         return state
@@ -196,7 +206,8 @@ class Pretrainer(Trainer):
             f"records since the last log step: {recs}. It was found at step {self.state.step} (the loss is "
             f"checked on log steps, without host syncs in between); no state after step {bad_step} was "
             f"saved, the last good checkpoint is {last or '(none)'}. "
-            "Lower the learning rate, raise the temperature, or check the inputs.")
+            "Lower the learning rate, raise the temperature, or check the inputs."
+        )
 
     # -- training ---------------------------------------------------------------------------
     def _autocast(self) -> Any:
@@ -211,8 +222,14 @@ class Pretrainer(Trainer):
         """Train to the budget: log every ``log_every`` steps, monitor, evaluate and
         checkpoint as the budget says; Ctrl-C checkpoints the step and stops."""
         state, dist = self.state, self.options.distributed
-        bar = tqdm(total=self.total, initial=state.step, disable=not self.options.progress, unit="step",
-                   dynamic_ncols=True, desc=self.recipe.run_name)
+        bar = tqdm(
+            total=self.total,
+            initial=state.step,
+            disable=not self.options.progress,
+            unit="step",
+            dynamic_ncols=True,
+            desc=self.recipe.run_name,
+        )
         self.encoder.train()
         monitor_seconds = 0.0
         if state.step == 0 and self.recipe.budget.monitor_every:
@@ -236,8 +253,7 @@ class Pretrainer(Trainer):
                     self._train_step(batch, i)
                     bar.update(1)
                     self._after_step(bar)
-                    stopping = stop.requested if dist is None else (
-                        self._log_due() and dist.any_rank(stop.requested))
+                    stopping = stop.requested if dist is None else (self._log_due() and dist.any_rank(stop.requested))
                     if stopping:
                         self.stop_now(f"step {state.step} of {self.total}")
                     if state.step >= self.total:
@@ -250,6 +266,7 @@ class Pretrainer(Trainer):
         bar.close()
         if state.history:
             from toolkit.evaluation.plots import loss_curve_figure
+
             steps, values = zip(*state.history)
             self.tracker.log_figure(loss_curve_figure(list(steps), list(values)), "loss_curve")
 
@@ -261,8 +278,11 @@ class Pretrainer(Trainer):
         except DataStop as exc:
             path = self.save_checkpoint()
             folder = self.options.checkpoint_dir
-            where = (f"; step {self.state.step} is checkpointed in {path}, continue with: ctk run --resume "
-                     f"{folder.name}" if path is not None and folder is not None else "")
+            where = (
+                f"; step {self.state.step} is checkpointed in {path}, continue with: ctk run --resume {folder.name}"
+                if path is not None and folder is not None
+                else ""
+            )
             raise DataStop(f"{exc}{where}") from exc
 
     def _train_step(self, batch: Any, index: int) -> None:
@@ -271,8 +291,15 @@ class Pretrainer(Trainer):
             batch = dist.shard(batch)
         batch = to_device(batch, self.device)
         with self._autocast():
-            cb = self.domain.contrastive_batch(batch, self.model, self.key_encoder, objective.needs,
-                                               self.recipe.objective.views, state.step, self.views_gen)
+            cb = self.domain.contrastive_batch(
+                batch,
+                self.model,
+                self.key_encoder,
+                objective.needs,
+                self.recipe.objective.views,
+                state.step,
+                self.views_gen,
+            )
             if dist:
                 cb = dist.gather_batch(cb)
             objective.prepare(cb)
@@ -296,8 +323,10 @@ class Pretrainer(Trainer):
     def _note_finite(self, loss: torch.Tensor) -> None:
         """Remember the first non-finite loss (step and value) on the device, without a sync."""
         if self._bad is None:
-            self._bad = (torch.full((), -1, dtype=torch.long, device=loss.device),
-                         torch.zeros((), dtype=torch.float32, device=loss.device))
+            self._bad = (
+                torch.full((), -1, dtype=torch.long, device=loss.device),
+                torch.zeros((), dtype=torch.float32, device=loss.device),
+            )
         prev_step, prev_loss = self._bad
         first = (prev_step < 0) & ~torch.isfinite(loss)
         self._bad = (torch.where(first, self.state.step, prev_step), torch.where(first, loss.float(), prev_loss))
@@ -357,8 +386,9 @@ class Pretrainer(Trainer):
         avg["train/epoch"] = state.epoch + state.batch_in_epoch / self.steps_per_epoch
         state.history.append((state.step, avg["train/loss"]))
         data = self.data.train.metrics() if isinstance(self.data.train, Batches) else {}
-        self.tracker.log_metrics({**avg, **data, "train/samples_per_s": rate,
-                                  "train/wall_seconds": state.train_seconds}, state.step)
+        self.tracker.log_metrics(
+            {**avg, **data, "train/samples_per_s": rate, "train/wall_seconds": state.train_seconds}, state.step
+        )
         bar.set_postfix(loss=f"{avg['train/loss']:.4f}", rate=f"{rate:.0f}/s")
         state.sums, state.count = {}, 0
 
@@ -391,6 +421,7 @@ class Pretrainer(Trainer):
         self._progress(self.state.metrics)
         if self.is_main:
             from toolkit.evaluation.plots import time_to_accuracy_figure
+
             series: dict[str, list[tuple[float, float]]] = {}
             for seconds, _, name, value in self.state.progress:
                 series.setdefault(name, []).append((seconds, value))

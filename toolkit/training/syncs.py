@@ -7,6 +7,7 @@ would wait for); ``bench/precision_step.py`` and the loop's tests read it per st
 by torch's own code are not counted: they are of host-side values (an optimizer's step count
 lives on the CPU unless it is ``capturable``).
 """
+
 from __future__ import annotations
 
 import sys
@@ -36,8 +37,9 @@ class SyncCounter:
             original = getattr(torch.Tensor, name)
             self._saved[name] = original
 
-            def counted(tensor: torch.Tensor, *args: Any, _name: str = name, _original: Any = original,
-                        **kwargs: Any) -> Any:
+            def counted(
+                tensor: torch.Tensor, *args: Any, _name: str = name, _original: Any = original, **kwargs: Any
+            ) -> Any:
                 caller = sys._getframe(1).f_globals.get("__name__", "")
                 if not caller.startswith("torch."):
                     self.calls[_name] += 1

@@ -15,15 +15,17 @@ A trainer supplies ``state_dict`` / ``load_state_dict``; :mod:`toolkit.checkpoin
 (data only, atomic, device-portable files; the envelope with the format version and the recipe,
 so a resume can say which recipe keys changed; finding a run's checkpoints).
 """
+
 from __future__ import annotations
 
 import signal
 import sys
 import threading
 import time
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any
 
 import torch
 from torch import nn
@@ -34,18 +36,19 @@ from toolkit.tracking.runlog import RunLog
 
 __all__ = ["RunOptions", "Trainer", "NonFiniteLoss", "StopAfterStep", "select_device"]
 
+
 @dataclass
 class RunOptions:
     """How a run is executed (not what it computes: that is the recipe)."""
 
     device: torch.device | None = None
-    distributed: Any = None                  # toolkit.training.distributed.Context, or None
+    distributed: Any = None  # toolkit.training.distributed.Context, or None
     progress: bool = True
-    checkpoint_dir: Path | None = None       # None: no checkpoints
+    checkpoint_dir: Path | None = None  # None: no checkpoints
     keep_checkpoints: int = 2
     hooks: list[Callable[[int], None]] = field(default_factory=list)  # called with the step
-    fixed_steps: int | None = None           # budget.minutes' step count, fixed before the run
-    fixed_by: str = "sweep"                  # who fixed it: the sweep, or an earlier run ("run <id>")
+    fixed_steps: int | None = None  # budget.minutes' step count, fixed before the run
+    fixed_by: str = "sweep"  # who fixed it: the sweep, or an earlier run ("run <id>")
 
 
 class Trainer:
@@ -105,8 +108,13 @@ class Trainer:
         if path is None or not self.is_main:
             return None
         self.last_checkpoint_time = time.monotonic()
-        saved = ckpt.write(path, self.state_dict(), self._resolved(), self.tracker.run_id,
-                           keep=self.options.keep_checkpoints if keep is None else keep)
+        saved = ckpt.write(
+            path,
+            self.state_dict(),
+            self._resolved(),
+            self.tracker.run_id,
+            keep=self.options.keep_checkpoints if keep is None else keep,
+        )
         if path.suffix == ".pt":
             self.tracker.note_checkpoint(saved, self.step)
         return saved
@@ -118,7 +126,9 @@ class Trainer:
         folder = self.options.checkpoint_dir
         raise KeyboardInterrupt(
             f"stopped after {position}, checkpointed in {path}; continue with: ctk run --resume {folder.name}"
-            if folder is not None else f"stopped after {position} (no checkpoint folder, so no resume)")
+            if folder is not None
+            else f"stopped after {position} (no checkpoint folder, so no resume)"
+        )
 
     def _resolved(self) -> dict[str, Any]:
         return self.recipe.resolved if self.recipe is not None else {}
@@ -155,7 +165,7 @@ class StopAfterStep:
         self.allow_force = allow_force
         self._previous: dict[int, Any] = {}
 
-    def __enter__(self) -> "StopAfterStep":
+    def __enter__(self) -> StopAfterStep:
         if threading.current_thread() is threading.main_thread():
             for sig in (signal.SIGINT, signal.SIGTERM):
                 self._previous[sig] = signal.signal(sig, self._handle)
@@ -166,8 +176,11 @@ class StopAfterStep:
             raise KeyboardInterrupt("stopped at once (second Ctrl-C); the last periodic checkpoint is kept")
         if not self.requested:
             what = "Ctrl-C" if signum == signal.SIGINT else signal.Signals(signum).name
-            print(f"\n[ctk] {what}: stopping after this step and checkpointing it (Ctrl-C again stops at once)",
-                  file=sys.stderr, flush=True)
+            print(
+                f"\n[ctk] {what}: stopping after this step and checkpointing it (Ctrl-C again stops at once)",
+                file=sys.stderr,
+                flush=True,
+            )
         self.requested = True
 
     def __exit__(self, *exc: Any) -> None:

@@ -8,6 +8,7 @@ numbers a meaning.
 * :class:`BagOfWords`: binary unigram counts with the vocabulary of each task's own sentences
   (the standard bag-of-words anchor; docs/data.md lists its accuracies on the offline tasks).
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -40,8 +41,9 @@ class BagOfWords:
     at least ``min_df`` times)."""
 
     def __init__(self, min_df: int = 1, ngram_range: tuple[int, int] = (1, 1)) -> None:
-        self.vectorizer = CountVectorizer(binary=True, lowercase=True, min_df=min_df,
-                                          ngram_range=ngram_range, token_pattern=r"(?u)\b\w+\b")
+        self.vectorizer = CountVectorizer(
+            binary=True, lowercase=True, min_df=min_df, ngram_range=ngram_range, token_pattern=r"(?u)\b\w+\b"
+        )
         self.fitted = False
 
     def prepare(self, task: Task) -> None:

@@ -14,10 +14,11 @@ logic lives here. Dense features are standardised with the statistics of each tr
 (lbfgs); sparse ones (bag-of-words counts) are used as they are (liblinear, one-vs-rest for
 TREC's 6 classes).
 """
+
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Sequence
 
 import numpy as np
 import scipy.sparse as sp
@@ -53,8 +54,15 @@ def _probe_options(X, max_iter: int) -> dict:  # noqa: ANN001
     return dict(solver="liblinear" if sp.issparse(X) else "lbfgs", max_iter=max_iter)
 
 
-def _choose_c(X, y, c_grid: Sequence[float], selection: str, inner_folds: int, seed: int,  # noqa: ANN001
-              max_iter: int) -> float:
+def _choose_c(
+    X,
+    y,
+    c_grid: Sequence[float],
+    selection: str,
+    inner_folds: int,
+    seed: int,  # noqa: ANN001
+    max_iter: int,
+) -> float:
     if len(c_grid) == 1 or selection == "none":
         return float(c_grid[0])
     if selection == "holdout":
@@ -74,17 +82,24 @@ def _check(X, y, c_grid: Sequence[float], selection: str) -> None:  # noqa: ANN0
         raise ValueError(f"selection must be one of {', '.join(SELECTIONS)}, got {selection!r}")
 
 
-def kfold_accuracy(X, y, folds: int = 10, seed: int = 0,  # noqa: ANN001
-                   c_grid: Sequence[float] = (0.01, 0.1, 1.0), selection: str = "kfold",
-                   inner_folds: int = 5, max_iter: int = 1000, binary_f1: bool = False) -> ProbeResult:
+def kfold_accuracy(
+    X,
+    y,
+    folds: int = 10,
+    seed: int = 0,  # noqa: ANN001
+    c_grid: Sequence[float] = (0.01, 0.1, 1.0),
+    selection: str = "kfold",
+    inner_folds: int = 5,
+    max_iter: int = 1000,
+    binary_f1: bool = False,
+) -> ProbeResult:
     """Stratified ``folds``-fold accuracy (percent) of an L2 logistic regression on ``X``."""
     y = np.asarray(y)
     _check(X, y, c_grid, selection)
     if not isinstance(folds, int) or folds < 2:
         raise ValueError(f"folds must be an integer >= 2, got {folds!r}")
     accs, chosen, preds = [], [], np.empty_like(y)
-    for k, (tr, te) in enumerate(StratifiedKFold(folds, shuffle=True, random_state=seed).split(
-            np.zeros(len(y)), y)):
+    for k, (tr, te) in enumerate(StratifiedKFold(folds, shuffle=True, random_state=seed).split(np.zeros(len(y)), y)):
         c = _choose_c(X[tr], y[tr], c_grid, selection, inner_folds, seed + 1 + k, max_iter)
         pred = _fit_predict(X[tr], y[tr], X[te], c, max_iter)
         preds[te] = pred
@@ -94,9 +109,18 @@ def kfold_accuracy(X, y, folds: int = 10, seed: int = 0,  # noqa: ANN001
     return ProbeResult(float(np.mean(accs)), float(np.std(accs)), accs, chosen, f1)
 
 
-def split_accuracy(X_train, y_train, X_test, y_test, seed: int = 0,  # noqa: ANN001
-                   c_grid: Sequence[float] = (0.01, 0.1, 1.0), selection: str = "kfold",
-                   inner_folds: int = 5, max_iter: int = 1000, binary_f1: bool = False) -> ProbeResult:
+def split_accuracy(
+    X_train,
+    y_train,
+    X_test,
+    y_test,
+    seed: int = 0,  # noqa: ANN001
+    c_grid: Sequence[float] = (0.01, 0.1, 1.0),
+    selection: str = "kfold",
+    inner_folds: int = 5,
+    max_iter: int = 1000,
+    binary_f1: bool = False,
+) -> ProbeResult:
     """Test accuracy (percent) on a fixed split; C chosen on the training set only."""
     y_train, y_test = np.asarray(y_train), np.asarray(y_test)
     _check(X_train, y_train, c_grid, selection)
@@ -116,8 +140,11 @@ def pair_features(u, v, include: Sequence[str] = ("absdiff", "product")):  # noq
         raise ValueError(f"include must be a non-empty subset of {known}, got {list(include)!r}")
     if u.shape != v.shape:
         raise ValueError(f"u and v must have the same shape, got {u.shape} and {v.shape}")
-    parts = {"u": lambda: u, "v": lambda: v,
-             "absdiff": lambda: abs(u - v),
-             "product": lambda: u.multiply(v) if sp.issparse(u) else u * v}
+    parts = {
+        "u": lambda: u,
+        "v": lambda: v,
+        "absdiff": lambda: abs(u - v),
+        "product": lambda: u.multiply(v) if sp.issparse(u) else u * v,
+    }
     blocks = [parts[k]() for k in known if k in include]
     return sp.hstack(blocks).tocsr() if sp.issparse(u) else np.concatenate(blocks, axis=1)

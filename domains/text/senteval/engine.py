@@ -21,11 +21,13 @@ be overridden.
 stratified split (a ``test_fraction`` of the examples held out, or the task's own test split
 when it has one), one probe with a fixed C, no selection, no folds.
 """
+
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from typing import Any, Protocol, Sequence
+from typing import Any, Protocol
 
 import numpy as np
 import scipy.sparse as sp
@@ -34,8 +36,16 @@ from sklearn.model_selection import StratifiedShuffleSplit
 from domains.text.senteval.classifier import ProbeResult, kfold_accuracy, pair_features, split_accuracy
 from domains.text.senteval.tasks import Task
 
-__all__ = ["Embedder", "ProbeSettings", "MODES", "settings_for", "embed_sentences", "run_task",
-           "evaluate_tasks", "quick_accuracy"]
+__all__ = [
+    "Embedder",
+    "ProbeSettings",
+    "MODES",
+    "settings_for",
+    "embed_sentences",
+    "run_task",
+    "evaluate_tasks",
+    "quick_accuracy",
+]
 
 
 class Embedder(Protocol):
@@ -58,8 +68,7 @@ class ProbeSettings:
 
 MODES: dict[str, ProbeSettings] = {
     "literature": ProbeSettings(),
-    "prototyping": ProbeSettings(folds=5, selection="holdout", inner_folds=5,
-                                 c_grid=(0.01, 0.1, 1.0)),
+    "prototyping": ProbeSettings(folds=5, selection="holdout", inner_folds=5, c_grid=(0.01, 0.1, 1.0)),
 }
 
 
@@ -76,8 +85,10 @@ def embed_sentences(embedder: Embedder, sentences: Sequence[str], batch_size: in
     if len(sentences) == 0:
         raise ValueError("sentences must not be empty")
     order = np.argsort([len(s.split()) for s in sentences], kind="stable")
-    chunks = [embedder.batcher([sentences[i] for i in order[a:a + batch_size]])
-              for a in range(0, len(sentences), batch_size)]
+    chunks = [
+        embedder.batcher([sentences[i] for i in order[a : a + batch_size]])
+        for a in range(0, len(sentences), batch_size)
+    ]
     inverse = np.empty_like(order)
     inverse[order] = np.arange(len(order))
     if sp.issparse(chunks[0]):
@@ -89,7 +100,7 @@ def _features(embedder: Embedder, task: Task, train: bool, s: ProbeSettings) -> 
     if task.is_pair:
         a, b = task.pairs if train else task.test_pairs  # type: ignore[misc]
         both = embed_sentences(embedder, list(a) + list(b), s.batch_size)
-        return pair_features(both[: len(a)], both[len(a):], s.pair_features)
+        return pair_features(both[: len(a)], both[len(a) :], s.pair_features)
     sentences = task.sentences if train else task.test_sentences
     return embed_sentences(embedder, sentences, s.batch_size)  # type: ignore[arg-type]
 
@@ -99,16 +110,23 @@ def run_task(embedder: Embedder, task: Task, settings: ProbeSettings) -> ProbeRe
     embedder.prepare(task)
     X = _features(embedder, task, True, settings)
     binary = bool(len(np.unique(task.labels)) == 2 and task.is_pair)
-    kw = dict(seed=settings.seed, c_grid=settings.c_grid, selection=settings.selection,
-              inner_folds=settings.inner_folds, max_iter=settings.max_iter, binary_f1=binary)
+    kw = dict(
+        seed=settings.seed,
+        c_grid=settings.c_grid,
+        selection=settings.selection,
+        inner_folds=settings.inner_folds,
+        max_iter=settings.max_iter,
+        binary_f1=binary,
+    )
     if task.has_test:
         X_test = _features(embedder, task, False, settings)
         return split_accuracy(X, task.labels, X_test, task.test_labels, **kw)
     return kfold_accuracy(X, task.labels, folds=settings.folds, **kw)
 
 
-def evaluate_tasks(embedder: Embedder, tasks: Sequence[Task], settings: ProbeSettings,
-                   prefix: str = "", log: Any = None) -> dict[str, float]:
+def evaluate_tasks(
+    embedder: Embedder, tasks: Sequence[Task], settings: ProbeSettings, prefix: str = "", log: Any = None
+) -> dict[str, float]:
     """``{prefix + task.name: accuracy}`` (plus ``_f1`` for paraphrase tasks and
     ``_seconds`` for the time each task took)."""
     metrics: dict[str, float] = {}
@@ -121,13 +139,21 @@ def evaluate_tasks(embedder: Embedder, tasks: Sequence[Task], settings: ProbeSet
             metrics[prefix + task.name + "_f1"] = result.f1
         metrics[prefix + task.name + "_seconds"] = seconds
         if log is not None:
-            log(f"{prefix}{task.name}: {result.accuracy:.2f}% ({len(task)} examples, "
-                f"C={result.chosen_c}, {seconds:.1f} s)")
+            log(
+                f"{prefix}{task.name}: {result.accuracy:.2f}% ({len(task)} examples, "
+                f"C={result.chosen_c}, {seconds:.1f} s)"
+            )
     return metrics
 
 
-def quick_accuracy(embedder: Embedder, task: Task, c: float = 0.1, seed: int = 0,
-                   test_fraction: float = 0.2, settings: ProbeSettings | None = None) -> float:
+def quick_accuracy(
+    embedder: Embedder,
+    task: Task,
+    c: float = 0.1,
+    seed: int = 0,
+    test_fraction: float = 0.2,
+    settings: ProbeSettings | None = None,
+) -> float:
     """Accuracy (percent) of one L2 logistic regression with the fixed ``c``, trained on a
     stratified ``1 - test_fraction`` of ``task`` (seeded by ``seed``) and scored on the rest,
     or trained on the whole task and scored on its test split when it has one. Features are
@@ -141,8 +167,7 @@ def quick_accuracy(embedder: Embedder, task: Task, c: float = 0.1, seed: int = 0
     X = _features(embedder, task, True, s)
     kw = dict(seed=seed, c_grid=(float(c),), selection="none", max_iter=s.max_iter)
     if task.has_test:
-        return split_accuracy(X, task.labels, _features(embedder, task, False, s), task.test_labels,
-                              **kw).accuracy
+        return split_accuracy(X, task.labels, _features(embedder, task, False, s), task.test_labels, **kw).accuracy
     split = StratifiedShuffleSplit(n_splits=1, test_size=test_fraction, random_state=seed)
     tr, te = next(split.split(np.zeros(len(task)), task.labels))
     return split_accuracy(X[tr], task.labels[tr], X[te], task.labels[te], **kw).accuracy

@@ -12,12 +12,13 @@ read more than shared words. ``n_pairs`` pairs (half positive) are then drawn wi
 Verses are read with ``pysword`` from the SWORD modules of ``domains.text.packaged.locate("bibles")``;
 the OSIS markup is stripped (footnotes removed, word tags unwrapped).
 """
+
 from __future__ import annotations
 
 import functools
 import re
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 import numpy as np
 
@@ -50,7 +51,7 @@ def _overlap_matrix(firsts: list[str], seconds: list[str]) -> np.ndarray:
     m = np.zeros((len(rows), max(len(vocab), 1)), dtype=np.int32)  # int: no BLAS threads for tiny products
     for r, cols in enumerate(rows):
         m[r, cols] = 1
-    a, b = m[: len(firsts)], m[len(firsts):]
+    a, b = m[: len(firsts)], m[len(firsts) :]
     inter = a @ b.T
     union = a.sum(1)[:, None] + b.sum(1)[None, :] - inter
     return np.where(union > 0, inter / np.maximum(union, 1.0), 0.0)
@@ -63,12 +64,13 @@ def word_overlap(a: str, b: str) -> float:
     return len(wa & wb) / len(union) if union else 0.0
 
 
-def read_parallel_verses(folder: str | Path, first: str = "engKJV2006eb",
-                         second: str = "engWEB2015eb",
-                         books: Sequence[str] | None = None) -> list[list[tuple[str, str]]]:
+def read_parallel_verses(
+    folder: str | Path, first: str = "engKJV2006eb", second: str = "engWEB2015eb", books: Sequence[str] | None = None
+) -> list[list[tuple[str, str]]]:
     """Chapters of aligned verse pairs ``(first, second)``; verses empty in either are skipped.
     ``books`` (OSIS names such as ``"Gen"``, ``"John"``) restricts the reading."""
     from pysword.modules import SwordModules
+
     modules = SwordModules(str(folder))
     found = modules.parse_modules()
     for name in (first, second):
@@ -95,9 +97,9 @@ def read_parallel_verses(folder: str | Path, first: str = "engKJV2006eb",
     return chapters
 
 
-def build_msrp_standin(chapters: list[list[tuple[str, str]]], n_pairs: int = 4000,
-                       bin_width: float = 0.02, seed: int = 0
-                       ) -> tuple[list[str], list[str], np.ndarray]:
+def build_msrp_standin(
+    chapters: list[list[tuple[str, str]]], n_pairs: int = 4000, bin_width: float = 0.02, seed: int = 0
+) -> tuple[list[str], list[str], np.ndarray]:
     """Overlap-matched paraphrase pairs: ``(first sentences, second sentences, labels)``.
 
     Negatives: for each verse i, the second-translation verse j != i of the same chapter that

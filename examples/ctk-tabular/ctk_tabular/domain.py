@@ -16,10 +16,12 @@ lower = more uniform) and ``tolerance`` (mean same-class z.z', Wang & Liu Eq. 11
 ``budget.monitor_every`` the trained encoder's probe is also logged during training as
 ``online_linear_top1``.
 """
+
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Literal, Mapping
+from typing import Any, Literal
 
 import torch
 from pydantic import Field, PositiveFloat, model_validator
@@ -52,12 +54,14 @@ class TabularData(Section):
     clean_first_view: bool = Field(False, description="SCARF's pairing: view 0 is the clean row")
 
     @model_validator(mode="after")
-    def _csv_fields(self) -> "TabularData":
+    def _csv_fields(self) -> TabularData:
         if self.dataset == "csv" and (not self.path or not self.target):
             raise ValueError("dataset 'csv' needs data.path (the file) and data.target (the label column)")
         if self.dataset != "csv" and (self.path or self.target):
-            raise ValueError(f"data.path and data.target are for dataset 'csv'; dataset "
-                             f"{self.dataset!r} is bundled with scikit-learn")
+            raise ValueError(
+                f"data.path and data.target are for dataset 'csv'; dataset "
+                f"{self.dataset!r} is bundled with scikit-learn"
+            )
         return self
 
 
@@ -89,8 +93,10 @@ class TabularDomain(Domain):
     """Tables of numeric features, SCARF views, MLP encoder, linear probe."""
 
     name = "tabular"
-    description = ("numeric tables (scikit-learn breast_cancer / wine / digits, or a CSV): "
-                   "SCARF feature-corruption views, MLP encoder, linear probe")
+    description = (
+        "numeric tables (scikit-learn breast_cancer / wine / digits, or a CSV): "
+        "SCARF feature-corruption views, MLP encoder, linear probe"
+    )
     DataConfig = TabularData
     EncoderConfig = TabularEncoder
     EvaluationConfig = TabularEvaluation
@@ -118,53 +124,81 @@ class TabularDomain(Domain):
                 x, y, names = load_csv(str(data.path), str(data.target))
             else:
                 x, y, names = load_bundled(data.dataset)
-            self._splits[key] = split_and_standardise(x, y, names, test_fraction=data.test_fraction,
-                                                      split_seed=data.split_seed)
+            self._splits[key] = split_and_standardise(
+                x, y, names, test_fraction=data.test_fraction, split_seed=data.split_seed
+            )
         return self._splits[key]
 
     def build_data(self, recipe: Any) -> DataBundle:
         s = self.splits(recipe.data)
         n, batch_size = len(s.train_x), recipe.budget.batch_size
         if batch_size > n:
-            raise ValueError(f"budget.batch_size={batch_size} exceeds the {n} training rows of "
-                             f"data.dataset={recipe.data.dataset!r}; expected at most {n}")
+            raise ValueError(
+                f"budget.batch_size={batch_size} exceeds the {n} training rows of "
+                f"data.dataset={recipe.data.dataset!r}; expected at most {n}"
+            )
         self._pool, self._data_cfg, self._baselines = s.train_x, recipe.data, None
-        return DataBundle(TensorBatches({"x": s.train_x}, batch_size, seed=recipe.seed),
-                          num_instances=n, eval=s)
+        return DataBundle(TensorBatches({"x": s.train_x}, batch_size, seed=recipe.seed), num_instances=n, eval=s)
 
-    def make_views(self, batch: Mapping[str, Any], num_views: int,
-                   generator: torch.Generator | None = None) -> Tensor:
+    def make_views(self, batch: Mapping[str, Any], num_views: int, generator: torch.Generator | None = None) -> Tensor:
         """``[N, V, M]`` SCARF views of ``batch["x"]``; donors come from the training table."""
         if self._pool is None or self._data_cfg is None:
             raise ValueError("make_views needs the training table: call build_data(recipe) first")
         x = batch["x"]
         if self._pool.device != x.device:
             self._pool = self._pool.to(x.device)
-        return scarf_views(x, self._pool, num_views, self._data_cfg.corruption_rate,
-                           clean_first_view=self._data_cfg.clean_first_view, generator=generator)
+        return scarf_views(
+            x,
+            self._pool,
+            num_views,
+            self._data_cfg.corruption_rate,
+            clean_first_view=self._data_cfg.clean_first_view,
+            generator=generator,
+        )
 
     # -- encoder -------------------------------------------------------------------------
     def build_encoder(self, recipe: Any) -> Encoder:
         e = recipe.encoder
-        return MLPEncoder(self.splits(recipe.data).num_features, hidden=e.hidden, depth=e.depth,
-                          head_hidden=e.head_hidden, head_depth=e.head_depth, out_dim=e.out_dim,
-                          batch_norm=e.batch_norm, dropout=e.dropout)
+        return MLPEncoder(
+            self.splits(recipe.data).num_features,
+            hidden=e.hidden,
+            depth=e.depth,
+            head_hidden=e.head_hidden,
+            head_depth=e.head_depth,
+            out_dim=e.out_dim,
+            batch_norm=e.batch_norm,
+            dropout=e.dropout,
+        )
 
     # -- evaluation ----------------------------------------------------------------------
     @staticmethod
     @torch.no_grad()
     def _features(encoder: Encoder, x: Tensor, batch_size: int = 4096) -> Tensor:
         device = next(encoder.parameters()).device
-        return torch.cat([encoder.features(x[i:i + batch_size].to(device)).float().cpu()
-                          for i in range(0, len(x), batch_size)])
+        return torch.cat(
+            [encoder.features(x[i : i + batch_size].to(device)).float().cpu() for i in range(0, len(x), batch_size)]
+        )
 
     def _probe(self, encoder: Encoder | None, s: TabularSplits, recipe: Any) -> float:
-        tr, te = (s.train_x, s.test_x) if encoder is None else (
-            self._features(encoder, s.train_x), self._features(encoder, s.test_x))
+        tr, te = (
+            (s.train_x, s.test_x)
+            if encoder is None
+            else (self._features(encoder, s.train_x), self._features(encoder, s.test_x))
+        )
         ev = recipe.evaluation
-        return linear_probe(tr, s.train_y, te, s.test_y, c=ev.probe_c, max_iter=ev.max_iter,
-                            standardize=ev.standardize, select=ev.select_c, c_grid=ev.c_grid,
-                            seed=recipe.seed, warn_convergence=_ADVICE)["top1"]
+        return linear_probe(
+            tr,
+            s.train_y,
+            te,
+            s.test_y,
+            c=ev.probe_c,
+            max_iter=ev.max_iter,
+            standardize=ev.standardize,
+            select=ev.select_c,
+            c_grid=ev.c_grid,
+            seed=recipe.seed,
+            warn_convergence=_ADVICE,
+        )["top1"]
 
     def random_init_encoder(self, recipe: Any) -> Encoder:
         """The same architecture at the weights the shared loop starts from: the loop seeds
@@ -187,7 +221,8 @@ class TabularDomain(Domain):
             if self._baselines is None:  # fixed for a run: computed once
                 self._baselines = {
                     "linear_top1_random_init": self._probe(self.random_init_encoder(recipe), s, recipe),
-                    "linear_top1_raw_features": self._probe(None, s, recipe)}
+                    "linear_top1_raw_features": self._probe(None, s, recipe),
+                }
             metrics.update(self._baselines)
         return Evaluation(metrics)
 
@@ -198,18 +233,28 @@ class TabularDomain(Domain):
         device = next(encoder.parameters()).device
         x, pool = s.test_x.to(device), s.train_x.to(device)
         gen = torch.Generator(device=device).manual_seed(recipe.seed + 29)
-        views = scarf_views(x, pool, 2, recipe.data.corruption_rate,
-                            clean_first_view=recipe.data.clean_first_view, generator=gen)
+        views = scarf_views(
+            x, pool, 2, recipe.data.corruption_rate, clean_first_view=recipe.data.clean_first_view, generator=gen
+        )
         z = encoder(views.flatten(0, 1)).view(len(x), 2, -1).float().cpu()
         clean = encoder(x).float().cpu()
-        return {"alignment": geometry.alignment(z[:, 0], z[:, 1]),
-                "uniformity": geometry.uniformity(clean),
-                "tolerance": geometry.tolerance(clean, s.test_y)}
+        return {
+            "alignment": geometry.alignment(z[:, 0], z[:, 1]),
+            "uniformity": geometry.uniformity(clean),
+            "tolerance": geometry.tolerance(clean, s.test_y),
+        }
 
     def monitor(self, encoder: Encoder, data: DataBundle) -> dict[str, float]:
         """Online probe during training (logged as ``online_linear_top1``), default probe
         settings; the loop calls it every ``budget.monitor_every`` steps."""
         s: TabularSplits = data.eval
-        return {"linear_top1": linear_probe(self._features(encoder, s.train_x), s.train_y,
-                                            self._features(encoder, s.test_x), s.test_y,
-                                            max_iter=2000, warn_convergence=_ADVICE)["top1"]}
+        return {
+            "linear_top1": linear_probe(
+                self._features(encoder, s.train_x),
+                s.train_y,
+                self._features(encoder, s.test_x),
+                s.test_y,
+                max_iter=2000,
+                warn_convergence=_ADVICE,
+            )["top1"]
+        }

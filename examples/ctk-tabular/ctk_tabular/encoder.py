@@ -5,6 +5,7 @@ encoder ``f`` and a 2-layer ReLU MLP of width 256 as the pre-training head ``g``
 defaults here. ``features(x) = f(x)`` (what the linear probe reads); ``forward(x) =
 g(f(x)) / ||g(f(x))||`` (what the contrastive loss sees).
 """
+
 from __future__ import annotations
 
 import torch.nn.functional as F
@@ -19,13 +20,26 @@ class MLPEncoder(Encoder):
     """``depth`` x [Linear(width), (BatchNorm), ReLU, (Dropout)] backbone; head of
     ``head_depth`` Linear layers (ReLU between them) ending in ``out_dim``; L2-normalised."""
 
-    def __init__(self, in_features: int, hidden: int = 256, depth: int = 4, head_hidden: int = 256,
-                 head_depth: int = 2, out_dim: int = 128, batch_norm: bool = False,
-                 dropout: float = 0.0) -> None:
+    def __init__(
+        self,
+        in_features: int,
+        hidden: int = 256,
+        depth: int = 4,
+        head_hidden: int = 256,
+        head_depth: int = 2,
+        out_dim: int = 128,
+        batch_norm: bool = False,
+        dropout: float = 0.0,
+    ) -> None:
         super().__init__()
-        for name, value, low in (("in_features", in_features, 1), ("encoder.hidden", hidden, 1),
-                                 ("encoder.depth", depth, 1), ("encoder.head_hidden", head_hidden, 1),
-                                 ("encoder.head_depth", head_depth, 1), ("encoder.out_dim", out_dim, 1)):
+        for name, value, low in (
+            ("in_features", in_features, 1),
+            ("encoder.hidden", hidden, 1),
+            ("encoder.depth", depth, 1),
+            ("encoder.head_hidden", head_hidden, 1),
+            ("encoder.head_depth", head_depth, 1),
+            ("encoder.out_dim", out_dim, 1),
+        ):
             if isinstance(value, bool) or not isinstance(value, int) or value < low:
                 raise ValueError(f"{name} must be an int >= {low}, got {value!r}")
         if not 0.0 <= dropout < 1.0:

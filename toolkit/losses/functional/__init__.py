@@ -16,10 +16,11 @@ torch (``nt_xent_reference``, ``moco_infonce_reference``, ``dcl_reference``,
 and the tests' reference, not exported here. Every public function runs float16 / bfloat16
 inputs in float32 with autocast off (``_precision.full_precision``).
 """
-from .infonce import *  # noqa: F401,F403
+
+from .cacr import *  # noqa: F401,F403
 from .debiased import *  # noqa: F401,F403
 from .geometry import *  # noqa: F401,F403
+from .infonce import *  # noqa: F401,F403
 from .polarization import *  # noqa: F401,F403
-from .wang_liu import *  # noqa: F401,F403
-from .cacr import *  # noqa: F401,F403
 from .ring import *  # noqa: F401,F403
+from .wang_liu import *  # noqa: F401,F403

@@ -10,9 +10,10 @@ The formulas these kernels compute are written once in plain torch next to the p
 functions, and the tests hold the kernels to them: ``infonce.nt_xent_reference``,
 ``infonce.moco_infonce_reference`` and ``debiased.dcl_reference`` (DCL and HCL).
 """
+
 from __future__ import annotations
 
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 import torch
 from torch import Tensor
@@ -22,8 +23,13 @@ _NEG_INF = float("-inf")
 _LOG2E = 1.4426950408889634  # 1 / ln 2
 
 
-def _masked_exponentials(left: Tensor, right: Tensor | None, scales: Sequence[float],
-                         partner_kept: bool = False, keep: Tensor | Callable[[Tensor], Tensor] | None = None):
+def _masked_exponentials(
+    left: Tensor,
+    right: Tensor | None,
+    scales: Sequence[float],
+    partner_kept: bool = False,
+    keep: Tensor | Callable[[Tensor], Tensor] | None = None,
+):
     """X = c0 left @ right^T (c0 = scales[0], or scales[1] when the scales are (2c, c)); per
     scale c: E_c = exp((c / c0) (X - m)) with a row shift m >= max_b X_ab; entries dropped by
     ``keep`` (single scale only) are zeroed after the exp.
@@ -89,8 +95,7 @@ def _masked_exponentials(left: Tensor, right: Tensor | None, scales: Sequence[fl
     floor = torch.finfo(x.dtype).tiny * x.shape[1] / torch.finfo(x.dtype).eps
     if float(smallest.amin()) < floor:
         shift = shift.contiguous()
-        _exact_rows((smallest < floor).nonzero().flatten(), exps, sums, shift, left, right,
-                    scales, partner_kept, keep)
+        _exact_rows((smallest < floor).nonzero().flatten(), exps, sums, shift, left, right, scales, partner_kept, keep)
         symmetric = False
     return exps, sums, shift.squeeze(1), symmetric, keep
 
@@ -100,9 +105,17 @@ def _lse(scales: Sequence[float], sums: Sequence[Tensor], shift: Tensor, i: int)
     return shift * (scales[i] / _base_scale(scales)) + sums[i].log()
 
 
-def _exact_rows(idx: Tensor, exps: list, sums: list, shift: Tensor, left: Tensor,
-                right: Tensor | None, scales: Sequence[float], partner_kept: bool,
-                keep: Tensor | None) -> None:
+def _exact_rows(
+    idx: Tensor,
+    exps: list,
+    sums: list,
+    shift: Tensor,
+    left: Tensor,
+    right: Tensor | None,
+    scales: Sequence[float],
+    partner_kept: bool,
+    keep: Tensor | None,
+) -> None:
     """Recompute rows ``idx`` of every E_c, their sums and shifts with the exact max over the
     allowed entries of each row (in place in ``exps``, ``sums``, ``shift``)."""
     c0 = _base_scale(scales)
@@ -240,8 +253,7 @@ class _InBatchLoss(torch.autograd.Function):
             g = exps[0].mul_((scales[0] / sums[0]).unsqueeze(1))
             g.addcmul_(exps[1], (-scales[1] / sums[1]).unsqueeze(1))
             row = u
-        ctx.save_for_backward(z, g, None if row is None else row.unsqueeze(1),
-                              d_a if isinstance(d_a, Tensor) else None)
+        ctx.save_for_backward(z, g, None if row is None else row.unsqueeze(1), d_a if isinstance(d_a, Tensor) else None)
         ctx.d_a, ctx.pos_scale = d_a, pos_scale
         return per_row.mean()
 

@@ -13,11 +13,13 @@ input in its own dtype through the cast). float32 and float64 inputs are left as
 float32 / float64 mix stays an error of the loss's own checks), and with autocast off nothing
 is cast or copied: the wrapper only inspects the arguments.
 """
+
 from __future__ import annotations
 
 import contextlib
 import functools
-from typing import Any, Callable, TypeVar
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import torch
 from torch import Tensor
@@ -65,8 +67,7 @@ def full_precision(fn: _F) -> _F:
             args = tuple(_up(a) for a in args)
             kwargs = {k: _up(v) for k, v in kwargs.items()}
         device = tensors[0].device.type
-        guard = (torch.autocast(device, enabled=False) if torch.is_autocast_enabled(device)
-                 else contextlib.nullcontext())
+        guard = torch.autocast(device, enabled=False) if torch.is_autocast_enabled(device) else contextlib.nullcontext()
         with guard:
             return fn(*args, **kwargs)
 

@@ -3,6 +3,7 @@ entropy of those weights, over one or several blocks of scores, without a weight
 for autograd (see :func:`_repulsion`). Used by :mod:`.cacr`; the plain-torch definition
 is ``cacr.cacr_reference``.
 """
+
 from __future__ import annotations
 
 import torch
@@ -52,8 +53,7 @@ class _SoftminExpectation(torch.autograd.Function):
         return grad, None, None
 
 
-def _repulsion(blocks: list[tuple[Tensor, Tensor, bool]], row_const: Tensor,
-               t_neg: float) -> tuple[Tensor, Tensor]:
+def _repulsion(blocks: list[tuple[Tensor, Tensor, bool]], row_const: Tensor, t_neg: float) -> tuple[Tensor, Tensor]:
     """Expected squared distance ``sum_j pi-_j c_ij`` per anchor and the entropy of pi-.
 
     Each block is ``(scores, weight_scores, diagonal)`` as made by :func:`_scores`: the scores
@@ -64,7 +64,7 @@ def _repulsion(blocks: list[tuple[Tensor, Tensor, bool]], row_const: Tensor,
     through :class:`_SoftminExpectation`; several are combined by their log-sum-exp.
     Returns ``(expected [N], entropy [N] detached)``.
     """
-    if t_neg == 0:   # uniform weights over the kept entries (UAUR)
+    if t_neg == 0:  # uniform weights over the kept entries (UAUR)
         total, count = row_const.new_zeros(row_const.shape), row_const.new_zeros(row_const.shape)
         for cost, _, diagonal in blocks:
             total = total + cost.sum(dim=1) - (cost.diagonal() if diagonal else 0.0)
@@ -80,7 +80,7 @@ def _repulsion(blocks: list[tuple[Tensor, Tensor, bool]], row_const: Tensor,
         if diagonal:
             bias = torch.zeros_like(w_scores, requires_grad=False)
             w_scores = w_scores + bias.fill_diagonal_(float("-inf"))
-        peak = w_scores.detach().amax(dim=1, keepdim=True)    # cancels in the ratio below
+        peak = w_scores.detach().amax(dim=1, keepdim=True)  # cancels in the ratio below
         u = (w_scores - peak).exp_()
         peaks.append(peak.squeeze(1))
         masses.append(u.sum(dim=1))
@@ -88,8 +88,8 @@ def _repulsion(blocks: list[tuple[Tensor, Tensor, bool]], row_const: Tensor,
     top = torch.stack(peaks).amax(dim=0)
     scale = [torch.exp(p - top) for p in peaks]
     mass = sum(z * c for z, c in zip(masses, scale))
-    weighted = sum(t * c for t, c in zip(dots, scale)) / mass       # sum_j pi- scores_j
+    weighted = sum(t * c for t, c in zip(dots, scale)) / mass  # sum_j pi- scores_j
     expected = row_const - weighted / t_neg
     with torch.no_grad():
-        entropy = mass.log() + top - weighted                        # -sum pi log pi
+        entropy = mass.log() + top - weighted  # -sum pi log pi
     return expected, entropy.detach()

@@ -2,6 +2,7 @@
 score matrix with its positive / valid masks (the score-level InfoNCE, DCL and HCL forms).
 
 Each raises a ``ValueError`` naming the offending argument."""
+
 from __future__ import annotations
 
 import torch
@@ -14,8 +15,7 @@ def _rows(name: str, x: Tensor, min_rows: int = 1) -> None:
     """A floating ``[n, d]`` tensor with n >= min_rows and d >= 1."""
     checks.tensor(name, x, dim=2, min_rows=min_rows)
     if x.shape[1] < 1:
-        raise ValueError(f"{name} must have at least one feature column, got shape "
-                         f"{tuple(x.shape)}")
+        raise ValueError(f"{name} must have at least one feature column, got shape {tuple(x.shape)}")
 
 
 def _pair(name_a: str, a: Tensor, name_b: str, b: Tensor, min_rows: int = 1) -> None:
@@ -27,8 +27,9 @@ def _pair(name_a: str, a: Tensor, name_b: str, b: Tensor, min_rows: int = 1) -> 
 
 def _same_dtype(name_a: str, a: Tensor, name_b: str, b: Tensor) -> None:
     if a.dtype != b.dtype or a.device != b.device:
-        raise ValueError(f"{name_a} and {name_b} must share dtype and device, got "
-                         f"{a.dtype}/{a.device} and {b.dtype}/{b.device}")
+        raise ValueError(
+            f"{name_a} and {name_b} must share dtype and device, got {a.dtype}/{a.device} and {b.dtype}/{b.device}"
+        )
 
 
 def _bool_mask(name: str, mask: Tensor | None, shape: tuple[int, ...]) -> Tensor | None:
@@ -42,8 +43,9 @@ def _bool_mask(name: str, mask: Tensor | None, shape: tuple[int, ...]) -> Tensor
     return mask
 
 
-def _score_masks(scores: Tensor, positive_mask: Tensor,
-                 valid_mask: Tensor | None) -> tuple[Tensor, Tensor | None, Tensor]:
+def _score_masks(
+    scores: Tensor, positive_mask: Tensor, valid_mask: Tensor | None
+) -> tuple[Tensor, Tensor | None, Tensor]:
     """Check a ``[N, C]`` score matrix and its masks; return ``(positive, valid, rows)``, the
     masks as given and ``rows`` ``[N]`` bool, the anchors with at least one positive.
 
@@ -58,10 +60,13 @@ def _score_masks(scores: Tensor, positive_mask: Tensor,
         raise ValueError("positive_mask must be a bool tensor, got None")
     valid = _bool_mask("valid_mask", valid_mask, shape)
     if valid is not None and (pos & ~valid).any():
-        raise ValueError("positive_mask marks candidates that valid_mask excludes; every "
-                         "positive must be valid (it stays in the denominator)")
+        raise ValueError(
+            "positive_mask marks candidates that valid_mask excludes; every "
+            "positive must be valid (it stays in the denominator)"
+        )
     rows = pos.any(dim=1)
     if not rows.any():
-        raise ValueError(f"positive_mask has no positive in any of its {shape[0]} rows; "
-                         "expected at least one anchor with a positive")
+        raise ValueError(
+            f"positive_mask has no positive in any of its {shape[0]} rows; expected at least one anchor with a positive"
+        )
     return pos, valid, rows

@@ -30,9 +30,10 @@ instead of once per entry, and a one-block repulsion runs as a fused autograd fu
 (``_repulsion._SoftminExpectation``); the value and the gradient are those of the formulas
 above.
 """
+
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import torch
 from torch import Tensor
@@ -47,18 +48,19 @@ __all__ = ["cacr", "cacr_minibatch", "cacr_multiview", "cacr_moco"]
 
 # ----------------------------------------------------------------------------- helpers
 
+
 def _views(name: str, views: Tensor | Sequence[Tensor]) -> Tensor:
     """``[N, V, d]`` from a tensor or a sequence of ``[N, d]`` views (V >= 2)."""
     if not isinstance(views, Tensor):
         try:
             views = torch.stack(list(views), dim=1)
         except (TypeError, RuntimeError) as err:
-            raise ValueError(f"{name} must be a [N, V, d] tensor or a sequence of [N, d] "
-                             f"tensors of one shape: {err}") from None
+            raise ValueError(
+                f"{name} must be a [N, V, d] tensor or a sequence of [N, d] tensors of one shape: {err}"
+            ) from None
     checks.tensor(name, views, dim=3)
     if views.shape[1] < 2:
-        raise ValueError(f"{name} needs at least 2 views (dimension 1), got shape "
-                         f"{tuple(views.shape)}")
+        raise ValueError(f"{name} needs at least 2 views (dimension 1), got shape {tuple(views.shape)}")
     return views
 
 
@@ -67,11 +69,11 @@ def _positives(q: Tensor, pos: Tensor) -> Tensor:
     if pos.dim() == 2:
         pos = pos.unsqueeze(1)
     if pos.dim() != 3 or pos.shape[0] != q.shape[0] or pos.shape[2] != q.shape[1]:
-        raise ValueError(f"pos must be [N, K, d] or [N, d] with N={q.shape[0]}, d={q.shape[1]}, "
-                         f"got shape {tuple(pos.shape)}")
+        raise ValueError(
+            f"pos must be [N, K, d] or [N, d] with N={q.shape[0]}, d={q.shape[1]}, got shape {tuple(pos.shape)}"
+        )
     if pos.shape[1] < 1:
-        raise ValueError(f"pos needs at least one positive per anchor, got shape "
-                         f"{tuple(pos.shape)}")
+        raise ValueError(f"pos needs at least one positive per anchor, got shape {tuple(pos.shape)}")
     return pos
 
 
@@ -111,10 +113,19 @@ def _temps(t_pos: float, t_neg: float) -> tuple[float, float]:
 
 # ----------------------------------------------------------------------------- losses
 
+
 @full_precision
-def cacr(q: Tensor, pos: Tensor, neg: Tensor, t_pos: float = 1.0, t_neg: float = 2.0, *,
-         detach_pos_weights: bool = False, detach_neg_weights: bool = False,
-         stats: dict | None = None) -> Tensor:
+def cacr(
+    q: Tensor,
+    pos: Tensor,
+    neg: Tensor,
+    t_pos: float = 1.0,
+    t_neg: float = 2.0,
+    *,
+    detach_pos_weights: bool = False,
+    detach_neg_weights: bool = False,
+    stats: dict | None = None,
+) -> Tensor:
     """Generic CACR loss (Eq. 2-4 on given samples; docs/methods.md, section cacr), batch mean.
 
     ``L = mean_i sum_k softmax_k(t+ c_ik+) c_ik+  -  mean_i sum_j softmax_j(-t- c_ij-) c_ij-``
@@ -146,8 +157,7 @@ def cacr(q: Tensor, pos: Tensor, neg: Tensor, t_pos: float = 1.0, t_neg: float =
             scores = scores * (-tn)
         mean_neg = neg.mean(dim=1)
     else:
-        raise ValueError(f"neg must be [N, M, d] with N={n}, d={d} or [M, d], got shape "
-                         f"{tuple(neg.shape)}")
+        raise ValueError(f"neg must be [N, M, d] with N={n}, d={d} or [M, d], got shape {tuple(neg.shape)}")
     if scores.shape[1] < 1:
         raise ValueError(f"neg needs at least one negative, got shape {tuple(neg.shape)}")
     w_scores = scores.detach() if detach_neg_weights else scores
@@ -155,16 +165,26 @@ def cacr(q: Tensor, pos: Tensor, neg: Tensor, t_pos: float = 1.0, t_neg: float =
     loss = attraction.mean() - expected.mean()
     if stats is not None:
         with torch.no_grad():
-            _record(stats, weight_entropy=entropy.mean(),
-                    pos_sim=(q.unsqueeze(1) * pos).sum(dim=-1).mean(),
-                    neg_sim=(q * mean_neg).sum(dim=1).mean())
+            _record(
+                stats,
+                weight_entropy=entropy.mean(),
+                pos_sim=(q.unsqueeze(1) * pos).sum(dim=-1).mean(),
+                neg_sim=(q * mean_neg).sum(dim=1).mean(),
+            )
     return loss
 
 
 @full_precision
-def cacr_minibatch(z: Tensor, zpos: Tensor, t_pos: float = 1.0, t_neg: float = 2.0, *,
-                   detach_pos_weights: bool = False, detach_neg_weights: bool = False,
-                   stats: dict | None = None) -> Tensor:
+def cacr_minibatch(
+    z: Tensor,
+    zpos: Tensor,
+    t_pos: float = 1.0,
+    t_neg: float = 2.0,
+    *,
+    detach_pos_weights: bool = False,
+    detach_neg_weights: bool = False,
+    stats: dict | None = None,
+) -> Tensor:
     """CACR mini-batch loss, paper Sec. 3.2 (docs/methods.md, section cacr), batch mean.
 
     The negatives of query ``z_i`` are the other queries ``z_j, j != i`` (Eq. 5's
@@ -186,15 +206,25 @@ def cacr_minibatch(z: Tensor, zpos: Tensor, t_pos: float = 1.0, t_neg: float = 2
         with torch.no_grad():
             total = z.sum(dim=0)
             neg_sim = (total.dot(total) - (z * z).sum()) / (n * (n - 1))
-            _record(stats, weight_entropy=entropy.mean(), neg_sim=neg_sim,
-                    pos_sim=(z.unsqueeze(1) * zpos).sum(dim=-1).mean())
+            _record(
+                stats,
+                weight_entropy=entropy.mean(),
+                neg_sim=neg_sim,
+                pos_sim=(z.unsqueeze(1) * zpos).sum(dim=-1).mean(),
+            )
     return loss
 
 
 @full_precision
-def cacr_multiview(views: Tensor | Sequence[Tensor], t_pos: float = 1.0, t_neg: float = 2.0,
-                   alpha: float = 1.0, beta: float = 1.0, *,
-                   stats: dict | None = None) -> Tensor:
+def cacr_multiview(
+    views: Tensor | Sequence[Tensor],
+    t_pos: float = 1.0,
+    t_neg: float = 2.0,
+    alpha: float = 1.0,
+    beta: float = 1.0,
+    *,
+    stats: dict | None = None,
+) -> Tensor:
     """CACR as the authors' small-scale code computes it (docs/methods.md, section cacr_multiview).
 
     With V = K + 1 views ``v_x`` ``[N, d]``::
@@ -218,10 +248,9 @@ def cacr_multiview(views: Tensor | Sequence[Tensor], t_pos: float = 1.0, t_neg: 
     b = checks.non_negative("beta", beta)
     n, v, _ = views.shape
     if n < 2:
-        raise ValueError(f"views needs at least 2 instances (negatives are other rows), got "
-                         f"shape {tuple(views.shape)}")
+        raise ValueError(f"views needs at least 2 instances (negatives are other rows), got shape {tuple(views.shape)}")
     # Attraction: every view as query, the other views of the same instance as positives.
-    c_pos = (views.unsqueeze(2) - views.unsqueeze(1)).square().sum(dim=-1)   # [N, V, V]
+    c_pos = (views.unsqueeze(2) - views.unsqueeze(1)).square().sum(dim=-1)  # [N, V, V]
     not_self = ~torch.eye(v, dtype=torch.bool, device=views.device).expand(n, v, v)
     l1 = a * _attraction(c_pos, tp, False, valid=not_self).mean()
     # Repulsion: pairs x < y, query rows of view x against the other rows of view y.
@@ -238,19 +267,30 @@ def cacr_multiview(views: Tensor | Sequence[Tensor], t_pos: float = 1.0, t_neg: 
     if stats is not None:
         with torch.no_grad():
             off_diag = ~torch.eye(n, dtype=torch.bool, device=views.device)
-            dots = torch.bmm(views, views.transpose(1, 2))                     # [N, V, V]
+            dots = torch.bmm(views, views.transpose(1, 2))  # [N, V, V]
             pos_sim = dots.masked_select(not_self).mean()
             neg = [(views[:, x] @ views[:, y].T).masked_select(off_diag).mean() for x, y in pairs]
-            _record(stats, weight_entropy=torch.stack(entropies).mean(), pos_sim=pos_sim,
-                    neg_sim=torch.stack(neg).mean())
+            _record(
+                stats, weight_entropy=torch.stack(entropies).mean(), pos_sim=pos_sim, neg_sim=torch.stack(neg).mean()
+            )
     return loss
 
 
 @full_precision
-def cacr_moco(q_views: Tensor | Sequence[Tensor], k_views: Tensor | Sequence[Tensor],
-              queue: Tensor, t_pos: float = 1.0, t_neg: float = 2.0, intra_batch: bool = True,
-              detach_queue_weights: bool = True, reuse_first_view_queue_dists: bool = False, *,
-              alpha: float = 1.0, beta: float = 1.0, stats: dict | None = None) -> Tensor:
+def cacr_moco(
+    q_views: Tensor | Sequence[Tensor],
+    k_views: Tensor | Sequence[Tensor],
+    queue: Tensor,
+    t_pos: float = 1.0,
+    t_neg: float = 2.0,
+    intra_batch: bool = True,
+    detach_queue_weights: bool = True,
+    reuse_first_view_queue_dists: bool = False,
+    *,
+    alpha: float = 1.0,
+    beta: float = 1.0,
+    stats: dict | None = None,
+) -> Tensor:
     """CACR with MoCo-v2 (App. B, Alg. 3; authors' ImageNet builder; docs/methods.md, cacr_moco).
 
     For each query view x (``q = q_views[:, x]``, V views)::
@@ -288,10 +328,10 @@ def cacr_moco(q_views: Tensor | Sequence[Tensor], k_views: Tensor | Sequence[Ten
     k_views = k_views.detach()
     queue = queue.detach()
     # Attraction against the other views' keys, weights without gradient.
-    c_pos = (q_views.unsqueeze(2) - k_views.unsqueeze(1)).square().sum(dim=-1)   # [N, Vq, Vk]
+    c_pos = (q_views.unsqueeze(2) - k_views.unsqueeze(1)).square().sum(dim=-1)  # [N, Vq, Vk]
     not_self = ~torch.eye(v, dtype=torch.bool, device=q_views.device).expand(n, v, v)
     attraction = _attraction(c_pos, tp, True, valid=not_self).mean()
-    norms = (q_views * q_views).sum(dim=-1)                                      # [N, V]
+    norms = (q_views * q_views).sum(dim=-1)  # [N, V]
     repulsion = q_views.new_zeros(())
     entropies = []
     first = _scores(q_views[:, 0], queue, tn) if reuse_first_view_queue_dists else None
@@ -302,7 +342,7 @@ def cacr_moco(q_views: Tensor | Sequence[Tensor], k_views: Tensor | Sequence[Ten
             block = _scores(q, queue, tn)
         elif x == 0:
             block = first
-        else:   # view 0's distances, moved to this view's row constant ||q_x,i||^2
+        else:  # view 0's distances, moved to this view's row constant ||q_x,i||^2
             shift = norms[:, 0] - row_const
             block = first + (shift * (-tn) if tn > 0 else shift).unsqueeze(1)
         blocks = [(block, block.detach() if detach_queue_weights else block, False)]
@@ -322,15 +362,21 @@ def cacr_moco(q_views: Tensor | Sequence[Tensor], k_views: Tensor | Sequence[Ten
         with torch.no_grad():
             pos_sim = torch.bmm(q_views, k_views.transpose(1, 2)).masked_select(not_self).mean()
             neg_sim = (q_views.mean(dim=(0, 1)) * queue.mean(dim=0)).sum()
-            _record(stats, weight_entropy=torch.stack(entropies).mean(), pos_sim=pos_sim,
-                    neg_sim=neg_sim)
+            _record(stats, weight_entropy=torch.stack(entropies).mean(), pos_sim=pos_sim, neg_sim=neg_sim)
     return loss
 
 
 # ----------------------------------------------------------------------------- plain-torch reference
-def cacr_reference(q: Tensor, pos: Tensor, neg: Tensor, t_pos: float = 1.0, t_neg: float = 2.0,
-                   *, detach_pos_weights: bool = False,
-                   detach_neg_weights: bool = False) -> Tensor:
+def cacr_reference(
+    q: Tensor,
+    pos: Tensor,
+    neg: Tensor,
+    t_pos: float = 1.0,
+    t_neg: float = 2.0,
+    *,
+    detach_pos_weights: bool = False,
+    detach_neg_weights: bool = False,
+) -> Tensor:
     """CACR Eq. 2-4 with explicit cost matrices c = ||q_i - x||^2 (an ``[N, M, d]`` difference
     tensor): L = mean_i sum_k softmax_k(t+ c+) c+ - mean_i sum_j softmax_j(-t- c-) c-, the
     weights optionally detached. The definition :func:`cacr` computes without the difference

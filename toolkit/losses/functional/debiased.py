@@ -19,6 +19,7 @@ case for unit vectors (s_ab >= -1), so on normalised embeddings the identities a
 HCL the importance-weighted mean of e^{s/tau} is also >= min_b e^{s_ab/tau} >= e^{-1/tau}, so
 ``tau_plus=0`` leaves the clamp inactive on unit vectors for every beta.
 """
+
 from __future__ import annotations
 
 import math
@@ -45,8 +46,15 @@ def _check_common(temperature: float, tau_plus: float) -> tuple[float, float]:
     return tau, tp
 
 
-def _tail(pos_logit: Tensor, log_r: Tensor, log_n: Tensor | float, tau: float, tau_plus: float,
-          clamp: bool, stats: dict | None) -> tuple[Tensor, Tensor, Tensor]:
+def _tail(
+    pos_logit: Tensor,
+    log_r: Tensor,
+    log_n: Tensor | float,
+    tau: float,
+    tau_plus: float,
+    clamp: bool,
+    stats: dict | None,
+) -> tuple[Tensor, Tensor, Tensor]:
     """Per-pair -log(pos / (pos + Ng)) and its derivatives, from a = log pos = ``pos_logit`` and
     L = log R = ``log_r`` (vectors over the positive pairs; ``log_n`` = log N, a float or a
     matching vector). With r = log(tau+ N) + a - L (the estimate is positive iff r < 0):
@@ -68,7 +76,8 @@ def _tail(pos_logit: Tensor, log_r: Tensor, log_n: Tensor | float, tau: float, t
                 f"clamp=False but the debiased estimate Ng = (R - tau_plus*N*pos)/"
                 f"(1-tau_plus) is <= 0 for {int((keep_share <= 0).sum())} positive pair(s) "
                 f"(tau_plus={tau_plus!r}); its log is undefined: use clamp=True (the "
-                "papers' default) or a smaller tau_plus")
+                "papers' default) or a smaller tau_plus"
+            )
         # NaN where 1 - e^r < 0: never kept below, never returned
         log_est = keep_share.log().add_(log_r).sub_(math.log1p(-tau_plus))
     kept = None
@@ -106,8 +115,9 @@ class _DebiasedTail(torch.autograd.Function):
         return grad * grad_a, grad * grad_l, None, None, None, None, None
 
 
-def _in_batch(z1: Tensor, z2: Tensor, tau: float, tau_plus: float, beta: float | None,
-              clamp: bool, stats: dict | None) -> Tensor:
+def _in_batch(
+    z1: Tensor, z2: Tensor, tau: float, tau_plus: float, beta: float | None, clamp: bool, stats: dict | None
+) -> Tensor:
     _pair("z1", z1, "z2", z2, min_rows=2)
     log_n = math.log(2 * z1.shape[0] - 2)
     c = 1.0 / tau
@@ -129,8 +139,15 @@ def _in_batch(z1: Tensor, z2: Tensor, tau: float, tau_plus: float, beta: float |
 
 
 @full_precision
-def dcl(z1: Tensor, z2: Tensor, temperature: float = 0.5, tau_plus: float = 0.1,
-        clamp: bool = True, *, stats: dict | None = None) -> Tensor:
+def dcl(
+    z1: Tensor,
+    z2: Tensor,
+    temperature: float = 0.5,
+    tau_plus: float = 0.1,
+    clamp: bool = True,
+    *,
+    stats: dict | None = None,
+) -> Tensor:
     r"""Debiased contrastive loss, 2B form (Chuang et al. 2020, the debiased objective with its
     lower bound e^{-1/t}; the authors' chingyaoc/DCL ``main.py``; METHODS row 4).
 
@@ -158,8 +175,16 @@ def dcl(z1: Tensor, z2: Tensor, temperature: float = 0.5, tau_plus: float = 0.1,
 
 
 @full_precision
-def hcl(z1: Tensor, z2: Tensor, temperature: float = 0.5, tau_plus: float = 0.1,
-        beta: float = 1.0, clamp: bool = True, *, stats: dict | None = None) -> Tensor:
+def hcl(
+    z1: Tensor,
+    z2: Tensor,
+    temperature: float = 0.5,
+    tau_plus: float = 0.1,
+    beta: float = 1.0,
+    clamp: bool = True,
+    *,
+    stats: dict | None = None,
+) -> Tensor:
     r"""Hard-negative contrastive loss, 2B form (Robinson et al. 2021, the importance-weighted
     debiased objective; the ``criterion`` of joshr17/HCL ``image/main.py``; METHODS row 5).
 
@@ -186,28 +211,36 @@ def hcl(z1: Tensor, z2: Tensor, temperature: float = 0.5, tau_plus: float = 0.1,
     return _in_batch(z1, z2, tau, tp, b, bool(clamp), stats)
 
 
-def _scores_form(scores: Tensor, positive_mask: Tensor, valid_mask: Tensor | None, tau: float,
-                 tau_plus: float, beta: float | None, clamp: bool, stats: dict | None) -> Tensor:
+def _scores_form(
+    scores: Tensor,
+    positive_mask: Tensor,
+    valid_mask: Tensor | None,
+    tau: float,
+    tau_plus: float,
+    beta: float | None,
+    clamp: bool,
+    stats: dict | None,
+) -> Tensor:
     pos, valid, rows = _score_masks(scores, positive_mask, valid_mask)
     pos = pos[rows]
     neg = ~pos if valid is None else (valid[rows] & ~pos)
     n_neg = neg.sum(dim=1)
     if (n_neg == 0).any():
         bad = rows.nonzero().flatten()[n_neg == 0]
-        raise ValueError(f"anchor(s) {bad[:8].tolist()} have positives but no negative "
-                         "(valid and not positive); the debiased estimate needs N >= 1")
+        raise ValueError(
+            f"anchor(s) {bad[:8].tolist()} have positives but no negative "
+            "(valid and not positive); the debiased estimate needs N >= 1"
+        )
     logits = scores[rows] / tau  # entries outside pos | neg are masked out or never read
     neg_logits = logits.masked_fill(~neg, _NEG_INF)
     log_n = n_neg.to(logits.dtype).log()
     if beta is None or beta == 0.0:
         log_r = torch.logsumexp(neg_logits, dim=1)
     else:
-        log_r = (torch.logsumexp((1.0 + beta) * neg_logits, dim=1)
-                 - torch.logsumexp(beta * neg_logits, dim=1) + log_n)
+        log_r = torch.logsumexp((1.0 + beta) * neg_logits, dim=1) - torch.logsumexp(beta * neg_logits, dim=1) + log_n
     # the per-pair formula on the P positive pairs only
     anchor, col = pos.nonzero(as_tuple=True)
-    per_pair = _DebiasedTail.apply(logits[anchor, col], log_r[anchor], log_n[anchor], tau,
-                                   tau_plus, clamp, stats)
+    per_pair = _DebiasedTail.apply(logits[anchor, col], log_r[anchor], log_n[anchor], tau, tau_plus, clamp, stats)
     per_anchor = logits.new_zeros(pos.shape[0]).index_add(0, anchor, per_pair)
     per_anchor = per_anchor / pos.sum(dim=1)
     if stats is not None:
@@ -218,9 +251,16 @@ def _scores_form(scores: Tensor, positive_mask: Tensor, valid_mask: Tensor | Non
 
 
 @full_precision
-def dcl_scores(scores: Tensor, positive_mask: Tensor, valid_mask: Tensor | None = None,
-               temperature: float = 0.5, tau_plus: float = 0.1, clamp: bool = True, *,
-               stats: dict | None = None) -> Tensor:
+def dcl_scores(
+    scores: Tensor,
+    positive_mask: Tensor,
+    valid_mask: Tensor | None = None,
+    temperature: float = 0.5,
+    tau_plus: float = 0.1,
+    clamp: bool = True,
+    *,
+    stats: dict | None = None,
+) -> Tensor:
     r"""DCL on a score matrix the domain computed itself (quick-thought, CURL).
 
     For anchor a the negatives are the valid candidates that are not positives, N_a their
@@ -238,9 +278,17 @@ def dcl_scores(scores: Tensor, positive_mask: Tensor, valid_mask: Tensor | None 
 
 
 @full_precision
-def hcl_scores(scores: Tensor, positive_mask: Tensor, valid_mask: Tensor | None = None,
-               temperature: float = 0.5, tau_plus: float = 0.1, beta: float = 1.0,
-               clamp: bool = True, *, stats: dict | None = None) -> Tensor:
+def hcl_scores(
+    scores: Tensor,
+    positive_mask: Tensor,
+    valid_mask: Tensor | None = None,
+    temperature: float = 0.5,
+    tau_plus: float = 0.1,
+    beta: float = 1.0,
+    clamp: bool = True,
+    *,
+    stats: dict | None = None,
+) -> Tensor:
     r"""HCL on a score matrix: :func:`dcl_scores` with R_a = sum_b imp_ab e^{s_ab/tau} /
     mean_b imp_ab over the anchor's N_a negatives, imp_ab = e^{beta s_ab/tau} (not detached).
     On the SimCLR score matrix this equals :func:`hcl`.
@@ -258,10 +306,15 @@ def hcl_scores(scores: Tensor, positive_mask: Tensor, valid_mask: Tensor | None 
 # The definitions the log-space kernels compute, in the exponential space of the authors' code:
 # what to read for the formula and what the tests hold the kernels to (float64 keeps e^{s/tau}
 # finite for the test inputs). Not for training: e^{s/tau} overflows float32 at s/tau > 88.
-def debiased_scores_reference(scores: Tensor, positive_mask: Tensor,
-                              valid_mask: Tensor | None = None, temperature: float = 0.5,
-                              tau_plus: float = 0.1, beta: float | None = None,
-                              clamp: bool = True) -> Tensor:
+def debiased_scores_reference(
+    scores: Tensor,
+    positive_mask: Tensor,
+    valid_mask: Tensor | None = None,
+    temperature: float = 0.5,
+    tau_plus: float = 0.1,
+    beta: float | None = None,
+    clamp: bool = True,
+) -> Tensor:
     """DCL (Chuang et al. 2020, the debiased objective) and, with ``beta``, HCL (Robinson et
     al. 2021, the importance-weighted objective) on a score matrix. Anchor a has N_a
     negatives (valid, not positive); for each positive p:
@@ -282,7 +335,7 @@ def debiased_scores_reference(scores: Tensor, positive_mask: Tensor,
     else:
         imp = torch.exp(beta * scores / temperature) * neg
         r = (imp * e).sum(dim=1) / (imp.sum(dim=1) / n_neg)
-    a, p = positive_mask.nonzero(as_tuple=True)             # the positive pairs (a, p)
+    a, p = positive_mask.nonzero(as_tuple=True)  # the positive pairs (a, p)
     pos = e[a, p]
     ng = (-tau_plus * n_neg[a] * pos + r[a]) / (1 - tau_plus)
     if clamp:
@@ -292,8 +345,14 @@ def debiased_scores_reference(scores: Tensor, positive_mask: Tensor,
     return per_anchor[positive_mask.any(dim=1)].mean()
 
 
-def dcl_reference(z1: Tensor, z2: Tensor, temperature: float = 0.5, tau_plus: float = 0.1,
-                  beta: float | None = None, clamp: bool = True) -> Tensor:
+def dcl_reference(
+    z1: Tensor,
+    z2: Tensor,
+    temperature: float = 0.5,
+    tau_plus: float = 0.1,
+    beta: float | None = None,
+    clamp: bool = True,
+) -> Tensor:
     """In-batch DCL / HCL (2B form): :func:`debiased_scores_reference` on s = z z^T with
     z = [z1; z2], the other view as the positive and self left out (N = 2B - 2).
     :func:`dcl` and :func:`hcl` compute it with ``_InBatchLoss`` in log space."""

@@ -7,6 +7,7 @@ CPCL uniformity terms sum (z1_i . z2_j)^2 over all pairs; that sum equals the Fr
 product <z1^T z1, z2^T z2> of two d x d matrices, so when 2d <= B it is computed from those
 (O(B d^2) work, O(d^2) memory) and otherwise from the B x B Gram matrix; both are exact.
 """
+
 from __future__ import annotations
 
 import math
@@ -23,7 +24,6 @@ from ._precision import full_precision
 from ._validation import _pair, _rows, _same_dtype
 
 __all__ = ["align", "uniform", "align_uniform", "spectral", "cpcl_a", "cpcl_full", "aca"]
-
 
 
 # ----------------------------------------------------------------------------- helpers
@@ -146,8 +146,16 @@ class _LogSumExpNegSqDists(torch.autograd.Function):
 
 
 @full_precision
-def align_uniform(x: Tensor, y: Tensor, align_weight: float = 1.0, uniform_weight: float = 1.0,
-                  alpha: float = 2.0, t: float = 2.0, *, stats: dict | None = None) -> Tensor:
+def align_uniform(
+    x: Tensor,
+    y: Tensor,
+    align_weight: float = 1.0,
+    uniform_weight: float = 1.0,
+    alpha: float = 2.0,
+    t: float = 2.0,
+    *,
+    stats: dict | None = None,
+) -> Tensor:
     r"""AU-CL objective (Wang & Isola 2020, Sec. 4; ssnl/align_uniform ``examples/stl10``):
 
         L = w_a * L_align(x, y; alpha) + w_u * ( L_uniform(x; t) + L_uniform(y; t) ) / 2
@@ -233,8 +241,16 @@ def cpcl_a(z1: Tensor, z2: Tensor, K: float = 2.0, *, stats: dict | None = None)
 
 
 @full_precision
-def cpcl_full(zbar: Tensor, z1: Tensor, z2: Tensor, K: float = 2.0, alpha: float = 1.0, *,  # noqa: N803
-              detach_target: bool = False, stats: dict | None = None) -> Tensor:
+def cpcl_full(
+    zbar: Tensor,
+    z1: Tensor,
+    z2: Tensor,
+    K: float = 2.0,
+    alpha: float = 1.0,
+    *,  # noqa: N803
+    detach_target: bool = False,
+    stats: dict | None = None,
+) -> Tensor:
     r"""CPCL-Full (CPCL Sec. 4.2, Eqs. 8-9 and Algorithm 1; METHODS row 24):
 
         L = L_CPCL-A(z1, z2; K) + alpha * mean_i || zbar_i - (z1_i + z2_i)/2 ||_2^2
@@ -266,9 +282,17 @@ def cpcl_full(zbar: Tensor, z1: Tensor, z2: Tensor, K: float = 2.0, alpha: float
 
 
 @full_precision
-def aca(zbar: Tensor, z1: Tensor, z2: Tensor, K: float = 1.0, lamb: float = 1.0,  # noqa: N803
-        temperature: float = 0.5, *, normalize_projection: bool = False,
-        stats: dict | None = None) -> Tensor:
+def aca(
+    zbar: Tensor,
+    z1: Tensor,
+    z2: Tensor,
+    K: float = 1.0,
+    lamb: float = 1.0,  # noqa: N803
+    temperature: float = 0.5,
+    *,
+    normalize_projection: bool = False,
+    stats: dict | None = None,
+) -> Tensor:
     r"""CPCL as released by its authors (ACA, hanlu-nju/AugCA ``model/ACA.py``: ``ACAPCLoss``
     + ``ProjectionLoss``; METHODS row 25).
 

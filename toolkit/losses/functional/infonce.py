@@ -16,9 +16,10 @@ CPU). The queue backward is the bound's matmul with the per-row softmax factors 
 the symmetrised gradient matrix (two with a keep-mask). Peak memory is one to three
 ``[n, m]`` matrices; nothing of shape ``[n, m, d]`` is ever built.
 """
+
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import torch
 from torch import Tensor
@@ -26,11 +27,12 @@ from torch.nn import functional as F
 
 from toolkit import checks
 
-from ._kernel import _NEG_INF, _InBatchLoss, _RowLogSumExp, _in_batch_partner
+from ._kernel import _NEG_INF, _in_batch_partner, _InBatchLoss, _RowLogSumExp
 from ._precision import full_precision
 from ._validation import _bool_mask, _pair, _rows, _same_dtype, _score_masks
 
 __all__ = ["info_nce_scores", "nt_xent", "moco_infonce", "cmc"]
+
 
 # ----------------------------------------------------------------------------- checks
 def _no_empty_rows(name: str, kept: Tensor) -> None:
@@ -38,9 +40,11 @@ def _no_empty_rows(name: str, kept: Tensor) -> None:
     max is ~25x faster than a bool ``any`` / ``sum`` on CPU)."""
     empty = (kept.view(torch.uint8).amax(dim=1) == 0).nonzero().flatten()
     if empty.numel():
-        raise ValueError(f"{name} keeps no candidate negative for anchor(s) "
-                         f"{empty[:8].tolist()}{' ...' if empty.numel() > 8 else ''}; "
-                         "expected at least one kept negative per anchor")
+        raise ValueError(
+            f"{name} keeps no candidate negative for anchor(s) "
+            f"{empty[:8].tolist()}{' ...' if empty.numel() > 8 else ''}; "
+            "expected at least one kept negative per anchor"
+        )
 
 
 def _in_batch_neg_sim(z1: Tensor, z2: Tensor) -> Tensor:
@@ -48,15 +52,20 @@ def _in_batch_neg_sim(z1: Tensor, z2: Tensor) -> Tensor:
     sum_{a,b} s_ab = |sum z|^2, minus the diagonal and the 2B positive entries."""
     z = torch.cat([z1, z2]).detach().double()
     n = z.shape[0]
-    total = z.sum(0).square().sum() - z.square().sum() - 2 * (z1.detach().double()
-                                                              * z2.detach().double()).sum()
+    total = z.sum(0).square().sum() - z.square().sum() - 2 * (z1.detach().double() * z2.detach().double()).sum()
     return (total / (n * (n - 2))).to(z1.dtype)
 
 
 # ----------------------------------------------------------------------------- losses
 @full_precision
-def info_nce_scores(scores: Tensor, positive_mask: Tensor, valid_mask: Tensor | None = None,
-                    temperature: float = 1.0, *, stats: dict | None = None) -> Tensor:
+def info_nce_scores(
+    scores: Tensor,
+    positive_mask: Tensor,
+    valid_mask: Tensor | None = None,
+    temperature: float = 1.0,
+    *,
+    stats: dict | None = None,
+) -> Tensor:
     r"""Multi-positive InfoNCE on a score matrix the domain computed itself.
 
     For anchor a with positives P(a) and valid candidates V(a) (P(a) is a subset of V(a)):
@@ -101,8 +110,9 @@ def info_nce_scores(scores: Tensor, positive_mask: Tensor, valid_mask: Tensor | 
 
 
 @full_precision
-def nt_xent(z1: Tensor, z2: Tensor, temperature: float = 0.5, *, neg_mask: Tensor | None = None,
-            stats: dict | None = None) -> Tensor:
+def nt_xent(
+    z1: Tensor, z2: Tensor, temperature: float = 0.5, *, neg_mask: Tensor | None = None, stats: dict | None = None
+) -> Tensor:
     r"""NT-Xent, SimCLR 2B form (Chen et al. 2020, Sec. 2.1, Eq. 1; METHODS row 1).
 
     With z = [z1; z2] (2B rows), s_ab = z_a . z_b and p(a) the other view of a's image:
@@ -139,8 +149,7 @@ def nt_xent(z1: Tensor, z2: Tensor, temperature: float = 0.5, *, neg_mask: Tenso
         _no_empty_rows("neg_mask", kept_negatives)
         n_kept = int(torch.count_nonzero(kept_negatives))
         kept_negatives[rows, partner] = True  # the positive stays in the partition
-    loss = _InBatchLoss.apply(z1, z2, 1.0 / tau, (1.0 / tau,), True, kept_negatives,
-                              _nt_xent_head)
+    loss = _InBatchLoss.apply(z1, z2, 1.0 / tau, (1.0 / tau,), True, kept_negatives, _nt_xent_head)
     if stats is not None:
         stats["pos_sim"] = torch.linalg.vecdot(z1.detach(), z2.detach()).mean()
         stats["neg_sim"] = _in_batch_neg_sim(z1, z2)
@@ -154,8 +163,15 @@ def _nt_xent_head(pos_logit: Tensor, lse: Tensor):
 
 
 @full_precision
-def moco_infonce(q: Tensor, k: Tensor, queue: Tensor, temperature: float = 0.07, *,
-                 neg_mask: Tensor | None = None, stats: dict | None = None) -> Tensor:
+def moco_infonce(
+    q: Tensor,
+    k: Tensor,
+    queue: Tensor,
+    temperature: float = 0.07,
+    *,
+    neg_mask: Tensor | None = None,
+    stats: dict | None = None,
+) -> Tensor:
     r"""MoCo InfoNCE (He et al. 2020, Sec. 3.1, Eq. 1; METHODS row 2).
 
         l_i = -q_i.k_i / tau + log( exp(q_i.k_i / tau) + sum_n exp(q_i.Q_n / tau) ),  batch mean
@@ -194,8 +210,13 @@ def moco_infonce(q: Tensor, k: Tensor, queue: Tensor, temperature: float = 0.07,
 
 
 @full_precision
-def cmc(views: Tensor | Sequence[Tensor], temperature: float = 0.07, pair_reduction: str = "sum",
-        *, stats: dict | None = None) -> Tensor:
+def cmc(
+    views: Tensor | Sequence[Tensor],
+    temperature: float = 0.07,
+    pair_reduction: str = "sum",
+    *,
+    stats: dict | None = None,
+) -> Tensor:
     r"""CMC full-graph loss with in-batch negatives (Tian et al. 2020, the full-graph objective,
     Eq. 8; CACR App. B uses it with K = 4; METHODS row 3).
 
@@ -246,13 +267,11 @@ def cmc(views: Tensor | Sequence[Tensor], temperature: float = 0.07, pair_reduct
     return total if pair_reduction == "sum" else total / n_pairs
 
 
-
 # ----------------------------------------------------------------------------- plain-torch references
 # The definitions the fused kernels compute, written straight from the equations in plain torch
 # (an [n, n] logit matrix and cross_entropy): what to read for the formula, and what the tests
 # hold the kernels to (they work in float64 too). Not for training: they build the full matrix.
-def nt_xent_reference(z1: Tensor, z2: Tensor, temperature: float = 0.5, *,
-                      neg_mask: Tensor | None = None) -> Tensor:
+def nt_xent_reference(z1: Tensor, z2: Tensor, temperature: float = 0.5, *, neg_mask: Tensor | None = None) -> Tensor:
     """NT-Xent (Chen et al. 2020, Sec. 2.1, Eq. 1) as cross-entropy over the 2B x 2B logits
     s_ab / tau with self left out and the other view of a as the target; ``neg_mask`` drops
     negatives (never the positive). :func:`nt_xent` computes it with ``_InBatchLoss``."""
@@ -267,8 +286,9 @@ def nt_xent_reference(z1: Tensor, z2: Tensor, temperature: float = 0.5, *,
     return F.cross_entropy(logits, target)
 
 
-def moco_infonce_reference(q: Tensor, k: Tensor, queue: Tensor, temperature: float = 0.07, *,
-                           neg_mask: Tensor | None = None) -> Tensor:
+def moco_infonce_reference(
+    q: Tensor, k: Tensor, queue: Tensor, temperature: float = 0.07, *, neg_mask: Tensor | None = None
+) -> Tensor:
     """MoCo InfoNCE (He et al. 2020, Sec. 3.1, Eq. 1) as cross-entropy with label 0 over
     [q.k, q Q^T] / tau, keys and queue detached, ``neg_mask`` dropping queue rows.
     :func:`moco_infonce` computes the queue log-sum-exp with ``_RowLogSumExp``."""

@@ -2,6 +2,7 @@
 Polarization Regularizer: D in Sec. 3.1, Eq. 3; the l0 regulariser in Sec. 3.2, Eq. 6; its l1
 relaxation R1 in Sec. 3.3, Eq. 9; METHODS row 21).
 """
+
 from __future__ import annotations
 
 import torch
@@ -17,8 +18,9 @@ __all__ = ["distance_polarization"]
 
 
 @full_precision
-def distance_polarization(f: Tensor, d_plus: float = 0.1, d_minus: float = 0.5,
-                          reduction: str = "sum", *, stats: dict | None = None) -> Tensor:
+def distance_polarization(
+    f: Tensor, d_plus: float = 0.1, d_minus: float = 0.5, reduction: str = "sum", *, stats: dict | None = None
+) -> Tensor:
     r"""Distance polarization regulariser R1.
 
         D    = (1 - F F^T) / 2                        (Eq. 3; in [0, 1] for unit rows)
@@ -93,8 +95,9 @@ class _Polarization(torch.autograd.Function):
         return (weights @ f).mul_(2 * grad), None, None
 
 
-def distance_polarization_reference(f: Tensor, d_plus: float = 0.1, d_minus: float = 0.5,
-                                    reduction: str = "sum") -> Tensor:
+def distance_polarization_reference(
+    f: Tensor, d_plus: float = 0.1, d_minus: float = 0.5, reduction: str = "sum"
+) -> Tensor:
     """R1 (LMCL Sec. 3.3, Eq. 9) straight from the matrix: D = (1 - F F^T) / 2 with D_ii = 0,
     sum of |min((D - d+)(D - d-), 0)| over the n x n entries (``'mean'``: over the n(n-1)
     off-diagonal ones). :func:`distance_polarization` computes it with ``_Polarization``."""

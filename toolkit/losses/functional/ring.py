@@ -22,21 +22,32 @@ a constant and is dropped.
 Inputs are used as given (the authors' classes L2-normalise inside; here the encoder's head
 does). Keys, queues and banks are constants: no gradient flows into them.
 """
+
 from __future__ import annotations
 
 import torch
 from torch import Tensor
 
 from toolkit import checks
-from toolkit.samplers.masks import (RING_DEFAULT, ring_bounds, ring_mask, ring_mask_and_sums,
-                                    ring_official_thresholds_to_percentiles,
-                                    ring_percentiles_to_official_thresholds)
+from toolkit.samplers.masks import (
+    RING_DEFAULT,
+    ring_bounds,
+    ring_mask,
+    ring_mask_and_sums,
+    ring_official_thresholds_to_percentiles,
+    ring_percentiles_to_official_thresholds,
+)
 
 from ._kernel import _LOG2E, _RowLogSumExp
 from ._precision import full_precision
 
-__all__ = ["ring_nce", "ir_nce", "ir_ring", "ring_official_thresholds_to_percentiles",
-           "ring_percentiles_to_official_thresholds"]
+__all__ = [
+    "ring_nce",
+    "ir_nce",
+    "ir_ring",
+    "ring_official_thresholds_to_percentiles",
+    "ring_percentiles_to_official_thresholds",
+]
 
 
 def _check_pair(q: Tensor, k: Tensor, negatives: Tensor, neg_name: str) -> None:
@@ -49,20 +60,25 @@ def _check_pair(q: Tensor, k: Tensor, negatives: Tensor, neg_name: str) -> None:
 
 def _check_index(name: str, idx: Tensor, dim: int, rows: int, high: int) -> None:
     if not isinstance(idx, Tensor) or idx.dtype not in (torch.int64, torch.int32):
-        raise ValueError(f"{name} must be an integer tensor, got "
-                         f"{getattr(idx, 'dtype', type(idx).__name__)}")
+        raise ValueError(f"{name} must be an integer tensor, got {getattr(idx, 'dtype', type(idx).__name__)}")
     if idx.dim() != dim or idx.shape[0] != rows:
-        raise ValueError(f"{name} must have {dim} dimension(s) and {rows} rows, got shape "
-                         f"{tuple(idx.shape)}")
+        raise ValueError(f"{name} must have {dim} dimension(s) and {rows} rows, got shape {tuple(idx.shape)}")
     if idx.numel() and (int(idx.min()) < 0 or int(idx.max()) >= high):
-        raise ValueError(f"{name} values must lie in [0, {high}), got range "
-                         f"[{int(idx.min())}, {int(idx.max())}]")
+        raise ValueError(f"{name} values must lie in [0, {high}), got range [{int(idx.min())}, {int(idx.max())}]")
 
 
 @full_precision
-def ring_nce(q: Tensor, k: Tensor, queue: Tensor, temperature: float = 0.07,
-             lower: float = RING_DEFAULT[0], upper: float = RING_DEFAULT[1], include_positive: bool = True, *,
-             stats: dict | None = None) -> Tensor:
+def ring_nce(
+    q: Tensor,
+    k: Tensor,
+    queue: Tensor,
+    temperature: float = 0.07,
+    lower: float = RING_DEFAULT[0],
+    upper: float = RING_DEFAULT[1],
+    include_positive: bool = True,
+    *,
+    stats: dict | None = None,
+) -> Tensor:
     """MoCoRing loss (Ring Sec. 4, Alg. 1; docs/methods.md, section ring_nce), batch mean.
 
     ``L_i = -s+_i + log(e^{s+_i} + sum_{j in ring_i} e^{s_ij})`` with ``s+_i = q_i.k_i / tau``,
@@ -135,8 +151,9 @@ def _bank_logits(qs: Tensor, bank: Tensor, cols: Tensor) -> Tensor:
 
 
 @full_precision
-def ir_nce(q: Tensor, bank: Tensor, indices: Tensor, noise_idx: Tensor,
-           temperature: float = 0.07, *, stats: dict | None = None) -> Tensor:
+def ir_nce(
+    q: Tensor, bank: Tensor, indices: Tensor, noise_idx: Tensor, temperature: float = 0.07, *, stats: dict | None = None
+) -> Tensor:
     """Instance-discrimination NCE with a memory bank (Ring Eq. 3; Wu et al. 2018), batch mean.
 
     ``L_i = -q_i.M[idx_i]/tau + log sum_{j in {idx_i} + noise_i} e^{q_i.M[j]/tau}``: the positive
@@ -168,9 +185,18 @@ def ir_nce(q: Tensor, bank: Tensor, indices: Tensor, noise_idx: Tensor,
 
 
 @full_precision
-def ir_ring(q: Tensor, bank: Tensor, indices: Tensor, noise_idx: Tensor, lower: float,
-            upper: float, temperature: float = 0.07, include_positive: bool = True, *,
-            stats: dict | None = None) -> Tensor:
+def ir_ring(
+    q: Tensor,
+    bank: Tensor,
+    indices: Tensor,
+    noise_idx: Tensor,
+    lower: float,
+    upper: float,
+    temperature: float = 0.07,
+    include_positive: bool = True,
+    *,
+    stats: dict | None = None,
+) -> Tensor:
     """IRing: memory-bank Ring with sampled negatives (Ring Sec. 4; docs/methods.md, ir_ring).
 
     All bank similarities ``s_ij = q_i.M[j]/tau`` (the anchor's own entry included, as in the
@@ -198,12 +224,11 @@ def ir_ring(q: Tensor, bank: Tensor, indices: Tensor, noise_idx: Tensor, lower: 
     _check_index("noise_idx", noise_idx, 2, q.shape[0], hi - lo)
     logits = (q / tau) @ bank.detach().T
     pos = logits.gather(1, indices.long().unsqueeze(1)).squeeze(1)
-    ring = torch.topk(logits, n_bank - lo, dim=1, sorted=True).values[:, n_bank - hi:]
+    ring = torch.topk(logits, n_bank - lo, dim=1, sorted=True).values[:, n_bank - hi :]
     drawn = ring.gather(1, noise_idx.long())
     cand = torch.cat([pos.unsqueeze(1), drawn], dim=1) if include_positive else drawn
     if cand.shape[1] == 0:
-        raise ValueError("noise_idx has no columns and include_positive is False: the "
-                         "partition would be empty")
+        raise ValueError("noise_idx has no columns and include_positive is False: the partition would be empty")
     loss = (torch.logsumexp(cand, dim=1) - pos).mean()
     if stats is not None:
         with torch.no_grad():

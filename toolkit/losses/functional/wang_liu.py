@@ -20,6 +20,7 @@ Temperature limit (Eq. 7): ``tau (L_tau - log(M+1)) -> M/(M+1) L_simple(lambda =
 ``tau -> inf``. Batch mean throughout. No official code exists (docs/methods.md, section
 Wang & Liu).
 """
+
 from __future__ import annotations
 
 import torch
@@ -30,23 +31,23 @@ from toolkit.samplers.masks import hard_mask
 
 from ._precision import full_precision
 
-__all__ = ["wl_contrastive", "wl_simple", "wl_hard", "wl_hard_simple", "wl_sims_from_bank",
-           "wl_gradient_ratio"]
+__all__ = ["wl_contrastive", "wl_simple", "wl_hard", "wl_hard_simple", "wl_sims_from_bank", "wl_gradient_ratio"]
 
 
 def _check_sims(s_pos: Tensor, s_neg: Tensor, neg_mask: Tensor | None) -> None:
     checks.tensor("s_pos", s_pos, dim=1)
     checks.tensor("s_neg", s_neg, dim=2)
     if s_neg.shape[0] != s_pos.shape[0]:
-        raise ValueError(f"s_pos and s_neg must have one row per anchor, got shapes "
-                         f"{tuple(s_pos.shape)} and {tuple(s_neg.shape)}")
+        raise ValueError(
+            f"s_pos and s_neg must have one row per anchor, got shapes {tuple(s_pos.shape)} and {tuple(s_neg.shape)}"
+        )
     if neg_mask is not None:
         if not isinstance(neg_mask, Tensor) or neg_mask.dtype != torch.bool:
-            raise ValueError(f"neg_mask must be a bool tensor, got "
-                             f"{getattr(neg_mask, 'dtype', type(neg_mask).__name__)}")
+            raise ValueError(
+                f"neg_mask must be a bool tensor, got {getattr(neg_mask, 'dtype', type(neg_mask).__name__)}"
+            )
         if neg_mask.shape != s_neg.shape:
-            raise ValueError(f"neg_mask must have the shape of s_neg {tuple(s_neg.shape)}, got "
-                             f"{tuple(neg_mask.shape)}")
+            raise ValueError(f"neg_mask must have the shape of s_neg {tuple(s_neg.shape)}, got {tuple(neg_mask.shape)}")
 
 
 def _hard(s_neg: Tensor, alpha: float | None, num_hard: int | None) -> Tensor | None:
@@ -71,8 +72,9 @@ def _record(stats: dict | None, s_pos: Tensor, s_neg: Tensor, neg_mask: Tensor |
 
 
 @full_precision
-def wl_contrastive(s_pos: Tensor, s_neg: Tensor, temperature: float = 0.2, *,
-                   neg_mask: Tensor | None = None, stats: dict | None = None) -> Tensor:
+def wl_contrastive(
+    s_pos: Tensor, s_neg: Tensor, temperature: float = 0.2, *, neg_mask: Tensor | None = None, stats: dict | None = None
+) -> Tensor:
     """Wang & Liu Eq. 1 (Sec. 3), batch mean:
     ``L_i = -s_ii/tau + log( sum_{k != i} e^{s_ik/tau} + e^{s_ii/tau} )``.
 
@@ -96,8 +98,9 @@ def wl_contrastive(s_pos: Tensor, s_neg: Tensor, temperature: float = 0.2, *,
 
 
 @full_precision
-def wl_simple(s_pos: Tensor, s_neg: Tensor, lam: float | None = None, *,
-              neg_mask: Tensor | None = None, stats: dict | None = None) -> Tensor:
+def wl_simple(
+    s_pos: Tensor, s_neg: Tensor, lam: float | None = None, *, neg_mask: Tensor | None = None, stats: dict | None = None
+) -> Tensor:
     """Wang & Liu Eq. 3 (Sec. 3), batch mean: ``L_i = -s_ii + lambda * sum_{j != i} s_ij``.
 
     The sum runs over the kept negatives when ``neg_mask`` is given. ``lam=None`` takes
@@ -108,11 +111,9 @@ def wl_simple(s_pos: Tensor, s_neg: Tensor, lam: float | None = None, *,
     neg = s_neg if neg_mask is None else s_neg * neg_mask
     total = neg.sum(dim=1)
     if lam is None:
-        count = (torch.full_like(total, s_neg.shape[1]) if neg_mask is None
-                 else neg_mask.sum(dim=1).to(total.dtype))
+        count = torch.full_like(total, s_neg.shape[1]) if neg_mask is None else neg_mask.sum(dim=1).to(total.dtype)
         if bool((count == 0).any()):
-            raise ValueError("lam=None needs at least one kept negative in every row of "
-                             "neg_mask; pass an explicit lam")
+            raise ValueError("lam=None needs at least one kept negative in every row of neg_mask; pass an explicit lam")
         repulsion = total / count
     else:
         repulsion = checks.non_negative("lam", lam) * total
@@ -121,8 +122,15 @@ def wl_simple(s_pos: Tensor, s_neg: Tensor, lam: float | None = None, *,
 
 
 @full_precision
-def wl_hard(s_pos: Tensor, s_neg: Tensor, temperature: float = 0.2, alpha: float | None = None,
-            num_hard: int | None = None, *, stats: dict | None = None) -> Tensor:
+def wl_hard(
+    s_pos: Tensor,
+    s_neg: Tensor,
+    temperature: float = 0.2,
+    alpha: float | None = None,
+    num_hard: int | None = None,
+    *,
+    stats: dict | None = None,
+) -> Tensor:
     """Wang & Liu hard contrastive loss, Eq. 9 (Sec. 3.3), batch mean.
 
     ``L_i = -log e^{s_ii/tau} / ( sum_{s_ik >= s_alpha^(i)} e^{s_ik/tau} + e^{s_ii/tau} )`` where
@@ -135,9 +143,15 @@ def wl_hard(s_pos: Tensor, s_neg: Tensor, temperature: float = 0.2, alpha: float
 
 
 @full_precision
-def wl_hard_simple(s_pos: Tensor, s_neg: Tensor, lam: float | None = None,
-                   alpha: float | None = None, num_hard: int | None = None, *,
-                   stats: dict | None = None) -> Tensor:
+def wl_hard_simple(
+    s_pos: Tensor,
+    s_neg: Tensor,
+    lam: float | None = None,
+    alpha: float | None = None,
+    num_hard: int | None = None,
+    *,
+    stats: dict | None = None,
+) -> Tensor:
     """Wang & Liu HardSimple (Sec. 5.5): Eq. 3 over the hard negatives of Eq. 9.
 
     ``L_i = -s_ii + lambda * sum_{s_ij >= s_alpha^(i)} s_ij``; ``lam=None`` takes ``1/M_i`` (the
@@ -169,10 +183,10 @@ class _SplitOwn(torch.autograd.Function):
         before, own = ctx.saved_tensors
         n, m = grad_neg.shape
         grad = grad_neg.new_empty((n, m + 1))
-        grad[:, 1:] = grad_neg                         # entries after own_i move right by one
+        grad[:, 1:] = grad_neg  # entries after own_i move right by one
         head = grad[:, :-1]
         torch.where(before, grad_neg, head, out=head)  # entries before own_i stay in place
-        grad.scatter_(1, own, grad_pos.unsqueeze(1))   # the positive's own column
+        grad.scatter_(1, own, grad_pos.unsqueeze(1))  # the positive's own column
         return grad, None
 
 
@@ -189,22 +203,20 @@ def wl_sims_from_bank(q: Tensor, bank: Tensor, indices: Tensor) -> tuple[Tensor,
     checks.same_width("q", q, "bank", bank)
     n, size = q.shape[0], bank.shape[0]
     if size < 2:
-        raise ValueError(f"bank needs at least 2 entries (a positive and a negative), got "
-                         f"shape {tuple(bank.shape)}")
-    if not isinstance(indices, Tensor) or indices.dtype not in (torch.int64, torch.int32) \
-            or indices.shape != (n,):
-        raise ValueError(f"indices must be an integer tensor of shape ({n},), got "
-                         f"{getattr(indices, 'dtype', type(indices).__name__)} "
-                         f"{tuple(getattr(indices, 'shape', ()))}")
+        raise ValueError(f"bank needs at least 2 entries (a positive and a negative), got shape {tuple(bank.shape)}")
+    if not isinstance(indices, Tensor) or indices.dtype not in (torch.int64, torch.int32) or indices.shape != (n,):
+        raise ValueError(
+            f"indices must be an integer tensor of shape ({n},), got "
+            f"{getattr(indices, 'dtype', type(indices).__name__)} "
+            f"{tuple(getattr(indices, 'shape', ()))}"
+        )
     if int(indices.min()) < 0 or int(indices.max()) >= size:
-        raise ValueError(f"indices must lie in [0, {size}), got range "
-                         f"[{int(indices.min())}, {int(indices.max())}]")
+        raise ValueError(f"indices must lie in [0, {size}), got range [{int(indices.min())}, {int(indices.max())}]")
     return _SplitOwn.apply(q @ bank.detach().T, indices.long().unsqueeze(1))
 
 
 @full_precision
-def wl_gradient_ratio(s_neg: Tensor, temperature: float = 0.2, *,
-                      neg_mask: Tensor | None = None) -> Tensor:
+def wl_gradient_ratio(s_neg: Tensor, temperature: float = 0.2, *, neg_mask: Tensor | None = None) -> Tensor:
     """Relative penalty on each negative, Wang & Liu Eq. 5 (Eq. 8 with a hard mask).
 
     ``r_i(s_ij) = |dL/ds_ij| / |dL/ds_ii| = e^{s_ij/tau} / sum_{k != i} e^{s_ik/tau}`` (a

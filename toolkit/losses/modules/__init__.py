@@ -24,14 +24,36 @@ Which embeddings go where (V views per instance, ``views[:, 0]`` is the query vi
 * memory-bank losses (wl_*, ir_nce, ir_ring) compare ``views[:, 0]`` with the bank rows in
   ``negatives``, the anchor's own slot (``indices``) being the positive.
 """
+
+from toolkit.losses.base import LOSSES
 from toolkit.losses.modules.cacr import CACR, CACRMoCo, CACRMultiview
 from toolkit.losses.modules.debiased import DCL, HCL
 from toolkit.losses.modules.geometry import ACA, CPCLA, AlignUniform, CPCLFull, Spectral
 from toolkit.losses.modules.infonce import CMC, InfoNCE, MoCoInfoNCE, NTXent
 from toolkit.losses.modules.ring import IRNCE, IRRing, RingNCE
 from toolkit.losses.modules.wang_liu import WLContrastive, WLHard, WLHardSimple, WLSimple
-from toolkit.losses.base import LOSSES
 
-__all__ = ["LOSSES", "NTXent", "InfoNCE", "MoCoInfoNCE", "CMC", "DCL", "HCL", "AlignUniform",
-           "Spectral", "CPCLA", "CPCLFull", "ACA", "WLContrastive", "WLSimple", "WLHard",
-           "WLHardSimple", "CACR", "CACRMultiview", "CACRMoCo", "RingNCE", "IRNCE", "IRRing"]
+__all__ = [
+    "LOSSES",
+    "NTXent",
+    "InfoNCE",
+    "MoCoInfoNCE",
+    "CMC",
+    "DCL",
+    "HCL",
+    "AlignUniform",
+    "Spectral",
+    "CPCLA",
+    "CPCLFull",
+    "ACA",
+    "WLContrastive",
+    "WLSimple",
+    "WLHard",
+    "WLHardSimple",
+    "CACR",
+    "CACRMultiview",
+    "CACRMoCo",
+    "RingNCE",
+    "IRNCE",
+    "IRRing",
+]

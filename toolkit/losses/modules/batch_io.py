@@ -2,6 +2,7 @@
 hands back a :class:`~toolkit.losses.base.LossOutput`: the views (checked for shape), a memory
 bank with the anchors' slots, the domain's own score matrix with its masks, and the functional
 core's stats as records."""
+
 from __future__ import annotations
 
 from torch import Tensor

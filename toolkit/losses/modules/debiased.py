@@ -1,14 +1,14 @@
 """Loss modules of the debiased family (:mod:`toolkit.losses.functional.debiased`): DCL and
 HCL, in-batch (2B form) or on the domain's scores."""
+
 from __future__ import annotations
 
 from typing import Any
 
 from toolkit import checks
 from toolkit.losses import functional as F
-from toolkit.losses.base import ContrastiveBatch, ContrastiveLoss, LossOutput
+from toolkit.losses.base import LOSSES, ContrastiveBatch, ContrastiveLoss, LossOutput
 from toolkit.losses.modules.batch_io import Records, batch_scores, batch_views, has_scores
-from toolkit.losses.base import LOSSES
 
 
 class _Debiased(ContrastiveLoss):
@@ -39,8 +39,7 @@ class DCL(_Debiased):
 class HCL(_Debiased):
     """Hard-negative loss with importance weights exp(beta s / tau), in-batch or on scores."""
 
-    def __init__(self, temperature: float = 0.5, tau_plus: float = 0.1, beta: float = 1.0,
-                 clamp: bool = True) -> None:
+    def __init__(self, temperature: float = 0.5, tau_plus: float = 0.1, beta: float = 1.0, clamp: bool = True) -> None:
         super().__init__(temperature, tau_plus, clamp)
         self.beta = checks.non_negative("beta", beta)
 

@@ -1,21 +1,22 @@
 """Loss modules of the geometric family (:mod:`toolkit.losses.functional.geometry`):
 alignment + uniformity, spectral, CPCL (paper form: CPCL-A, CPCL-Full) and ACA (the authors'
 released CPCL)."""
+
 from __future__ import annotations
 
 from toolkit import checks
 from toolkit.losses import functional as F
-from toolkit.losses.base import ContrastiveBatch, ContrastiveLoss, LossOutput, require
+from toolkit.losses.base import LOSSES, ContrastiveBatch, ContrastiveLoss, LossOutput, require
 from toolkit.losses.modules.batch_io import Records, batch_views
-from toolkit.losses.base import LOSSES
 
 
 @LOSSES.register("align_uniform", description="Wang & Isola alignment + uniformity")
 class AlignUniform(ContrastiveLoss):
     """w_a * align(x, y) + w_u * (uniform(x) + uniform(y)) / 2."""
 
-    def __init__(self, align_weight: float = 1.0, uniform_weight: float = 1.0, alpha: float = 2.0,
-                 t: float = 2.0) -> None:
+    def __init__(
+        self, align_weight: float = 1.0, uniform_weight: float = 1.0, alpha: float = 2.0, t: float = 2.0
+    ) -> None:
         super().__init__()
         self.align_weight = checks.non_negative("align_weight", align_weight)
         self.uniform_weight = checks.non_negative("uniform_weight", uniform_weight)
@@ -25,9 +26,17 @@ class AlignUniform(ContrastiveLoss):
     def forward(self, batch: ContrastiveBatch) -> LossOutput:
         v = batch_views(batch, "align_uniform")
         st = Records()
-        return st.out(F.align_uniform(v[:, 0], v[:, 1], align_weight=self.align_weight,
-                                      uniform_weight=self.uniform_weight, alpha=self.alpha,
-                                      t=self.t, stats=st.d))
+        return st.out(
+            F.align_uniform(
+                v[:, 0],
+                v[:, 1],
+                align_weight=self.align_weight,
+                uniform_weight=self.uniform_weight,
+                alpha=self.alpha,
+                t=self.t,
+                stats=st.d,
+            )
+        )
 
 
 @LOSSES.register("spectral", description="Spectral contrastive loss (HaoChen et al. 2021)")
@@ -73,11 +82,12 @@ class CPCLFull(ContrastiveLoss):
         v = batch_views(batch, "cpcl_full")
         require(batch, "cpcl_full", "natural")
         st = Records()
-        return st.out(F.cpcl_full(batch.natural, v[:, 0], v[:, 1], K=self.K, alpha=self.alpha,
-                                  stats=st.d))
+        return st.out(F.cpcl_full(batch.natural, v[:, 0], v[:, 1], K=self.K, alpha=self.alpha, stats=st.d))
 
 
-@LOSSES.register("aca", description="CPCL as released by its authors (ACA: 1/T logits, same-view negatives, detached MSE)")
+@LOSSES.register(
+    "aca", description="CPCL as released by its authors (ACA: 1/T logits, same-view negatives, detached MSE)"
+)
 class ACA(ContrastiveLoss):
     """The authors' released ACA form of CPCL; needs the natural view."""
 
@@ -93,5 +103,6 @@ class ACA(ContrastiveLoss):
         v = batch_views(batch, "aca")
         require(batch, "aca", "natural")
         st = Records()
-        return st.out(F.aca(batch.natural, v[:, 0], v[:, 1], K=self.K, lamb=self.lamb,
-                            temperature=self.temperature, stats=st.d))
+        return st.out(
+            F.aca(batch.natural, v[:, 0], v[:, 1], K=self.K, lamb=self.lamb, temperature=self.temperature, stats=st.d)
+        )

@@ -1,6 +1,7 @@
 """Loss modules of the InfoNCE family (:mod:`toolkit.losses.functional.infonce`): NT-Xent and
 InfoNCE (in-batch, or on the domain's scores), MoCo InfoNCE against a queue, CMC over V views.
 The in-batch and queue forms accept a negative selector (hard / ring)."""
+
 from __future__ import annotations
 
 from typing import Any
@@ -10,10 +11,9 @@ from torch import Tensor
 
 from toolkit import checks
 from toolkit.losses import functional as F
-from toolkit.losses.base import ContrastiveBatch, ContrastiveLoss, LossOutput, require
+from toolkit.losses.base import LOSSES, ContrastiveBatch, ContrastiveLoss, LossOutput, require
 from toolkit.losses.functional._precision import similarities
 from toolkit.losses.modules.batch_io import Records, batch_scores, batch_views, has_scores
-from toolkit.losses.base import LOSSES
 
 
 def _in_batch_keep_mask(z1: Tensor, z2: Tensor, selector: Any, step: int) -> Tensor:
@@ -38,7 +38,9 @@ def _in_batch_keep_mask(z1: Tensor, z2: Tensor, selector: Any, step: int) -> Ten
         return keep
 
 
-@LOSSES.register("nt_xent", description="SimCLR NT-Xent (2B form); score-level InfoNCE when the domain scores candidates")
+@LOSSES.register(
+    "nt_xent", description="SimCLR NT-Xent (2B form); score-level InfoNCE when the domain scores candidates"
+)
 class NTXent(ContrastiveLoss):
     """NT-Xent / InfoNCE with in-batch negatives (SimCLR 2B form, mean over 2B anchors)."""
 
@@ -89,8 +91,7 @@ class MoCoInfoNCE(ContrastiveLoss):
             with torch.no_grad():
                 mask = self.selector(similarities(q, batch.negatives), batch.step)
         st = Records()
-        return st.out(F.moco_infonce(q, k, batch.negatives, temperature=self.temperature,
-                                     neg_mask=mask, stats=st.d))
+        return st.out(F.moco_infonce(q, k, batch.negatives, temperature=self.temperature, neg_mask=mask, stats=st.d))
 
 
 @LOSSES.register("cmc", description="CMC full graph over V views (in-batch negatives from the other view)")
@@ -104,5 +105,8 @@ class CMC(ContrastiveLoss):
 
     def forward(self, batch: ContrastiveBatch) -> LossOutput:
         st = Records()
-        return st.out(F.cmc(batch_views(batch, "cmc"), temperature=self.temperature,
-                            pair_reduction=self.pair_reduction, stats=st.d))
+        return st.out(
+            F.cmc(
+                batch_views(batch, "cmc"), temperature=self.temperature, pair_reduction=self.pair_reduction, stats=st.d
+            )
+        )

@@ -1,5 +1,6 @@
 """Loss modules of Ring (:mod:`toolkit.losses.functional.ring`): Ring / conditional NCE on a
 MoCo queue, and the memory-bank forms IR (Wu et al. 2018; Ring Eq. 3) and IRing (Ring Sec. 4)."""
+
 from __future__ import annotations
 
 from typing import ClassVar
@@ -9,9 +10,8 @@ from torch import Tensor
 
 from toolkit import checks
 from toolkit.losses import functional as F
-from toolkit.losses.base import ContrastiveBatch, ContrastiveLoss, LossOutput, require
+from toolkit.losses.base import LOSSES, ContrastiveBatch, ContrastiveLoss, LossOutput, require
 from toolkit.losses.modules.batch_io import Records, bank_inputs, batch_views
-from toolkit.losses.base import LOSSES
 from toolkit.samplers.masks import RING_DEFAULT, ring_bounds
 
 
@@ -24,8 +24,13 @@ class RingNCE(ContrastiveLoss):
 
     needs = ("views", "keys", "negatives")
 
-    def __init__(self, temperature: float = 0.07, lower: float = RING_DEFAULT[0],
-                 upper: float = RING_DEFAULT[1], include_positive: bool = True) -> None:
+    def __init__(
+        self,
+        temperature: float = 0.07,
+        lower: float = RING_DEFAULT[0],
+        upper: float = RING_DEFAULT[1],
+        include_positive: bool = True,
+    ) -> None:
         super().__init__()
         self.temperature = checks.positive("temperature", temperature)
         checks.in_range("lower", lower, 0.0, 100.0)
@@ -39,15 +44,25 @@ class RingNCE(ContrastiveLoss):
         require(batch, "ring_nce", *self.needs)
         q, k = batch_views(batch, "ring_nce")[:, 0], batch.keys[:, 1]
         st = Records()
-        return st.out(F.ring_nce(q, k, batch.negatives, temperature=self.temperature,
-                                 lower=self.lower, upper=self.upper,
-                                 include_positive=self.include_positive, stats=st.d))
+        return st.out(
+            F.ring_nce(
+                q,
+                k,
+                batch.negatives,
+                temperature=self.temperature,
+                lower=self.lower,
+                upper=self.upper,
+                include_positive=self.include_positive,
+                stats=st.d,
+            )
+        )
 
 
 # --- Ring's memory-bank forms: IR (Wu et al. 2018; Ring Eq. 3) and IRing (Ring Sec. 4) -------
 # A self-contained block: the two modules draw their own uniform noise indices each step
 # (the authors' ``torch.randint``) and hand them to the functional forms, which take them
 # explicitly so that the math is tested with fixed draws.
+
 
 class _IRBank(ContrastiveLoss):
     """Memory-bank instance discrimination: ``views[:, 0]`` against the bank in ``negatives``,
@@ -89,9 +104,14 @@ class IRRing(_IRBank):
 
     accepts_selector = True
 
-    def __init__(self, temperature: float = 0.07, num_negatives: int = 4096,
-                 lower: float = RING_DEFAULT[0], upper: float = RING_DEFAULT[1],
-                 include_positive: bool = True) -> None:
+    def __init__(
+        self,
+        temperature: float = 0.07,
+        num_negatives: int = 4096,
+        lower: float = RING_DEFAULT[0],
+        upper: float = RING_DEFAULT[1],
+        include_positive: bool = True,
+    ) -> None:
         super().__init__(temperature, num_negatives)
         checks.in_range("lower", lower, 0.0, 100.0)
         checks.in_range("upper", upper, 0.0, 100.0)
@@ -102,8 +122,10 @@ class IRRing(_IRBank):
 
     def attach_selector(self, selector) -> None:  # noqa: ANN001 - a ScheduledSelector or None
         if selector is not None and getattr(selector, "name", None) != "ring":
-            raise ValueError(f"ir_ring takes only a ring selector (its percentiles set the ring), "
-                             f"got {getattr(selector, 'name', selector)!r}")
+            raise ValueError(
+                f"ir_ring takes only a ring selector (its percentiles set the ring), "
+                f"got {getattr(selector, 'name', selector)!r}"
+            )
         super().attach_selector(selector)
 
     def forward(self, batch: ContrastiveBatch) -> LossOutput:
@@ -115,5 +137,16 @@ class IRRing(_IRBank):
         lo, hi = ring_bounds(bank.shape[0], lower, upper)
         noise = torch.randint(0, hi - lo, (q.shape[0], self.num_negatives), device=q.device)
         st = Records()
-        return st.out(F.ir_ring(q, bank, idx, noise, lower, upper, temperature=self.temperature,
-                                include_positive=self.include_positive, stats=st.d))
+        return st.out(
+            F.ir_ring(
+                q,
+                bank,
+                idx,
+                noise,
+                lower,
+                upper,
+                temperature=self.temperature,
+                include_positive=self.include_positive,
+                stats=st.d,
+            )
+        )

@@ -1,6 +1,7 @@
 """Loss modules of Wang & Liu (:mod:`toolkit.losses.functional.wang_liu`): Eq. 1, 3 and 9 and
 the hard simple loss, against a memory bank (``views[:, 0]`` with the bank rows in
 ``negatives``, the anchor's own slot ``indices`` the positive)."""
+
 from __future__ import annotations
 
 from typing import ClassVar
@@ -10,9 +11,8 @@ from torch import Tensor
 
 from toolkit import checks
 from toolkit.losses import functional as F
-from toolkit.losses.base import ContrastiveBatch, ContrastiveLoss, LossOutput
+from toolkit.losses.base import LOSSES, ContrastiveBatch, ContrastiveLoss, LossOutput
 from toolkit.losses.modules.batch_io import Records, bank_inputs
-from toolkit.losses.base import LOSSES
 
 
 class _WangLiu(ContrastiveLoss):
@@ -52,8 +52,7 @@ class WLContrastive(_WangLiu):
             with torch.no_grad():
                 mask = self.selector(s_neg, batch.step)
         st = Records()
-        return st.out(F.wl_contrastive(s_pos, s_neg, temperature=self.temperature, neg_mask=mask,
-                                       stats=st.d))
+        return st.out(F.wl_contrastive(s_pos, s_neg, temperature=self.temperature, neg_mask=mask, stats=st.d))
 
 
 @LOSSES.register("wl_simple", description="Wang & Liu Eq. 3: the simple (tau -> infinity) loss")
@@ -74,8 +73,7 @@ class WLSimple(_WangLiu):
 class WLHard(_WangLiu):
     """Wang & Liu Eq. 9: keep negatives at or above the K-th largest similarity."""
 
-    def __init__(self, temperature: float = 0.2, alpha: float | None = None,
-                 num_hard: int | None = None) -> None:
+    def __init__(self, temperature: float = 0.2, alpha: float | None = None, num_hard: int | None = None) -> None:
         super().__init__()
         self.temperature = checks.positive("temperature", temperature)
         self.alpha, self.num_hard = _hard_args(alpha, num_hard)
@@ -83,16 +81,16 @@ class WLHard(_WangLiu):
     def forward(self, batch: ContrastiveBatch) -> LossOutput:
         s_pos, s_neg = self._sims(batch)
         st = Records()
-        return st.out(F.wl_hard(s_pos, s_neg, temperature=self.temperature, alpha=self.alpha,
-                                num_hard=self.num_hard, stats=st.d))
+        return st.out(
+            F.wl_hard(s_pos, s_neg, temperature=self.temperature, alpha=self.alpha, num_hard=self.num_hard, stats=st.d)
+        )
 
 
 @LOSSES.register("wl_hard_simple", description="Wang & Liu hard simple loss")
 class WLHardSimple(_WangLiu):
     """The simple loss restricted to the hardest negatives."""
 
-    def __init__(self, lam: float | None = None, alpha: float | None = None,
-                 num_hard: int | None = None) -> None:
+    def __init__(self, lam: float | None = None, alpha: float | None = None, num_hard: int | None = None) -> None:
         super().__init__()
         self.lam = None if lam is None else checks.non_negative("lam", lam)
         self.alpha, self.num_hard = _hard_args(alpha, num_hard)
@@ -100,5 +98,4 @@ class WLHardSimple(_WangLiu):
     def forward(self, batch: ContrastiveBatch) -> LossOutput:
         s_pos, s_neg = self._sims(batch)
         st = Records()
-        return st.out(F.wl_hard_simple(s_pos, s_neg, self.lam, alpha=self.alpha,
-                                       num_hard=self.num_hard, stats=st.d))
+        return st.out(F.wl_hard_simple(s_pos, s_neg, self.lam, alpha=self.alpha, num_hard=self.num_hard, stats=st.d))
