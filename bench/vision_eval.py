@@ -41,7 +41,8 @@ import domains.vision.evaluation as evaluation  # noqa: E402
 from domains import installed  # noqa: E402
 from domains.export import load_encoder  # noqa: E402
 from domains.vision.probes import extract  # noqa: E402
-from toolkit.evaluation.probes import knn_score_sets, linear_probe, topk_accuracy  # noqa: E402
+from toolkit.evaluation.knn import knn_score_sets, topk_accuracy  # noqa: E402
+from toolkit.evaluation.probes import linear_probe  # noqa: E402
 from toolkit.runs import load_recipe  # noqa: E402
 from toolkit.training.precision import machine_line  # noqa: E402
 

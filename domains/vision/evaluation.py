@@ -29,7 +29,8 @@ import torch
 from domains.base import Evaluation
 from domains.vision.config import EvaluationConfig, MonitorConfig
 from domains.vision.probes import extract, minibatch_linear_probe
-from toolkit.evaluation.probes import knn_score_sets, knn_scores, linear_probes, topk_accuracy
+from toolkit.evaluation.knn import knn_score_sets, knn_scores, topk_accuracy
+from toolkit.evaluation.probes import linear_probes
 
 __all__ = ["evaluate", "monitor", "probe_features", "probe_sets"]
 

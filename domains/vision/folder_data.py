@@ -184,7 +184,7 @@ def streamed_probes(
     device (random-resized crops and flips each epoch with ``linear.augment``,
     centre crops otherwise) reporting top-1 / top-5, and the weighted kNN (k, t) and 5-NN,
     over the whole train and val splits, in chunks."""
-    from toolkit.evaluation.probes import topk_accuracy
+    from toolkit.evaluation.knn import topk_accuracy
     from toolkit.evaluation.streamed import chunked_knn_scores, streamed_linear_probe
 
     out: dict[str, float] = {}

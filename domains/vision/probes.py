@@ -6,7 +6,7 @@
   Wang & Isola: Adam, lr 1e-3, betas (0.5, 0.999), 100 epochs, x0.2 at 60 and 80, batch 128;
   CPCL: Adam 1e-2 -> 1e-6). These are training schedules, not an optimum, so they stay here;
   the full-batch probe (``evaluation.linear.solver = lbfgs``) is
-  :func:`toolkit.evaluation.probes.linear_probe`, and the kNN is :func:`toolkit.evaluation.probes.knn_scores`.
+  :func:`toolkit.evaluation.probes.linear_probe`, and the kNN is :func:`toolkit.evaluation.knn.knn_scores`.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from toolkit.evaluation.probes import topk_accuracy
+from toolkit.evaluation.knn import topk_accuracy
 
 __all__ = ["extract", "minibatch_linear_probe"]
 

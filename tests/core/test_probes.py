@@ -1,4 +1,4 @@
-"""toolkit.evaluation.probes against plain references: scikit-learn's LogisticRegression fitted directly,
+"""toolkit.evaluation.probes and .knn against plain references: scikit-learn's LogisticRegression fitted directly,
 and a hand-written loop kNN (Wu et al. 2018, Sec. 3.4)."""
 
 from __future__ import annotations
@@ -14,13 +14,11 @@ from sklearn.linear_model import LogisticRegression
 from sklearn.model_selection import StratifiedShuffleSplit
 
 import toolkit.evaluation.probes as probes
+from toolkit.evaluation.knn import knn_score_sets, knn_scores, topk_accuracy
 from toolkit.evaluation.probes import (
     fit_linear_probe,
-    knn_score_sets,
-    knn_scores,
     linear_probe,
     linear_probes,
-    topk_accuracy,
     workers,
 )
 

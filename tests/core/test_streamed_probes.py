@@ -10,7 +10,8 @@ import torch
 from sklearn.datasets import load_digits
 
 import toolkit.evaluation.streamed as streamed
-from toolkit.evaluation.probes import knn_score_sets, linear_probe, topk_accuracy
+from toolkit.evaluation.knn import knn_score_sets, topk_accuracy
+from toolkit.evaluation.probes import linear_probe
 from toolkit.evaluation.streamed import (
     chunked_knn_scores,
     feature_stats,

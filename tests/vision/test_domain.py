@@ -13,7 +13,7 @@ import torch
 from domains.vision import VisionDomain
 from toolkit import objective as objective_mod
 from toolkit import recipe as rc
-from toolkit.evaluation.probes import knn_scores, topk_accuracy
+from toolkit.evaluation.knn import knn_scores, topk_accuracy
 
 BASE = {
     "domain": "vision",

@@ -1,12 +1,12 @@
 """Probes on frozen features streamed in chunks: memory bounded by a chunk, not by the dataset
 (ImageNet's 1.28M training images go through a frozen backbone once per pass, never all held).
 
-* :func:`chunked_knn_scores`: the weighted kNN of :func:`toolkit.evaluation.probes.knn_score_sets`
+* :func:`chunked_knn_scores`: the weighted kNN of :func:`toolkit.evaluation.knn.knn_score_sets`
   (cosine similarity, ``k = 200``, ``t = 0.1``, and CPCL's 5-NN majority vote) from an iterable
   of training chunks. Each test row keeps a running top-``K`` (similarities and labels, ``K``
   the largest ``k``); each chunk's own top-``K`` is merged into it. Memory: the test features,
   ``M x K`` running neighbours, and one ``[query_chunk, n_chunk]`` similarity block; the
-  training set is read once. The votes are :func:`~toolkit.evaluation.probes.knn_votes`, the
+  training set is read once. The votes are :func:`~toolkit.evaluation.knn.knn_votes`, the
   code of ``knn_score_sets``: the same scores up to float round-off whatever the chunking (an
   exact tie of similarities at the ``k``-th neighbour may be broken for another neighbour).
 * :func:`streamed_linear_probe`: a softmax classifier ``W x + b`` trained on the device with
@@ -52,7 +52,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from toolkit.evaluation.probes import check_knn, knn_votes, topk_hits
+from toolkit.evaluation.knn import check_knn, knn_votes, topk_hits
 
 __all__ = [
     "chunked_knn_scores",
