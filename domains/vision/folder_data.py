@@ -1,21 +1,19 @@
 """The vision domain's folder datasets (``imagefolder``, ``imagenet``, ``imagenet100``,
 ``tiny-imagenet``) behind the same faces as the in-memory ones: the training batches stream
 (``streaming.py``); the online monitor and the geometry diagnostics read small fixed subsets
-decoded into memory once; the final probes stream the whole train and val splits through the
-frozen backbone in chunks (``toolkit.evaluation.streamed``), so memory is bounded by a chunk.
+decoded into memory once; the final probes (``streamed_eval.py``) stream the whole train and
+val splits through the frozen backbone once and probe the features they keep.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from typing import Any
 
 import torch
-from torch import Tensor
 
 from domains.vision import datasets as ds
-from domains.vision.augment import AugmentSpec, BatchAugment
+from domains.vision.augment import AugmentSpec
 from domains.vision.config import DataConfig, EvaluationConfig
 from domains.vision.folders import FolderSplit, find_problems, load_folder_split
 from domains.vision.streaming import CropSpec, StreamBatches, auto_workers, choose_decode, materialize
@@ -29,7 +27,6 @@ __all__ = [
     "crop_rest",
     "needs_natural",
     "monitor_splits",
-    "streamed_probes",
 ]
 
 IMAGENET_NORMALIZATION = ((0.485, 0.456, 0.406), (0.229, 0.224, 0.225))
@@ -132,121 +129,3 @@ def monitor_splits(recipe: Any, size: int) -> tuple[ds.ImageSplit, ds.ImageSplit
     xs = [materialize(s, crop, workers=workers) for s in (small_tr, small_te)]
     splits = [ds.ImageSplit(s.name, x, y, s.num_classes) for s, (x, y) in zip((small_tr, small_te), xs)]
     return splits[0], splits[1], train, val
-
-
-def _feature_chunks(
-    fn: Any,
-    split: FolderSplit,
-    crop: CropSpec,
-    normalize: BatchAugment,
-    streams: FolderStreams,
-    batch_size: int,
-    seed: int,
-    epoch: int = 0,
-    shuffle: bool = False,
-) -> Iterator[tuple[Tensor, Tensor]]:
-    """``(features, labels)`` of ``split`` batch by batch through ``fn`` (no grad)."""
-    cfg = streams.loader
-    loader = StreamBatches(
-        split,
-        crop,
-        batch_size=min(batch_size, len(split)),
-        seed=seed,
-        shuffle=shuffle,
-        drop_last=False,
-        workers=auto_workers(cfg.workers),
-        prefetch=cfg.prefetch,
-        decode=choose_decode(cfg.decode, streams.device)[0],
-        device=streams.device,
-        bad_image_limit=cfg.bad_image_limit,
-        rank=0,
-        world_size=1,
-    )
-    loader.set_epoch(epoch)
-    for batch in loader.iter_from(0):
-        x = batch["x"].to(streams.device, non_blocking=True).flatten(0, 1)
-        with torch.no_grad():
-            feats = fn(normalize.normalize(x.float().div_(255.0)) if crop.mode == "center" else normalize(x))
-        yield feats.float(), batch["y"].to(streams.device)
-    loader.close()
-
-
-def streamed_probes(
-    fn: Any,
-    streams: FolderStreams,
-    aug: BatchAugment,
-    cfg: EvaluationConfig,
-    seed: int,
-    suffix: str = "",
-    knn: bool = True,
-) -> dict[str, float]:
-    """The papers' protocol on frozen features, streamed: a linear layer trained with SGD on the
-    device (random-resized crops and flips each epoch with ``linear.augment``,
-    centre crops otherwise) reporting top-1 / top-5, and the weighted kNN (k, t) and 5-NN,
-    over the whole train and val splits, in chunks."""
-    from toolkit.evaluation.knn import topk_accuracy
-    from toolkit.evaluation.streamed import chunked_knn_scores, streamed_linear_probe
-
-    out: dict[str, float] = {}
-    center = CropSpec(streams.size, views=1, mode="center")
-    bs = cfg.batch_size
-    nc = streams.train.num_classes
-    if cfg.knn.enabled and knn:
-        test_x, test_y = zip(*_feature_chunks(fn, streams.val, center, aug, streams, bs, seed))
-        tx, ty = torch.cat(test_x), torch.cat(test_y)
-        classifiers = [(cfg.knn.k, True)] + ([(5, False)] if cfg.knn.five_nn else [])
-        scores = chunked_knn_scores(
-            _feature_chunks(fn, streams.train, center, aug, streams, bs, seed),
-            tx,
-            nc,
-            classifiers,
-            temperature=cfg.knn.temperature,
-            device=streams.device,
-        )
-        out[f"knn_top1{suffix}"] = topk_accuracy(scores[0].cpu(), ty.cpu(), 1)
-        if cfg.knn.five_nn:
-            out[f"knn5_top1{suffix}"] = topk_accuracy(scores[1].cpu(), ty.cpu(), 1)
-    lin = cfg.linear
-    if lin.enabled:
-        random_crop = CropSpec(streams.size, views=1, mode="random", scale=(0.08, 1.0))
-        train_aug = BatchAugment(
-            AugmentSpec(streams.size, scale=(1.0, 1.0), ratio=(1.0, 1.0), flip_p=0.5, jitter_p=0.0, grayscale_p=0.0),
-            aug.mean,
-            aug.std,
-        )
-
-        def train_epoch(epoch: int) -> Iterator[tuple[Tensor, Tensor]]:
-            if lin.augment:
-                return _feature_chunks(
-                    fn, streams.train, random_crop, train_aug, streams, lin.batch_size, seed + 1, epoch, shuffle=True
-                )
-            return _feature_chunks(
-                fn, streams.train, center, aug, streams, lin.batch_size, seed + 1, epoch, shuffle=True
-            )
-
-        def test_chunks() -> Iterator[tuple[Tensor, Tensor]]:
-            return _feature_chunks(fn, streams.val, center, aug, streams, bs, seed)
-
-        with torch.no_grad():
-            dim = fn(torch.zeros(2, 3, streams.size, streams.size, device=streams.device)).shape[1]
-        with torch.enable_grad():
-            res = streamed_linear_probe(
-                train_epoch,
-                test_chunks,
-                nc,
-                dim,
-                epochs=lin.epochs,
-                lr=lin.lr or 0.1,
-                momentum=lin.momentum,
-                weight_decay=lin.weight_decay,
-                milestones=tuple(lin.milestones),
-                gamma=lin.gamma,
-                final_lr=lin.final_lr,
-                standardize=lin.standardize,
-                device=streams.device,
-                topk=(1, 5) if nc > 5 else (1,),
-            )
-        out[f"linear_top1{suffix}"] = res["top1"]
-        if "top5" in res:
-            out[f"linear_top5{suffix}"] = res["top5"]
-    return out

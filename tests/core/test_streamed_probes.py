@@ -1,6 +1,7 @@
 """toolkit.evaluation.streamed against the in-memory probes on real features: scikit-learn's
 handwritten digits (1,797 8x8 images) through a fixed random ReLU layer, the kNN against
-knn_score_sets, the SGD probe against the L-BFGS linear_probe, top-5 against a hand count."""
+knn_score_sets, the SGD probe against the L-BFGS linear_probe, top-5 against a hand count; the
+feature cache (toolkit.evaluation.features) against the rows it was given."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import torch
 from sklearn.datasets import load_digits
 
 import toolkit.evaluation.streamed as streamed
+from toolkit.evaluation.features import cache_features
 from toolkit.evaluation.knn import knn_score_sets, topk_accuracy
 from toolkit.evaluation.probes import linear_probe
 from toolkit.evaluation.streamed import (
@@ -195,3 +197,70 @@ def test_streamed_probes_on_the_gpu_match_the_cpu(digits):
         weight_decay=1 / N_TRAIN,
     )
     assert abs(gpu["top1"] - cpu["top1"]) <= 0.5 and abs(gpu["top5"] - cpu["top5"]) <= 0.5
+
+
+# -- the feature cache (toolkit.evaluation.features) -----------------------------------------
+
+
+def test_cached_rows_in_memory_read_back_exactly_in_order_and_in_a_permutation(digits):
+    xtr, ytr, _, _ = digits
+    cache = cache_features(tensor_chunks(xtr, ytr, 77), len(ytr))
+    assert cache.where == "memory" and len(cache) == N_TRAIN and cache.path is None
+    x, y = cache.tensors()
+    assert torch.equal(x, xtr) and torch.equal(y, ytr)
+    order = np.random.default_rng(5).permutation(N_TRAIN)
+    got = list(cache.chunks(100, order))
+    assert [len(b) for b, _ in got] == [100] * 12
+    assert torch.equal(torch.cat([b for b, _ in got]), xtr[order]) and torch.equal(
+        torch.cat([l for _, l in got]), ytr[order]
+    )
+
+
+def test_the_file_path_round_trips_float16_rows_and_is_removed(digits, tmp_path):
+    xtr, ytr, _, _ = digits
+    cache = cache_features(tensor_chunks(xtr, ytr, 64), len(ytr), memory_limit=0, folder=str(tmp_path))
+    assert cache.where == "file" and cache.path.exists() and cache.path.is_relative_to(tmp_path)
+    assert np.load(cache.path, mmap_mode="r").dtype == np.float16
+    order = np.random.default_rng(1).permutation(N_TRAIN)
+    x = torch.cat([b for b, _ in cache.chunks(250, order)])
+    assert x.dtype == torch.float32 and torch.equal(x, xtr.half().float()[order])  # fp16 rows, exactly
+    assert torch.equal(cache.tensors()[1], ytr)
+    assert float(((x - xtr[order]).abs() / xtr[order].abs().clamp(min=1e-30)).max()) <= 2.0**-11
+    folder = cache.path.parent
+    cache.close()
+    assert not folder.exists()
+
+
+def test_a_value_beyond_float16_turns_the_file_into_float32_rows(digits, tmp_path):
+    xtr, ytr, _, _ = digits
+    big = xtr.clone()
+    big[700, 3] = 1e6  # in the 10th chunk: the rows before it are copied over
+    cache = cache_features(tensor_chunks(big, ytr, 64), len(ytr), memory_limit=0, folder=str(tmp_path))
+    assert cache.where == "file" and np.load(cache.path, mmap_mode="r").dtype == np.float32
+    x, _ = cache.tensors()
+    assert torch.equal(x[640:], big[640:]) and torch.equal(x[:640], big[:640].half().float())
+    assert len(list(tmp_path.glob("*/*.npy"))) == 1  # the float16 file is gone
+    cache.close()
+
+
+def test_the_probe_on_cached_features_equals_the_probe_on_the_same_mini_batches(digits):
+    xtr, ytr, xte, yte = digits
+    order = lambda epoch: np.random.default_rng([9, epoch]).permutation(N_TRAIN)  # noqa: E731
+    cache = cache_features(tensor_chunks(xtr, ytr, 100), N_TRAIN)
+    fit = dict(epochs=3, lr=0.1, milestones=(2,), weight_decay=1e-4)
+    got = fit_streamed_linear(cache.epochs(64, order), 10, 128, **fit)
+    ref = fit_streamed_linear(lambda e: tensor_chunks(xtr[order(e)], ytr[order(e)], 64), 10, 128, **fit)
+    assert torch.equal(got.layer.weight, ref.layer.weight) and torch.equal(got.mean, ref.mean)
+
+
+def test_feature_cache_arguments_are_checked(digits):
+    xtr, ytr, _, _ = digits
+    with pytest.raises(ValueError, match="no features to cache"):
+        cache_features(iter([]), 10)
+    with pytest.raises(ValueError, match="memory_limit"):
+        cache_features(tensor_chunks(xtr, ytr, 100), N_TRAIN, memory_limit=-1)
+    with pytest.raises(ValueError, match="overflows"):
+        cache_features(tensor_chunks(xtr, ytr, 100), N_TRAIN - 1)
+    cache = cache_features(tensor_chunks(xtr, ytr, 100), N_TRAIN)
+    with pytest.raises(ValueError, match="order must list"):
+        next(cache.chunks(10, np.arange(5)))

@@ -76,3 +76,101 @@ def test_lbfgs_probe_is_sklearn_logistic_regression_with_c_from_weight_decay(sel
     ref = 100.0 * np.mean(clf.predict((xte - mean) / std) == yte)
     got = probe_features(x[:240], y[:240], x[240:], y[240:], 4, cfg, seed=0)["linear_top1"]
     assert got == pytest.approx(ref) and 25.0 < ref < 100.0
+
+
+# -- the streamed datasets' probes: features computed once (domains/vision/streamed_eval.py) ------
+
+
+@pytest.fixture(scope="module")
+def streams(photo_folder):
+    """The photo folder's train (48) and val (18) splits, decoded in this process at 32 px."""
+    from domains.vision.config import LoaderConfig
+    from domains.vision.folder_data import FolderStreams
+    from domains.vision.folders import load_folder_split
+
+    train, val = (load_folder_split("imagefolder", s, str(photo_folder)) for s in ("train", "val"))
+    return FolderStreams(train, val, 32, LoaderConfig(workers=0, decode="cpu"), torch.device("cpu"))
+
+
+def _backbone():
+    """A fixed random conv layer with 3 pooled ReLU features, counting the images it sees: weak
+    enough that no probe is right on every test image (64 features score 100%)."""
+    torch.manual_seed(0)
+    net = torch.nn.Sequential(
+        torch.nn.Conv2d(3, 3, 5, stride=2), torch.nn.ReLU(), torch.nn.AdaptiveAvgPool2d(1), torch.nn.Flatten()
+    ).eval()
+    seen = []
+
+    def fn(x):
+        seen.append(x.shape[0])
+        return net(x)
+
+    return fn, seen
+
+
+def _cfg(**linear):
+    from domains.vision.config import EvaluationConfig, KnnConfig, LinearConfig
+
+    lin = dict(solver="sgd", epochs=6, lr=0.1, milestones=[4], batch_size=16, weight_decay=1e-4)
+    return EvaluationConfig(linear=LinearConfig(**{**lin, **linear}), knn=KnnConfig(k=10), batch_size=8)
+
+
+def _aug():
+    from domains.vision.augment import AugmentSpec, BatchAugment
+    from domains.vision.folder_data import IMAGENET_NORMALIZATION
+
+    return BatchAugment(AugmentSpec(32), *IMAGENET_NORMALIZATION)
+
+
+def test_streamed_probes_run_the_backbone_once_per_split_and_equal_re_streaming(streams):
+    from domains.vision.streamed_eval import streamed_probes
+
+    fn, seen = _backbone()
+    cached = streamed_probes(fn, streams, _aug(), _cfg(), seed=3)
+    # kNN, six SGD epochs, their standardisation and the test scoring: one pass over each split
+    assert sum(seen) == len(streams.train) + len(streams.val) == 66
+    fn, seen = _backbone()
+    again = streamed_probes(fn, streams, _aug(), _cfg(), seed=3, cache=False)
+    assert sum(seen) > 8 * len(streams.train)  # the images again for every epoch
+    # the same mini-batches in the same order (the loader's permutation of each epoch) and the
+    # same centre views: the features differ at most in round-off (the backbone saw other batch
+    # sizes), which moves no prediction of the 18 test images
+    assert cached == again and set(cached) == {"knn_top1", "knn5_top1", "linear_top1", "linear_top5"}
+    # which it would not be with other mini-batches: another seed's order gives another probe
+    assert streamed_probes(fn, streams, _aug(), _cfg(), seed=4)["linear_top1"] != cached["linear_top1"] < 100
+
+
+def test_streamed_probes_through_a_file_of_float16_rows(streams, monkeypatch, tmp_path):
+    import tempfile
+
+    from domains.vision.streamed_eval import streamed_probes
+    from toolkit.evaluation.features import FeatureCache
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    placed, close = [], FeatureCache.close
+
+    def spy(self):
+        placed.append((self.where, self.path is not None and self.path.exists()))
+        close(self)
+
+    monkeypatch.setattr(FeatureCache, "close", spy)
+    fn, _ = _backbone()
+    in_memory = streamed_probes(fn, streams, _aug(), _cfg(), seed=3)
+    assert placed == [("memory", False)] * 2
+    placed.clear()
+    fn, seen = _backbone()
+    on_disk = streamed_probes(fn, streams, _aug(), _cfg(), seed=3, memory_limit=0)
+    assert placed == [("file", True)] * 2 and sum(seen) == 66
+    assert not list(tmp_path.iterdir())  # the files go with the probe
+    # float16 rows (relative error <= 2^-11 per value) move no prediction of these 18 images
+    assert on_disk == in_memory
+
+
+def test_an_augmented_streamed_probe_streams_the_training_images_every_epoch(streams):
+    from domains.vision.streamed_eval import streamed_probes
+
+    fn, seen = _backbone()
+    res = streamed_probes(fn, streams, _aug(), _cfg(epochs=2, augment=True), seed=3, knn=False)
+    # the training split for the statistics and each epoch (new crops), the val split once, the
+    # width probe (2 blank images)
+    assert sum(seen) == 3 * len(streams.train) + len(streams.val) + 2 and "linear_top1" in res
