@@ -12,7 +12,7 @@ from sklearn.datasets import load_digits
 
 import toolkit.evaluation.streamed as streamed
 from toolkit.evaluation.features import cache_features
-from toolkit.evaluation.knn import knn_score_sets, topk_accuracy
+from toolkit.evaluation.knn import knn_score_sets, topk_accuracy, topk_count
 from toolkit.evaluation.probes import linear_probe
 from toolkit.evaluation.streamed import (
     chunked_knn_scores,
@@ -173,30 +173,55 @@ def test_streamed_probe_arguments_are_checked(digits):
         chunked_knn_scores(iter([]), xte, 10)
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
-def test_streamed_probes_on_the_gpu_match_the_cpu(digits):
+def correct(percent: float, rows: int) -> int:
+    """The count of correct rows behind a percentage of ``rows`` (``100 * count / rows``)."""
+    count = round(percent * rows / 100.0)
+    assert abs(100.0 * count / rows - percent) < 1e-9, f"{percent} is not a count of {rows} rows"
+    return count
+
+
+# The SGD probe on another device: 40 epochs of float32 mini-batch SGD whose matrix products
+# round differently there (other kernels and summation orders) end at a slightly different
+# layer, which may move a test row near a class boundary. Allowed: 3 of the 597 test rows (0.5%).
+PROBE_ROWS_MOVED = 3
+
+
+def compare_probes_across_devices(digits, device: str) -> None:
+    """The streamed kNN and SGD probe on ``device`` against the CPU, compared as counts of
+    correct test rows: the kNN exactly (its ranking survives round-off of the similarities), the
+    SGD probe within PROBE_ROWS_MOVED rows."""
     xtr, ytr, xte, yte = digits
     ref = knn_score_sets(xtr, ytr, xte, 10, [(200, True), (5, False)])
-    got = chunked_knn_scores(tensor_chunks(xtr, ytr, 300), xte, 10, device="cuda")
+    got = chunked_knn_scores(tensor_chunks(xtr, ytr, 300), xte, 10, device=device)
     for a, b in zip(got, ref):
-        assert a.is_cuda and topk_accuracy(a, yte) == topk_accuracy(b, yte)
+        assert a.device.type == torch.device(device).type
+        assert topk_count(a, yte.to(a.device)) == topk_count(b, yte)
         assert float(((a.cpu() - b).abs().amax(1) / b.amax(1)).max()) < 1e-5
-    cpu = streamed_linear_probe_tensors(
-        xtr, ytr, xte, yte, 10, batch_size=64, epochs=40, lr=0.1, milestones=(20, 30, 36), weight_decay=1 / N_TRAIN
-    )
-    gpu = streamed_linear_probe_tensors(
-        xtr.cuda(),
-        ytr.cuda(),
-        xte.cuda(),
-        yte.cuda(),
-        10,
-        batch_size=64,
-        epochs=40,
-        lr=0.1,
-        milestones=(20, 30, 36),
-        weight_decay=1 / N_TRAIN,
-    )
-    assert abs(gpu["top1"] - cpu["top1"]) <= 0.5 and abs(gpu["top5"] - cpu["top5"]) <= 0.5
+    fit = dict(batch_size=64, epochs=40, lr=0.1, milestones=(20, 30, 36), weight_decay=1 / N_TRAIN)
+    cpu = streamed_linear_probe_tensors(xtr, ytr, xte, yte, 10, **fit)
+    dev = streamed_linear_probe_tensors(*(t.to(device) for t in (xtr, ytr, xte, yte)), 10, **fit)
+    rows = len(yte)
+    for k in ("top1", "top5"):
+        assert abs(correct(dev[k], rows) - correct(cpu[k], rows)) <= PROBE_ROWS_MOVED, (k, dev, cpu)
+
+
+def test_device_comparison_on_the_cpu(digits):
+    """The comparison of the GPU test, run CPU against CPU (identical counts), and its parts:
+    a percentage maps back to its count exactly, and the counts are the hits of the scores."""
+    compare_probes_across_devices(digits, "cpu")
+    assert correct(100.0 * 587 / 597, 597) == 587
+    with pytest.raises(AssertionError, match="not a count"):
+        correct(98.32496047019958, 597)  # the float32 mean of 587 hits, once reported
+    scores = torch.zeros(597, 10)  # 587 rows scored right, 10 wrong
+    labels = torch.arange(597) % 10
+    scores[torch.arange(597), torch.where(torch.arange(597) < 587, labels, (labels + 1) % 10)] = 1.0
+    assert topk_count(scores, labels) == 587 and topk_accuracy(scores, labels) == 100.0 * 587 / 597
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_streamed_probes_on_the_gpu_match_the_cpu(digits):
+    compare_probes_across_devices(digits, "cuda")
 
 
 # -- the feature cache (toolkit.evaluation.features) -----------------------------------------
