@@ -1,6 +1,12 @@
 """What only a GPU can check (``pytest -m gpu``; skipped where torch sees no CUDA device):
 every loss under bf16 and fp16 autocast on CUDA against its fp32 value, a 50-step bf16 vision
-run, a checkpoint written on the GPU resumed on the CPU, geometry metrics on CUDA tensors."""
+run, a checkpoint written on the GPU resumed on the CPU, geometry metrics on CUDA tensors, nvJPEG
+against the CPU workers (and, in tests/core/test_streamed_probes.py, the streamed probes on CUDA
+against the CPU, as counts of correct test rows).
+
+What is compared with what: counts where the quantity is a count (histogram bins, correct
+predictions), and a tolerance, with its reason beside it, where two devices round floats
+differently."""
 
 from __future__ import annotations
 
@@ -55,6 +61,8 @@ def test_loss_under_cuda_autocast_matches_fp32(name, dtype):
     loss, g = _run(cls(), fields, dtype)
     ref_loss, g_ref = _run(cls(), {k: (v.float() if v.is_floating_point() else v) for k, v in fields.items()}, None)
     assert loss.dtype == torch.float32 and torch.isfinite(loss) and torch.isfinite(g).all()
+    # the same rounded inputs, the loss in float32 both times: what differs is the autocast
+    # region's low-precision products (the gradients are bounded against a CE reference below)
     torch.testing.assert_close(loss, ref_loss, rtol=1e-4, atol=1e-5)
     assert rel_err(g, g_ref) <= max(TOLERANCE_RATIO * _ce_error(fields, dtype), 1e-3), name
 
@@ -75,7 +83,9 @@ def test_fifty_step_vision_run_in_bf16(workdir):
     run_id, metrics = execute(r, progress=False)
     losses = [m.value for m in client_for().get_metric_history(run_id, "train/loss")]
     assert len(losses) == 5 and all(torch.isfinite(torch.tensor(losses)))
-    assert losses[-1] < losses[0] and metrics["linear_top1"] > 0.3
+    # linear_top1 is a percentage: 10 is chance on Fashion-MNIST's 10 classes (0.3 was read as
+    # a fraction and held for any probe)
+    assert losses[-1] < losses[0] and metrics["linear_top1"] > 20.0
 
 
 def test_checkpoint_written_on_the_gpu_resumes_on_the_cpu(workdir):
@@ -127,6 +137,8 @@ def test_geometry_metrics_take_cuda_tensors():
             metrics.conditional_entropy(f[:8].cpu(), y.cpu()),
         ),
     ]:
+        # float32 features: CUDA's and the CPU's products round differently (about 1e-7 of each
+        # value), and a metric averages them over the 64 x 64 pairs; 1e-5 is a hundred times that
         assert cuda_value == pytest.approx(cpu_value, abs=1e-5), name
 
 
@@ -142,6 +154,8 @@ def test_jpeg_decoding_on_cuda_matches_the_cpu_workers(tmp_path):
     cpu = next(StreamBatches(split, spec, 8, seed=2, rank=0, world_size=1, device=CUDA).iter_from(0))
     gpu = next(StreamBatches(split, spec, 8, seed=2, rank=0, world_size=1, decode="device", device=CUDA).iter_from(0))
     assert gpu["x"].is_cuda and cpu["x"].is_pinned()
+    # grey levels (0-255): nvJPEG decodes at full size and the crop is resized on the GPU, the
+    # workers decode at a reduced DCT scale and resize with PIL, so pixels differ by a few levels
     assert (gpu["x"].float().cpu() - cpu["x"].float()).abs().mean() < 6.0
     choice, why = choose_decode("auto", CUDA, split, spec, 2)
     assert choice in ("cpu", "device") and "measured" in why
