@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from domains import installed
-from toolkit.losses.modules import LOSSES
+from toolkit.losses.base import LOSSES
 from toolkit.regularizers import REGULARIZERS
 from toolkit.samplers import SELECTORS
 from toolkit.samplers.schedules import SELECTOR_SCHEDULES
