@@ -1,4 +1,4 @@
-"""What the commands that need the domain registry do behind their options (cli.py parses the
+"""What the commands that need the domain registry do behind their options (command_line/ parses the
 options and calls these): ``ctk run`` (in this process or relaunched under torchrun), ``ctk
 show``, ``ctk export``, ``ctk list domains|recipes|tables``, what a paper table needs (``ctk
 reproduce --list``) and ``ctk data`` (on the installed domains' datasets, one catalogue).

@@ -1,6 +1,6 @@
 """Finding domains: the built-in ones and those installed packages declare in the
 ``ctk.domains`` entry-point group (``[project.entry-points."ctk.domains"] tabular =
-"ctk_tabular:TabularDomain"``). Nothing in ``toolkit/`` or ``cli.py`` names a plugin.
+"ctk_tabular:TabularDomain"``). Nothing in ``toolkit/``, ``cli.py`` or ``command_line/`` names a plugin.
 
 Finding a domain imports nothing heavy: a domain's module (and torch with it) is imported when the
 domain is loaded (:meth:`DomainSpec.load`, :func:`get`), so commands that need no domain start at once;

@@ -452,8 +452,10 @@ def test_no_source_file_over_400_lines():
 
 
 # -- the map names what exists -----------------------------------------------------------------
-DOTTED = re.compile(r"(?<![\w./-])(?:cli|domains|toolkit)(?:\.[A-Za-z_]\w*)+")
-PATHS = re.compile(r"`((?:cli\.py|domains|toolkit|tests|scripts|docs|recipes|bench|examples)(?:/[\w.-]*)*)`")
+DOTTED = re.compile(r"(?<![\w./-])(?:cli|command_line|commands|domains|toolkit)(?:\.[A-Za-z_]\w*)+")
+PATHS = re.compile(
+    r"`((?:cli\.py|commands\.py|command_line|domains|toolkit|tests|scripts|docs|recipes|bench|examples)(?:/[\w.-]*)*)`"
+)
 
 
 def _resolve_dotted(name: str) -> object:
