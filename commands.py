@@ -1,6 +1,7 @@
-"""What the commands that need the domain registry do behind their options (cli.py parses the
+"""What the commands that need the domain registry do behind their options (command_line/ parses the
 options and calls these): ``ctk run`` (in this process or relaunched under torchrun), ``ctk
-show``, ``ctk export``, ``ctk list domains|recipes|tables``.
+show``, ``ctk export``, ``ctk list domains|recipes|tables``, what a paper table needs (``ctk
+reproduce --list``) and ``ctk data`` (on the installed domains' datasets, one catalogue).
 
 The run path's own failures (a checkpoint, the trainer, Ctrl-C) become a
 :class:`~toolkit.errors.CtkError` here, with the exit status the command ends with; the
@@ -29,8 +30,15 @@ __all__ = [
     "summary",
     "show",
     "export",
+    "domains",
     "recipes",
     "tables",
+    "datasets",
+    "table_needs",
+    "data_list",
+    "data_fetch",
+    "data_path",
+    "data_verify",
 ]
 
 lookup = (
@@ -259,6 +267,12 @@ def export(run_or_file: str, out: str | None, uri: str | None) -> str:
     return f"wrote {path} (load: from domains.export import load_encoder; load_encoder({str(path)!r}))"
 
 
+def domains() -> list[str]:
+    """``ctk list domains``: each domain, where it comes from and what it is (this loads every
+    domain, torch included; one that does not load says why)."""
+    return [f"{name.ljust(8)}  [{spec.origin}: {spec.target}]  {desc}" for name, spec, desc in installed.describe()]
+
+
 def recipes(builtin: Path) -> list[str]:
     """``ctk list recipes``: every recipe file (paper tables aside) and its description's first
     line; paths under the folder above ``builtin`` are shown relative to it."""
@@ -281,3 +295,102 @@ def tables(builtin: Path) -> dict[str, Any]:
     from toolkit.studies.reproduce import discover_tables
 
     return discover_tables(installed.recipe_roots(builtin))
+
+
+def datasets() -> Any:
+    """The installed domains' datasets (one :class:`toolkit.data.Catalogue`); a domain whose
+    datasets do not load is named on stderr and left out."""
+    import sys
+
+    broken: list[installed.DomainError] = []
+    catalogue = installed.catalogue(broken)
+    for exc in broken:
+        print(f"note: {exc}; its datasets are left out", file=sys.stderr)
+    return catalogue
+
+
+def table_needs(tables: dict[str, Any]) -> dict[str, str]:
+    """Per paper table, the line ``ctk reproduce --list`` prints under it: its data (against the
+    installed domains' datasets), its device and its measured time."""
+    from toolkit.studies.needs import table_needs as needs
+
+    catalogue = datasets()
+    return {name: needs(table, catalogue).line() for name, table in tables.items()}
+
+
+# -- ctk data: the offline datasets of the installed domains ----------------------------------
+# Progress goes to stderr; ``data_path`` is the only answer on stdout, so ``$(ctk data path austen)``
+# works in scripts. A dataset that cannot be found, fetched or verified is a CtkError (status 1).
+
+
+def _data_errors(step):
+    """Run ``step()``; the data provider's failures as CtkError (status 1)."""
+    from toolkit.data import DataError
+
+    try:
+        return step()
+    except (DataError, FileNotFoundError, ValueError) as exc:
+        raise CtkError(str(exc), 1) from exc
+
+
+def data_list(root: str | None) -> str:
+    """``ctk data list``: every dataset, its state, sizes, source, licence and description."""
+    from toolkit.data import data_root, is_installed
+
+    catalogue = datasets()
+    base = data_root(root)
+    lines = [
+        f"data root: {base}   (* = in 'default')",
+        f"{'name':<18} {'state':<9} {'download':>9} {'installed':>10}  source / licence",
+    ]
+    for entry in catalogue.datasets:
+        star = "*" if entry.default else " "
+        state = "installed" if is_installed(catalogue, entry.name, base) else "-"
+        lines.append(
+            f"{entry.name:<17}{star} {state:<9} {entry.download_bytes / 1e6:>7.1f}MB "
+            f"{entry.installed_bytes / 1e6:>8.1f}MB  {entry.source}"
+        )
+        lines.append(f"{'':<41}  {entry.licence}\n{'':<41}  {entry.description}")
+    return "\n".join(lines)
+
+
+def data_fetch(names: tuple[str, ...] | list[str], root: str | None, force: bool = False) -> None:
+    """``ctk data fetch NAME...|default|all``: install them (progress on stderr)."""
+    from toolkit.data import data_root, fetch
+    from toolkit.data.fetchers import log
+
+    catalogue = datasets()
+
+    def step() -> None:
+        start = time.perf_counter()
+        chosen = catalogue.expand(names)
+        for name in chosen:
+            fetch(catalogue, name, root, force=force)
+        log(f"{len(chosen)} dataset(s) ready in {data_root(root)} ({time.perf_counter() - start:.1f} s)")
+
+    _data_errors(step)
+
+
+def data_path(name: str, root: str | None) -> Path:
+    """``ctk data path NAME``: the folder of an installed dataset (nothing is fetched)."""
+    from toolkit.data import locate
+
+    catalogue = datasets()
+    return _data_errors(lambda: locate(catalogue, name, root, fetch=False))
+
+
+def data_verify(names: tuple[str, ...] | list[str], root: str | None) -> None:
+    """``ctk data verify [NAME...]``: re-hash them (default: every installed dataset)."""
+    from toolkit.data import is_installed, verify
+    from toolkit.data.fetchers import log
+
+    catalogue = datasets()
+
+    def step() -> None:
+        chosen = (
+            catalogue.expand(names) if names else [n for n in catalogue.names() if is_installed(catalogue, n, root)]
+        )
+        for name in chosen:
+            log(f"{name}: verified {verify(catalogue, name, root)}")
+
+    _data_errors(step)

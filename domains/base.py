@@ -17,6 +17,16 @@ Each domain validates its own recipe sections (``data``, ``encoder``, ``evaluati
 pydantic models it names below, and the rules that span sections in :meth:`Domain.check`, which
 ``load_recipe`` runs together with the schema checks: ``ctk show`` rejects exactly what
 ``ctk run`` would, and every problem is reported in one go with its YAML path.
+
+A domain's datasets: the offline datasets a domain reads (their catalogue entries and the builders
+that place their files) and the ones a user must place by hand (name -> the folder names looked
+for under the data root) are one :class:`toolkit.data.Catalogue`, declared as ``CATALOGUE`` by
+the module the domain's entry names (``domains.vision`` for ``domains.vision:VisionDomain``; a
+plug-in's own module). It is read without loading the domain class, so without torch
+(:meth:`domains.installed.DomainSpec.catalogue`); ``domains.installed.catalogue`` joins every
+installed domain's, and the commands hand the result to the toolkit (``ctk data``, what a paper
+table needs). A domain that reads no offline dataset declares nothing. The toolkit keeps no
+catalogue of its own, and a domain writes none of the toolkit's names.
 """
 
 from __future__ import annotations

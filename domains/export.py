@@ -18,9 +18,10 @@ from torch import nn
 
 from domains import installed
 from toolkit.runs import load_recipe
-from toolkit.tracking.encoder_file import read_encoder, save_encoder
+from toolkit.tracking.encoder_file import ARTIFACT_PATH, read_encoder, save_encoder
+from toolkit.tracking.store import run_artifact
 
-__all__ = ["load_encoder", "export_encoder"]
+__all__ = ["load_encoder", "export_encoder", "encoder_path"]
 
 
 def load_encoder(
@@ -28,15 +29,24 @@ def load_encoder(
 ) -> nn.Module:
     """The encoder of a run id (of the store ``uri``, default ``$MLFLOW_TRACKING_URI`` or
     ``./mlflow.db``) or of a file written by ``ctk export``, on ``device``."""
-    encoder = _rebuild(read_encoder(source, uri), source).to(device)
+    encoder = _rebuild(read_encoder(encoder_path(source, uri)), source).to(device)
     return encoder.eval() if eval_mode else encoder
 
 
 def export_encoder(source: str | Path, out: str | Path, uri: str | None = None) -> Path:
     """Write a run's (or file's) encoder to ``out``; it is rebuilt on the way, so a file that
     does not load is never written."""
-    art: dict[str, Any] = read_encoder(source, uri)
+    art: dict[str, Any] = read_encoder(encoder_path(source, uri))
     return save_encoder(out, _rebuild(art, source), art["recipe"], art["extras"])
+
+
+def encoder_path(source: str | Path, uri: str | None = None) -> Path:
+    """``source`` when it is a file, else the encoder logged by the run ``source`` of the store
+    ``uri`` (``model/encoder.pt``, downloaded): the store is asked here, the file format reads files."""
+    if Path(source).is_file():
+        return Path(source)
+    hint = "was it logged with tracking.log_model: false?"
+    return run_artifact(str(source), ARTIFACT_PATH, uri, hint=hint)
 
 
 def _rebuild(art: dict[str, Any], source: str | Path) -> nn.Module:

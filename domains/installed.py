@@ -1,9 +1,10 @@
 """Finding domains: the built-in ones and those installed packages declare in the
 ``ctk.domains`` entry-point group (``[project.entry-points."ctk.domains"] tabular =
-"ctk_tabular:TabularDomain"``). Nothing in ``toolkit/`` or ``cli.py`` names a plugin.
+"ctk_tabular:TabularDomain"``). Nothing in ``toolkit/``, ``cli.py`` or ``command_line/`` names a plugin.
 
 Finding a domain imports nothing heavy: a domain's module (and torch with it) is imported when the
-domain is loaded (:meth:`DomainSpec.load`, :func:`get`), so commands that need no domain start at once.
+domain is loaded (:meth:`DomainSpec.load`, :func:`get`), so commands that need no domain start at once;
+its datasets (:func:`catalogue`) are read from the module its entry names, without torch.
 """
 
 from __future__ import annotations
@@ -14,12 +15,14 @@ from importlib.metadata import entry_points
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from toolkit.data.catalogue import Catalogue
 from toolkit.errors import CtkError
 
 if TYPE_CHECKING:
     from domains.base import Domain
 
 GROUP = "ctk.domains"
+CATALOGUE = "CATALOGUE"  # the name a domain's entry module declares its datasets under (domains.base)
 BUILTIN = {
     "vision": "domains.vision:VisionDomain",
     "text": "domains.text:TextDomain",
@@ -57,6 +60,27 @@ class DomainSpec:
             )
         return obj
 
+    def catalogue(self) -> Catalogue:
+        """The offline datasets this domain declares (``domains.base``, "A domain's datasets"):
+        the :data:`CATALOGUE` of the module its entry names, read without loading the domain class
+        (no torch); a module that declares none: an empty catalogue."""
+        module_name = self.target.partition(":")[0]
+        try:
+            found = getattr(importlib.import_module(module_name), CATALOGUE, None)
+        except Exception as exc:  # noqa: BLE001 - any import failure is reported the same way
+            raise DomainError(
+                f"domain {self.name!r} ({self.target}, {self.origin}): its datasets failed to import: "
+                f"{type(exc).__name__}: {exc}"
+            ) from exc
+        if found is None:
+            return Catalogue()
+        if not isinstance(found, Catalogue):
+            raise DomainError(
+                f"domain {self.name!r} ({self.target}, {self.origin}): {module_name}.{CATALOGUE} is "
+                f"{type(found).__name__}; expected a toolkit.data.Catalogue"
+            )
+        return found
+
 
 def specs() -> dict[str, DomainSpec]:
     """Every known domain by name; two claims on one name are an error naming both."""
@@ -81,6 +105,25 @@ def get(name: str) -> type[Domain]:
     if name not in known:
         raise DomainError(f"unknown domain {name!r}; expected one of: {', '.join(sorted(known))}")
     return known[name].load()
+
+
+def catalogue(broken: list[DomainError] | None = None) -> Catalogue:
+    """Every installed domain's datasets, one catalogue (built-in domains first, then plug-ins).
+    A domain whose datasets do not load is a DomainError, or, when ``broken`` is a list, is left
+    out and its error added there (a command names it and goes on); two domains giving different
+    entries under one name is a DomainError naming it."""
+    parts = []
+    for spec in specs().values():
+        try:
+            parts.append(spec.catalogue())
+        except DomainError as exc:
+            if broken is None:
+                raise
+            broken.append(exc)
+    try:
+        return Catalogue.joined(parts)
+    except ValueError as exc:
+        raise DomainError(f"the installed domains' datasets clash: {exc}") from None
 
 
 def describe() -> list[tuple[str, DomainSpec, str]]:

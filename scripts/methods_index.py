@@ -166,7 +166,7 @@ def _code(name: str) -> str:
 
 def rows() -> list[tuple[str, str, str, str]]:
     """(recipe key, class, functions, fused kernels) for every name a recipe can write."""
-    from toolkit.losses.modules import LOSSES
+    from toolkit.losses.base import LOSSES
     from toolkit.regularizers import REGULARIZERS
     from toolkit.samplers import SELECTORS
     from toolkit.samplers.schedules import SELECTOR_SCHEDULES

@@ -56,7 +56,7 @@ def default_signals():
 def data_workdir(tmp_path, monkeypatch):
     """A fresh working folder (its own mlflow store and checkpoints) that still finds the
     offline data already fetched for the suite."""
-    from domains.vision.packaged import locate
+    from domains.vision.catalogue import locate
 
     monkeypatch.setenv("CTK_DATA", str(__import__("pathlib").Path(locate("fashion-mnist")).parent))
     monkeypatch.chdir(tmp_path)

@@ -1,7 +1,9 @@
 """The shape of the code: layers point down (cli -> domains -> toolkit), rooms open one-way doors
 (the order written in docs/architecture.md), no import circles, imports written inside functions
-included, no optional hook found by duck typing, a map whose names exist, and rooms small enough
-to read."""
+included, no optional hook found by duck typing, the rules of the rooms (a file format never opens
+the tracking store, no domain writes a toolkit module's names, the command line reaches the
+domains through commands.py only, one command line), a map whose names exist, and rooms small
+enough to read."""
 
 from __future__ import annotations
 
@@ -11,7 +13,7 @@ import re
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-PACKAGES = ("toolkit", "domains")
+PACKAGES = ("toolkit", "domains", "command_line")
 
 
 def _module_name(path: Path) -> str:
@@ -107,7 +109,7 @@ def test_layers_point_down():
         for m, targets in graph.items()
         for t in targets
         if (m.startswith("toolkit") and not t.startswith("toolkit"))
-        or (m.startswith("domains") and t in ("cli", "commands"))
+        or (m.startswith("domains") and (t in ("cli", "commands") or t.startswith("command_line")))
     )
     assert not upward, "the toolkit imports a domain or the cli: " + ", ".join(upward)
 
@@ -147,6 +149,8 @@ def room_of(module: str) -> str:
     parts = module.split(".")
     if parts[0] in ("cli", "commands"):
         return f"{parts[0]}.py"
+    if parts[0] == "command_line":
+        return "command_line/"
     if parts[0] == "domains":
         return "domains/"
     if len(parts) == 1:
@@ -252,9 +256,171 @@ def test_hooks_are_declared_not_found_by_duck_typing():
     assert not gone, f"gone, so remove them from PENDING_HOOKS: {gone}"
 
 
+# -- rules of the rooms that an import order cannot say ------------------------------------------
+# A file format reads and writes files: it never opens the tracking store (mlflow, or the
+# modules of toolkit/tracking that hold the store, one run or the store's health). Looking a run
+# up in the store belongs to the store's side (toolkit.tracking.store.run_artifact) or to the
+# command that asks (domains.export.encoder_path).
+FILE_FORMATS = ("toolkit.tracking.encoder_file", "toolkit.checkpoint")
+TRACKING_STORE = ("toolkit.tracking.store", "toolkit.tracking.tracker", "toolkit.tracking.health", "mlflow")
+
+
+def _imported_names(text: str, module: str, is_package: bool) -> set[str]:
+    """Every module name ``text`` imports (project or not), anywhere in its body."""
+    names: set[str] = set()
+    for node in ast.walk(ast.parse(text, module)):
+        if isinstance(node, ast.Import):
+            names |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            base = _resolve(node.module or "", node.level, module, is_package)
+            names |= {base} | {f"{base}.{alias.name}" for alias in node.names}
+    return names
+
+
+def store_imports(text: str, module: str, is_package: bool = False) -> list[str]:
+    """The tracking-store modules (or mlflow) that ``text`` imports."""
+    return sorted(
+        name
+        for name in _imported_names(text, module, is_package)
+        if any(name == store or name.startswith(store + ".") for store in TRACKING_STORE)
+    )
+
+
+def test_the_store_check_sees_a_file_format_opening_the_store():
+    text = (
+        "def _download(run_id):\n    from toolkit.tracking.store import reading_client\n    import mlflow.exceptions\n"
+    )
+    assert store_imports(text, "toolkit.tracking.encoder_file") == [
+        "mlflow.exceptions",
+        "toolkit.tracking.store",
+        "toolkit.tracking.store.reading_client",
+    ]
+    assert store_imports("from toolkit import checkpoint as ckpt\n", "toolkit.tracking.encoder_file") == []
+
+
+def test_a_file_format_never_opens_the_tracking_store():
+    found = []
+    for module, path in _sources().items():
+        if any(module == f or module.startswith(f + ".") for f in FILE_FORMATS):
+            found += [
+                f"{module} -> {name}" for name in store_imports(path.read_text(), module, path.name == "__init__.py")
+            ]
+    assert not found, (
+        "a file format opens the tracking store (move the look-up to the store or the command): " + ", ".join(found)
+    )
+
+
+# A domain declares what it brings (its datasets on the Domain face, its components through a
+# registry's declared ``register``) and never writes a module of the toolkit: no assignment to,
+# item assignment into, deletion from, or mutating method call on a name it imported from toolkit/.
+MUTATING_METHODS = {
+    "update",
+    "setdefault",
+    "append",
+    "extend",
+    "insert",
+    "add",
+    "pop",
+    "popitem",
+    "clear",
+    "remove",
+    "discard",
+}
+
+
+def _root_name(node: ast.expr) -> str | None:
+    while isinstance(node, (ast.Attribute, ast.Subscript)):
+        node = node.value
+    return node.id if isinstance(node, ast.Name) else None
+
+
+def toolkit_writes(text: str, where: str) -> list[str]:
+    """``where: <source>`` for each write into a name imported from toolkit/ (``from toolkit.x
+    import NAME``, ``import toolkit.x [as y]``)."""
+    tree = ast.parse(text, where)
+    bound: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and not node.level and (node.module or "").split(".")[0] == "toolkit":
+            bound |= {alias.asname or alias.name for alias in node.names}
+        elif isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.name.split(".")[0] == "toolkit":
+                    bound.add(alias.asname or "toolkit")
+    found = []
+    for node in ast.walk(tree):
+        targets: list[ast.expr] = []
+        if isinstance(node, (ast.Assign, ast.Delete)):
+            targets = list(node.targets)
+        elif isinstance(node, (ast.AugAssign, ast.AnnAssign)):
+            targets = [node.target]
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+            if node.func.attr in MUTATING_METHODS and _root_name(node.func.value) in bound:
+                found.append(f"{where}: {ast.unparse(node)}")
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ("setattr", "delattr"):
+            if node.args and _root_name(node.args[0]) in bound:
+                found.append(f"{where}: {ast.unparse(node)}")
+        for target in targets:
+            if isinstance(target, (ast.Attribute, ast.Subscript)) and _root_name(target) in bound:
+                found.append(f"{where}: {ast.unparse(node).splitlines()[0]}")
+    return found
+
+
+def test_the_write_check_sees_a_domain_writing_a_toolkit_global():
+    text = (
+        "from toolkit.studies.needs import PLACED\nimport toolkit.data.catalogue as cat\nimport toolkit\n"
+        "from domains.vision.folders import DEFAULT_FOLDERS\n"
+        "PLACED.update(DEFAULT_FOLDERS)\ncat.DATASETS['x'] = 1\ntoolkit.data.BUILDERS = {}\n"
+        "def f():\n    setattr(cat, 'BUILDERS', {})\n    DEFAULT_FOLDERS.update({})\n    seen = {}\n    seen['a'] = 1\n"
+    )
+    assert sorted(toolkit_writes(text, "x.py")) == [
+        "x.py: PLACED.update(DEFAULT_FOLDERS)",
+        "x.py: cat.DATASETS['x'] = 1",
+        "x.py: setattr(cat, 'BUILDERS', {})",
+        "x.py: toolkit.data.BUILDERS = {}",
+    ]
+
+
+def test_no_domain_writes_a_toolkit_module():
+    found = []
+    for module, path in _sources().items():
+        if module.startswith("domains"):
+            found += toolkit_writes(path.read_text(), str(path.relative_to(ROOT)))
+    assert not found, (
+        "a domain writes a toolkit module's names (declare it on the Domain face, or pass it to the toolkit "
+        "from commands.py): " + ", ".join(found)
+    )
+
+
+def test_the_command_line_reaches_the_domains_only_through_commands():
+    """cli.py and command_line/ (the click wiring) import no module under domains/: commands.py is
+    the one place the command line meets the domains."""
+    graph = import_graph()
+    found = sorted(
+        f"{m} -> {t}"
+        for m, targets in graph.items()
+        if m == "cli" or m.startswith("command_line")
+        for t in targets
+        if t.startswith("domains")
+    )
+    assert not found, "the command line imports a domain module (go through commands.py): " + ", ".join(found)
+
+
+# One command line: click, wired in cli.py and command_line/. bench/ and scripts/ are tools run by
+# hand (each parses its own arguments with argparse) and tests/ are tests: they are not searched.
+def test_no_argument_parser_outside_the_command_line():
+    found = []
+    for module, path in [*_sources().items(), *((p.stem, p) for p in (ROOT / "examples").rglob("*.py"))]:
+        if any(
+            name.split(".")[0] in ("argparse", "optparse", "getopt")
+            for name in _imported_names(path.read_text(), module, False)
+        ):
+            found.append(str(path.relative_to(ROOT)))
+    assert not found, "an argument parser outside cli.py (add a click command to command_line/): " + ", ".join(found)
+
+
 def test_domains_do_not_import_each_other():
     graph = import_graph()
-    shared = {"base", "installed", "export", "catalogues"}
+    shared = {"base", "installed", "export"}
     crossing = []
     for module, targets in graph.items():
         parts = module.split(".")
@@ -286,8 +452,10 @@ def test_no_source_file_over_400_lines():
 
 
 # -- the map names what exists -----------------------------------------------------------------
-DOTTED = re.compile(r"(?<![\w./-])(?:cli|domains|toolkit)(?:\.[A-Za-z_]\w*)+")
-PATHS = re.compile(r"`((?:cli\.py|domains|toolkit|tests|scripts|docs|recipes|bench|examples)(?:/[\w.-]*)*)`")
+DOTTED = re.compile(r"(?<![\w./-])(?:cli|command_line|commands|domains|toolkit)(?:\.[A-Za-z_]\w*)+")
+PATHS = re.compile(
+    r"`((?:cli\.py|commands\.py|command_line|domains|toolkit|tests|scripts|docs|recipes|bench|examples)(?:/[\w.-]*)*)`"
+)
 
 
 def _resolve_dotted(name: str) -> object:

@@ -85,7 +85,8 @@ def test_importing_the_cli_imports_no_torch(tmp_path):
         "toolkit.studies.listing",
         "toolkit.tracking.servers",
         "toolkit.studies.ui_view",
-        "domains.catalogues",
+        "domains.vision.catalogue",
+        "domains.text.catalogue",
     ],
 )
 def test_what_compare_runs_ui_and_data_import_needs_no_torch(tmp_path, module):

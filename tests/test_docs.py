@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from toolkit.data.catalog import DATASETS
-from toolkit.losses.modules import LOSSES
+from domains import installed
+from toolkit.losses.base import LOSSES
 from toolkit.regularizers import REGULARIZERS
 from toolkit.samplers import SELECTORS
 from toolkit.samplers.schedules import SELECTOR_SCHEDULES
@@ -47,10 +47,12 @@ def test_every_negative_source_has_a_section_in_methods():
 
 def test_every_catalogued_dataset_has_a_section_in_data():
     text = (ROOT / "docs" / "data.md").read_text(encoding="utf-8")
-    missing = sorted(set(DATASETS) - _heading_names(ROOT / "docs" / "data.md"))
+    catalogue = installed.catalogue()  # every installed domain's datasets
+    assert len(catalogue.datasets) >= 11, catalogue.names()
+    missing = sorted(set(catalogue.names()) - _heading_names(ROOT / "docs" / "data.md"))
     assert not missing, f"docs/data.md has no heading for {missing}"
     # The pinned digests it prints are the catalogue's.
-    for entry in DATASETS.values():
+    for entry in catalogue.datasets:
         for source in entry.sources:
             assert source.tree_sha256 in text, entry.name
             for artifact in source.artifacts:
@@ -82,7 +84,7 @@ def test_no_file_refers_to_material_outside_the_repository():
 
 
 def test_doc_links_to_repository_files_exist():
-    """Paths such as `toolkit/data/catalog.py` or `recipes/vision/lmcl_cpu.yaml` named in the
+    """Paths such as `toolkit/data/catalogue.py` or `recipes/vision/lmcl_cpu.yaml` named in the
     docs and the README exist (globs and placeholders excepted)."""
     pattern = re.compile(
         r"`((?:toolkit|domains|recipes|docs|scripts|tests|examples|bench)"
@@ -127,3 +129,80 @@ def test_the_methods_index_is_what_the_registries_generate():
         "`toolkit.losses.functional._kernel._InBatchLoss`",
     ]
     assert by_key["objective.negatives.source: queue"][0] == "`toolkit.samplers.sources.MoCoQueue`"
+
+
+# -- bare file names: resolved where the text stands -------------------------------------------
+BARE = re.compile(r"``?([A-Za-z_][\w.-]*(?:\.py|/))``?")
+ROOM_ROW = re.compile(r"^\|\s*`([\w.-]+(?:/|\.py))`\s*\|")
+LISTING = re.compile(r"^``(\w+)``\s{2,}")  # a package map: ``module``  what it holds
+NAMED_MODULE = re.compile(r"``(\w+)`` \(")  # "Modules, one idea each: ``augment`` (batched views), ..."
+
+
+def missing_bare_names_in_map(text: str, root: Path = ROOT) -> list[str]:
+    """Bare names (`files.py`, `functional/`) in a map such as docs/architecture.md that name no
+    file: in a table row whose first cell is a room (`recipe/`), relative to that room under the
+    folder the section's heading names (``## toolkit/, room by room``); elsewhere, relative to
+    the repository's root or, failing that, to toolkit/."""
+    missing = []
+    parent = root
+    for number, line in enumerate(text.splitlines(), 1):
+        if line.startswith("#"):
+            heading = re.search(r"\b([\w-]+)/", line)
+            parent = root / heading.group(1) if heading and (root / heading.group(1)).is_dir() else root
+            continue
+        row = ROOM_ROW.match(line)
+        bases = [root, root / "toolkit"]
+        if row:
+            room = parent / row.group(1)
+            bases = [room if room.is_dir() else room.parent]
+            line = line[row.end() :]
+        for name in BARE.findall(line):
+            if "/" in name.rstrip("/") or "*" in name:
+                continue  # a path: the path checks see it
+            if not any((base / name.rstrip("/")).exists() for base in bases):
+                missing.append(f"{number}: {name} (looked in {', '.join(str(b.relative_to(root)) for b in bases)})")
+    return missing
+
+
+def test_the_bare_name_check_resolves_names_where_they_stand():
+    table = "## toolkit/, room by room\n\n| `recipe/` | `files.py` reads YAML; `sections.py` the schema |\n"
+    assert missing_bare_names_in_map(table) == ["3: files.py (looked in toolkit/recipe)"]
+    assert missing_bare_names_in_map(table.replace("files.py", "reading.py")) == []
+    assert missing_bare_names_in_map("`commands.py` and `objective.py`, not `nowhere.py`") == [
+        "1: nowhere.py (looked in ., toolkit)"
+    ]
+
+
+def test_the_architecture_map_names_bare_files_that_exist():
+    missing = missing_bare_names_in_map((ROOT / "docs" / "architecture.md").read_text(encoding="utf-8"))
+    assert not missing, f"docs/architecture.md names files that do not exist: {missing}"
+
+
+def missing_names_in_package_docstring(init: Path) -> list[str]:
+    """What a package's docstring names that its folder does not hold: ``name.py`` / ``name/``,
+    the modules of a map (lines ``module``  what it holds) and of a "Modules, ...: ``x`` (...)"
+    list."""
+    import ast
+
+    doc = ast.get_docstring(ast.parse(init.read_text(encoding="utf-8"))) or ""
+    folder = init.parent
+    missing = []
+    for name in BARE.findall(doc):
+        if "/" not in name.rstrip("/") and not (folder / name.rstrip("/")).exists() and not (ROOT / name).exists():
+            missing.append(name)
+    modules = [m for line in doc.splitlines() if (m := LISTING.match(line))]
+    modules = [m.group(1) for m in modules]
+    if "Modules" in doc:
+        modules += NAMED_MODULE.findall(doc.split("Modules", 1)[1])
+    for name in modules:
+        if not ((folder / f"{name}.py").exists() or (folder / name / "__init__.py").exists()):
+            missing.append(name)
+    return missing
+
+
+def test_every_package_docstring_names_modules_that_exist():
+    found = []
+    for package in ("toolkit", "domains", "command_line"):
+        for init in sorted((ROOT / package).rglob("__init__.py")):
+            found += [f"{init.relative_to(ROOT)}: {name}" for name in missing_names_in_package_docstring(init)]
+    assert not found, "package docstrings name what their folder does not hold: " + ", ".join(found)

@@ -1,5 +1,5 @@
 """One exclusive lock file for work that several processes may start at once: fetching a dataset
-(:mod:`toolkit.data.folder`) and creating or migrating a SQLite tracking store and its
+(:mod:`toolkit.data.root`) and creating or migrating a SQLite tracking store and its
 experiments (:mod:`toolkit.tracking`).
 
 The lock is ``flock`` on a small file; the kernel releases it when its holder dies, so a killed

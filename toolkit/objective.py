@@ -21,8 +21,7 @@ from torch import Tensor, nn
 
 from toolkit import recipe as rc
 from toolkit.checks import ArgumentError
-from toolkit.losses.base import ContrastiveBatch, ContrastiveLoss, LossOutput, Regularizer
-from toolkit.losses.modules import LOSSES
+from toolkit.losses.base import LOSSES, ContrastiveBatch, ContrastiveLoss, LossOutput, Regularizer
 from toolkit.registry import constructor_args
 from toolkit.regularizers import REGULARIZERS
 from toolkit.samplers import SELECTORS, ScheduledSelector, build_selector

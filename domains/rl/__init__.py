@@ -8,6 +8,12 @@ frame stack, action repeat), ``augment`` (crops), ``replay`` (frames stored once
 step accounting, snapshots), ``domain`` (recipe sections and ``run``).
 """
 
-from domains.rl.domain import RLDomain
-
 __all__ = ["RLDomain"]
+
+
+def __getattr__(name: str):
+    if name == "RLDomain":  # imported when first asked for: the domain's face answers without torch
+        from domains.rl.domain import RLDomain
+
+        return RLDomain
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -23,24 +23,17 @@ evaluation is kept as ``(env_steps, mean, std, train_seconds)``; ``train/wall_se
 logged with the training metrics and with each evaluation, and the final ``evaluate`` logs a
 ``time_to_accuracy`` figure (return against training wall time, the random policy dashed).
 
-Checkpoints (``budget.checkpoint_every``)
-go through :mod:`toolkit.checkpoint` and are written at the first episode end after each
-multiple, so the environment needs no mid-episode state: agent, optimizers, step counters and
-every random state (python, numpy, torch CPU and CUDA, the sampler's generator, the training
-task's random state); the replay buffer is written beside the checkpoint as one ``.npy`` per
-array (``buffer-<env steps>/``, read back without pickle). A killed run resumed from its last
-checkpoint continues exactly as if it had not stopped.
+Checkpoints (``budget.checkpoint_every``) are written at the first episode end after each
+multiple; what they hold and how: :mod:`domains.rl.checkpoints` (the workspace's base class).
 """
 
 from __future__ import annotations
 
 import random
-import shutil
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Mapping
-from dataclasses import asdict, dataclass, field
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -48,14 +41,14 @@ import numpy as np
 import torch
 
 from domains.rl.agent import CurlSacAgent
+from domains.rl.checkpoints import Counters, RLCheckpoints
 from domains.rl.envs import make_env
 from domains.rl.evaluation import episode_seeds, random_policy, return_curve, run_episodes, save_episode_frames
 from domains.rl.replay import FrameReplayBuffer
-from toolkit import checkpoint as ckpt
 from toolkit import objective as objective_mod
 from toolkit import recipe as rc
 from toolkit.training.precision import autocast_dtype
-from toolkit.training.trainer import RunOptions, StopAfterStep, Trainer
+from toolkit.training.trainer import RunOptions, StopAfterStep
 
 __all__ = ["Counters", "Workspace", "DEFAULT_CHECKPOINT_EVERY"]
 
@@ -70,20 +63,7 @@ class _Measured(Exception):
     """Raised by the calibration's step hook once it has timed what it needs."""
 
 
-@dataclass
-class Counters:
-    agent_steps: int = 0
-    env_steps: int = 0
-    episodes: int = 0
-    next_eval: int = 0
-    next_log: int = 0
-    next_checkpoint: int | None = None
-    random_return: tuple[float, float] | None = None
-    history: list[tuple[int, float, float, float]] = field(default_factory=list)  # steps, mean, std, seconds
-    train_seconds: float = 0.0  # wall time in fit() outside evaluations, across resumes
-
-
-class Workspace(Trainer):
+class Workspace(RLCheckpoints):
     """Owns one run: ``Workspace(recipe, tracker, options).fit()``, then ``evaluate()`` for the
     final metrics. ``recipe`` is a validated rl recipe with its precision resolved (without an
     ``objective`` the agent is plain pixel SAC); ``options.checkpoint_dir`` (None: no
@@ -380,48 +360,3 @@ class Workspace(Trainer):
                 for path in save_episode_frames(frames, tmp, f"eval_{counts.env_steps:08d}"):
                     self.tracker.log_artifact(path, "eval_frames")
         return mean, std
-
-    # -- checkpoints -----------------------------------------------------------------------
-    def state_dict(self) -> dict[str, Any]:
-        counters = asdict(self.counters)
-        counters["history"] = [list(h) for h in counters["history"]]
-        counters["random_return"] = list(self.counters.random_return) if self.counters.random_return else None
-        rng = ckpt.rng_state()
-        rng["sampler"] = ckpt.numpy_state(self.rng.bit_generator.state)
-        rng["task"] = ckpt.numpy_state(self.env.unwrapped.task_random_state())
-        return {"agent": self.agent.snapshot(), "counters": counters, "buffer": self._buffer_name, "rng": rng}
-
-    def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        self.agent.restore(state["agent"])
-        if state.get("buffer"):
-            folder = self._resume_folder or self.options.checkpoint_dir
-            self.buffer.load(Path(folder) / state["buffer"])
-        counters = dict(state["counters"])
-        # checkpoints written before the clock existed have (steps, mean, std): seconds unknown
-        counters["history"] = [tuple(h) + (float("nan"),) * (4 - len(h)) for h in counters["history"]]
-        if counters["random_return"] is not None:
-            counters["random_return"] = tuple(counters["random_return"])
-        self.counters = Counters(**counters)
-        rng = state["rng"]
-        ckpt.set_rng_state(rng)
-        self.rng.bit_generator.state = ckpt.set_numpy_state(rng["sampler"])
-        self.env.unwrapped.set_task_random_state(ckpt.set_numpy_state(rng["task"]))
-
-    def resume(self, path: str | Path, saved: Mapping[str, Any] | None = None) -> None:
-        """Continue from a checkpoint (its buffer folder lies beside it)."""
-        self._resume_folder = Path(path).parent
-        super().resume(path, saved)
-
-    def save_checkpoint(self, name: str | None = None, keep: int | None = None) -> Path | None:
-        """The buffer folder first, then the checkpoint that names it; older ones removed (a
-        buffer can be gigabytes, so one is kept)."""
-        folder = self.options.checkpoint_dir
-        if folder is None:
-            return None
-        self._buffer_name = f"buffer-{self.counters.env_steps:09d}"
-        self.buffer.save(Path(folder) / self._buffer_name)
-        path = super().save_checkpoint(name, keep=1 if keep is None else keep)
-        for old in Path(folder).glob("buffer-*"):
-            if old.name != self._buffer_name:
-                shutil.rmtree(old, ignore_errors=True)
-        return path

@@ -12,7 +12,7 @@ from typing import Literal
 from pydantic import Field, field_validator, model_validator
 
 from domains.base import Section
-from domains.text.corpora import PACKAGED, SOURCES, check_corpus_names
+from domains.text.corpora import OFFLINE_CORPORA, SOURCES, check_corpus_names
 
 __all__ = ["TokenizerConfig", "DataConfig", "EncoderConfig", "EvaluationConfig"]
 
@@ -34,7 +34,7 @@ class DataConfig(Section):
     corpus: str | list[str] = Field(
         "austen",
         description="austen, mobydick, sotu, brown, folder or bookcorpus; or a list of the "
-        "packaged ones (austen, mobydick, sotu, brown), whose books are "
+        "offline ones (austen, mobydick, sotu, brown), whose books are "
         "concatenated in that order (val_books counts from the end of it)",
     )
     path: str | None = Field(
@@ -61,7 +61,7 @@ class DataConfig(Section):
         if isinstance(value, str):
             if value not in SOURCES:
                 raise ValueError(
-                    f"corpus must be one of {', '.join(SOURCES)}, or a list of {', '.join(PACKAGED)}"
+                    f"corpus must be one of {', '.join(SOURCES)}, or a list of {', '.join(OFFLINE_CORPORA)}"
                 )  # the recipe error adds the value
             return value
         if isinstance(value, (list, tuple)):

@@ -4,7 +4,7 @@ straddles the two.
 
 Sources (``load_corpus``):
 
-* ``austen``: Jane Austen's six novels (offline, ``domains.text.packaged.locate("austen")``: one UTF-8
+* ``austen``: Jane Austen's six novels (offline, ``domains.text.catalogue.locate("austen")``: one UTF-8
   file per novel, blank lines between paragraphs);
 * ``mobydick``, ``sotu`` (State of the Union, one "book" per speech), ``brown`` (one "book" per
   Brown-corpus sample, its own sentence split kept): offline, "more when asked";
@@ -12,7 +12,7 @@ Sources (``load_corpus``):
 * ``bookcorpus``: BookCorpus through the Hugging Face ``datasets`` library where the hub is
   reachable (``bookcorpusopen``, one record per book, split here like the others).
 
-A list of packaged names (:data:`PACKAGED`: ``["brown", "sotu", "mobydick", "austen"]``)
+A list of the offline corpora (:data:`OFFLINE_CORPORA`: ``["brown", "sotu", "mobydick", "austen"]``)
 concatenates their books in the order given; every book stays a book (quick-thought never pairs
 sentences of two books) and ``max_books`` applies to each corpus. Book names must be unique
 across the list, so ``split_by_book`` can hold out books by name or the last N of the combined
@@ -30,10 +30,10 @@ from pathlib import Path
 
 from domains.text.splitting import is_heading, split_paragraphs, split_sentences
 
-__all__ = ["Book", "book_from_text", "read_text_folder", "load_corpus", "split_by_book", "SOURCES", "PACKAGED"]
+__all__ = ["Book", "book_from_text", "read_text_folder", "load_corpus", "split_by_book", "SOURCES", "OFFLINE_CORPORA"]
 
 SOURCES = ("austen", "mobydick", "sotu", "brown", "folder", "bookcorpus")
-PACKAGED = ("austen", "mobydick", "sotu", "brown")  # offline corpora a list may combine
+OFFLINE_CORPORA = ("austen", "mobydick", "sotu", "brown")  # offline corpora a list may combine
 
 
 @dataclass(frozen=True)
@@ -90,7 +90,7 @@ def read_text_folder(
 
 
 def _locate(name: str, root: str | Path | None) -> Path:
-    from domains.text.packaged import locate  # the data provider places files; we parse them
+    from domains.text.catalogue import locate  # the data provider places files; we parse them
 
     return Path(locate(name, root=root))
 
@@ -168,16 +168,16 @@ def _bookcorpus(max_books: int | None, drop_headings: bool = True) -> list[Book]
 
 
 def check_corpus_names(names: Sequence[str], key: str = "corpus") -> list[str]:
-    """``names`` as a list when it is a non-empty list of distinct packaged corpora; otherwise a
+    """``names`` as a list when it is a non-empty list of distinct offline corpora; otherwise a
     ``ValueError`` naming ``key``, the value and the names a list may hold."""
     if isinstance(names, str) or not isinstance(names, Sequence):
         raise ValueError(f"{key} must be a list of corpus names, got {names!r}")
     names = list(names)
     if not names:
-        raise ValueError(f"{key} is an empty list; expected one or more of {', '.join(PACKAGED)}")
+        raise ValueError(f"{key} is an empty list; expected one or more of {', '.join(OFFLINE_CORPORA)}")
     for i, name in enumerate(names):
-        if name not in PACKAGED:
-            raise ValueError(f"{key}[{i}] is {name!r}; a list combines packaged corpora: {', '.join(PACKAGED)}")
+        if name not in OFFLINE_CORPORA:
+            raise ValueError(f"{key}[{i}] is {name!r}; a list combines offline corpora: {', '.join(OFFLINE_CORPORA)}")
     repeated = sorted({n for n in names if names.count(n) > 1})
     if repeated:
         raise ValueError(f"{key} names {', '.join(repeated)} more than once, got {names!r}")
@@ -209,7 +209,7 @@ def load_corpus(
     max_books: int | None = None,
     drop_headings: bool = True,
 ) -> list[Book]:
-    """Load a corpus by name, or the books of several packaged corpora, concatenated in the
+    """Load a corpus by name, or the books of several offline corpora, concatenated in the
     order given (see the module docstring); ``root`` is the data root of ``toolkit.data``
     (``$CTK_DATA`` or ``./data`` when None); ``path`` is the folder for ``source='folder'``."""
     if not isinstance(source, str):

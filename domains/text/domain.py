@@ -86,7 +86,7 @@ def _trained_tokenizer(key: str, books: Any, cfg: Any, max_length: int) -> Sente
     import hashlib
     import os
 
-    from toolkit.data.folder import data_root
+    from toolkit.data.root import data_root
 
     folder = data_root() / "tokenizers"
     path = folder / f"{hashlib.sha256(key.encode()).hexdigest()[:20]}.json"
@@ -181,11 +181,11 @@ class TextDomain(Domain):
 
     def check_data(self, recipe: Any) -> list[tuple[str, str]]:
         """The corpus, the tokenizer file, a pretrained model and the evaluation tasks' data can
-        be read here (packaged corpora and tasks' offline datasets are fetched when missing)."""
+        be read here (offline corpora and tasks' offline datasets are fetched when missing)."""
         from pathlib import Path
 
-        from domains.text.corpora import PACKAGED
-        from domains.text.packaged import locate
+        from domains.text.catalogue import locate
+        from domains.text.corpora import OFFLINE_CORPORA
         from domains.text.senteval.tasks import unavailable
 
         cfg: DataConfig = recipe.data
@@ -199,7 +199,7 @@ class TextDomain(Domain):
             elif cfg.corpus == "folder" and not any(folder.rglob("*.txt")):
                 problems.append(("data.path", f"folder {cfg.path!r} holds no *.txt books"))
         else:
-            for name in (c for c in corpora if c in PACKAGED):
+            for name in (c for c in corpora if c in OFFLINE_CORPORA):
                 try:
                     locate(name, root=cfg.data_root)
                 except (FileNotFoundError, ValueError) as err:
@@ -211,7 +211,7 @@ class TextDomain(Domain):
                     (
                         "data.corpus",
                         f"corpus 'bookcorpus' streams from the Hugging Face hub: {why}; "
-                        "offline, use a packaged corpus or corpus: folder",
+                        "offline, use a offline corpus or corpus: folder",
                     )
                 )
         if cfg.tokenizer.path is not None and not Path(cfg.tokenizer.path).is_file():

@@ -9,6 +9,12 @@ mixture, augmentation matrix), ``clusters`` (LMCL Sec. 5.1 cluster sets, defined
 ``domain`` (the ``ToyDomain`` adapter).
 """
 
-from domains.toy.domain import ToyDomain
-
 __all__ = ["ToyDomain"]
+
+
+def __getattr__(name: str):
+    if name == "ToyDomain":  # imported when first asked for: the domain's face answers without torch
+        from domains.toy.domain import ToyDomain
+
+        return ToyDomain
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -8,13 +8,19 @@ appendices), ``encoders`` (ResNet, small AlexNet, conv net, projection head), ``
 ``diagnostics`` (alignment, uniformity, tolerance, H(X-|X), LMCL margin, figures),
 ``config`` (recipe sections), ``domain`` (the ``VisionDomain`` adapter).
 
-``VisionDomain`` is imported when first asked for, so the catalogue (``packaged``) loads without torch.
+``catalogue`` (the offline datasets and the ones a user places). ``CATALOGUE`` is the domain's
+datasets on its face (``domains.base``, "A domain's datasets"); it and ``VisionDomain`` are imported
+when first asked for, so the catalogue loads without torch.
 """
 
-__all__ = ["VisionDomain"]
+__all__ = ["VisionDomain", "CATALOGUE"]
 
 
 def __getattr__(name: str):
+    if name == "CATALOGUE":
+        from domains.vision.catalogue import CATALOGUE
+
+        return CATALOGUE
     if name == "VisionDomain":
         from domains.vision.domain import VisionDomain
 

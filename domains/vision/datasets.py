@@ -5,7 +5,7 @@
   not available offline from the package registries; found locally or downloaded where a
   network exists (``download: true``).
 * MNIST / Fashion-MNIST: from the offline sources of docs/data.md through the data provider
-  (``domains.vision.packaged.locate``), which leaves the decompressed IDX files where torchvision's
+  (``domains.vision.catalogue.locate``), which leaves the decompressed IDX files where torchvision's
   ``MNIST`` / ``FashionMNIST`` read them (``<root>/MNIST/raw``, ``<root>/FashionMNIST/raw``).
 
 Images stay uint8 ``[N, C, H, W]`` in memory; augmentation happens on the batch
@@ -128,7 +128,7 @@ def _mnist_root(dataset: str, root: Path | None) -> Path:
     if root is not None:
         return Path(root)
     try:
-        from domains.vision.packaged import locate
+        from domains.vision.catalogue import locate
     except ImportError:
         return default_root()
     found = Path(locate(dataset))

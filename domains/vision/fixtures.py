@@ -2,7 +2,7 @@
 loaders can be exercised offline.
 
 foolbox 3.3.4 ships the first 20 test images of CIFAR-10 and of CIFAR-100 as PNGs
-(``cifar10_<i>_<label>.png``, ``cifar100_<i>_<label>.png``; ``domains.vision.packaged.locate
+(``cifar10_<i>_<label>.png``, ``cifar100_<i>_<label>.png``; ``domains.vision.catalogue.locate
 ("foolbox-samples")``). :func:`write_cifar_fixture` writes them as the python-pickle batches
 of ``cifar-10-batches-py`` (``data_batch_1..5``, ``test_batch``, ``batches.meta``) and
 ``cifar-100-python`` (``train``, ``test``, ``meta``): rows of 3072 bytes, the red plane then
@@ -33,7 +33,7 @@ def find_foolbox_pngs(folder: str | Path, dataset: str) -> list[tuple[int, int, 
     if not found:
         raise FileNotFoundError(
             f"no {dataset}_<i>_<label>.png files under {folder} (expected "
-            "foolbox 3.3.4's data folder; domains.vision.packaged.locate('foolbox-samples'))"
+            "foolbox 3.3.4's data folder; domains.vision.catalogue.locate('foolbox-samples'))"
         )
     return sorted(found)
 
@@ -146,13 +146,13 @@ PHOTO_SIZES = ((500, 375), (375, 500), (500, 333), (500, 400), (333, 500), (640,
 def packaged_photos(foolbox_folder: str | Path | None = None) -> list[Path]:
     """Real photos on this machine without a network: scikit-learn's two sample photos
     (``china.jpg``, ``flower.jpg``, 640x427) and foolbox's 20 ImageNet validation photos
-    (``imagenet_<i>_<label>.jpg``, 512x512; ``domains.vision.packaged.locate("foolbox-samples")``)."""
+    (``imagenet_<i>_<label>.jpg``, 512x512; ``domains.vision.catalogue.locate("foolbox-samples")``)."""
     import sklearn.datasets
 
     images = Path(sklearn.datasets.__file__).with_name("images")
     photos = [images / "china.jpg", images / "flower.jpg"]
     if foolbox_folder is None:
-        from domains.vision.packaged import locate
+        from domains.vision.catalogue import locate
 
         foolbox_folder = locate("foolbox-samples")
     photos += sorted(Path(foolbox_folder).glob("imagenet_*.jpg"))

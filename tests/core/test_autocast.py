@@ -13,8 +13,7 @@ import torch.nn.functional as nnf
 from torch.nn.functional import cross_entropy
 
 from toolkit.losses import functional as F
-from toolkit.losses.base import ContrastiveBatch
-from toolkit.losses.modules import LOSSES
+from toolkit.losses.base import LOSSES, ContrastiveBatch
 from toolkit.regularizers import REGULARIZERS
 from toolkit.samplers.masks import hard_mask, ring_mask
 from toolkit.samplers.sources import MemoryBank, MoCoQueue

@@ -7,8 +7,7 @@ import pytest
 import torch
 
 from tests.core.test_ring import ref_ir_nce, ref_ir_ring
-from toolkit.losses.base import ContrastiveBatch
-from toolkit.losses.modules import LOSSES
+from toolkit.losses.base import LOSSES, ContrastiveBatch
 from toolkit.samplers import build_selector
 
 

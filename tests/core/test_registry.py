@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 import toolkit.objective  # noqa: F401 - registers every built-in component
-from toolkit.losses import LOSSES
+from toolkit.losses.base import LOSSES
 from toolkit.registry import LISTED, Registry, declared, summary_line
 from toolkit.regularizers import REGULARIZERS
 from toolkit.samplers import SELECTOR_SCHEDULES, SELECTORS

@@ -227,7 +227,7 @@ def test_every_ring_component_defaults_to_the_authors_ring():
     mhw32/contrastive-ring-public; docs/methods.md, section Ring)."""
     import inspect
 
-    from toolkit.losses.modules import LOSSES
+    from toolkit.losses.base import LOSSES
     from toolkit.samplers.selectors import make_selector
 
     authors = (90.0, 99.0)

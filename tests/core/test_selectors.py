@@ -19,9 +19,9 @@ from toolkit.samplers.masks import (
     ring_official_thresholds_to_percentiles,
     ring_percentiles_to_official_thresholds,
 )
+from toolkit.samplers.scheduled import ScheduledSelector
 from toolkit.samplers.schedules import (
     AdaptiveSchedule,
-    ScheduledSelector,
     adaptive,
     constant,
     exponential,

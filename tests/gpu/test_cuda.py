@@ -16,8 +16,7 @@ from torch.nn.functional import cross_entropy
 
 from tests.core.test_autocast import TOLERANCE_RATIO, N, inputs, rel_err
 from tests.vision.test_precision import QUICKSTART, TINY, Stop, _stop_at
-from toolkit.losses.base import ContrastiveBatch
-from toolkit.losses.modules import LOSSES
+from toolkit.losses.base import LOSSES, ContrastiveBatch
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")]
 CUDA = torch.device("cuda")

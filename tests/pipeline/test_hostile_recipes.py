@@ -80,7 +80,7 @@ def _model_fields(model: type[BaseModel], seen: set) -> set[str]:
 
 def _known_names() -> set[str]:
     import toolkit.objective  # noqa: F401 - registers every component
-    from toolkit.losses.modules import LOSSES
+    from toolkit.losses.base import LOSSES
     from toolkit.registry import constructor_args
     from toolkit.regularizers import REGULARIZERS
     from toolkit.samplers import SELECTORS

@@ -51,7 +51,7 @@ def counted(monkeypatch):
     spy(FIND, "candidates", "candidates")
     spy(envelope, "load", "checkpoint file read")
     spy(files, "load", "checkpoint file read")
-    spy(runs, "_stored_run", "stored run")
+    spy(runs.planning, "_stored_run", "stored run")
     real_init = objective_mod.Objective.__init__
 
     def init(self, *args, **kwargs):

@@ -11,7 +11,7 @@ import yaml
 from click.testing import CliRunner
 
 import cli
-from toolkit.losses.modules import LOSSES
+from toolkit.losses.base import LOSSES
 from toolkit.regularizers import REGULARIZERS
 
 ROOT = Path(cli.__file__).resolve().parent

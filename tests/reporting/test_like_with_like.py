@@ -207,7 +207,8 @@ def test_the_ui_view_shows_settings_and_seed_never_measurements(store):
 def test_a_study_says_what_else_differs_per_domain_and_marks_confounded_verdicts():
     from types import SimpleNamespace
 
-    from toolkit.studies.study import Measured, Study, StudyFile, study_report
+    from toolkit.studies.study_file import Study, StudyFile
+    from toolkit.studies.study_report import Measured, study_report
 
     spec = StudyFile.model_validate(
         {

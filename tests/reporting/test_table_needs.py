@@ -5,11 +5,12 @@ from pathlib import Path
 
 import yaml
 
-from domains.catalogues import load_catalogues
+from domains import installed
 from toolkit.studies.needs import table_needs
 from toolkit.studies.reproduce import load_table
 
 ROOT = Path(__file__).resolve().parents[2]
+CATALOGUE = installed.catalogue()  # what commands.table_needs hands in: the installed domains' datasets
 
 
 def _table(tmp_path: Path, extra: dict) -> Path:
@@ -32,10 +33,9 @@ def _table(tmp_path: Path, extra: dict) -> Path:
 
 
 def test_needs_name_data_gpu_and_time(tmp_path):
-    load_catalogues()
     empty = tmp_path / "no-data"
     empty.mkdir()
-    needs = table_needs(load_table(_table(tmp_path, {"cpu_minutes": 3.5})), root=str(empty))
+    needs = table_needs(load_table(_table(tmp_path, {"cpu_minutes": 3.5})), CATALOGUE, root=str(empty))
     assert needs.fetchable == ["fashion-mnist"] and needs.installed == []
     assert needs.unavailable == ["cifar10"]
     assert needs.gpu  # the row with device: cuda
@@ -46,7 +46,6 @@ def test_needs_name_data_gpu_and_time(tmp_path):
 
 
 def test_a_cpu_table_with_its_data_installed(tmp_path):
-    load_catalogues()
     recipe = yaml.safe_load((ROOT / "recipes" / "vision" / "quickstart.yaml").read_text())
     (tmp_path / "r.yaml").write_text(yaml.safe_dump(recipe))
     (tmp_path / "t.yaml").write_text(
@@ -54,12 +53,12 @@ def test_a_cpu_table_with_its_data_installed(tmp_path):
             {"name": "t", "title": "T", "metrics": ["m"], "seeds": [0], "rows": [{"label": "a", "recipe": "r.yaml"}]}
         )
     )
-    from toolkit.data import folder as data_folder
+    from toolkit.data import root as data_folder
 
     root = data_folder.data_root()
-    needs = table_needs(load_table(tmp_path / "t.yaml"))
-    installed = data_folder.is_installed("fashion-mnist", root)
-    assert (needs.installed == ["fashion-mnist"]) == installed and (needs.fetchable == ["fashion-mnist"]) != installed
+    needs = table_needs(load_table(tmp_path / "t.yaml"), CATALOGUE)
+    here = data_folder.is_installed(CATALOGUE, "fashion-mnist", root)
+    assert (needs.installed == ["fashion-mnist"]) == here and (needs.fetchable == ["fashion-mnist"]) != here
     assert not needs.gpu and needs.cpu_minutes is None and "not measured" in needs.line()
 
 
@@ -81,10 +80,9 @@ def test_imagenet_folders_are_placed_not_fetched(tmp_path):
     """ImageNet and its subsets are on no package registry: the line says where to place them
     (imagenet100 may also be read from a full imagenet folder), and the GPU-hours stay 'not
     measured' until the table records them."""
-    load_catalogues()
     root = tmp_path / "root"
     root.mkdir()
-    needs = table_needs(load_table(_imagenet_table(tmp_path, {})), root=str(root))
+    needs = table_needs(load_table(_imagenet_table(tmp_path, {})), CATALOGUE, root=str(root))
     assert needs.installed == [] and needs.fetchable == [] and needs.unavailable == []
     assert needs.to_place == [
         f"imagenet100 at {root / 'imagenet100'} or {root / 'imagenet'}",
@@ -96,7 +94,7 @@ def test_imagenet_folders_are_placed_not_fetched(tmp_path):
     for split in ("train", "val"):
         (root / "imagenet" / split).mkdir(parents=True)
     needs = table_needs(
-        load_table(_imagenet_table(tmp_path, {"gpu_hours": 12.5, "gpu_hours_on": "1x H100"})), root=str(root)
+        load_table(_imagenet_table(tmp_path, {"gpu_hours": 12.5, "gpu_hours_on": "1x H100"})), CATALOGUE, root=str(root)
     )
     assert needs.to_place == []
     assert needs.installed == [f"imagenet100 at {root / 'imagenet'}", f"imagenet at {root / 'imagenet'}"]
@@ -104,12 +102,12 @@ def test_imagenet_folders_are_placed_not_fetched(tmp_path):
 
 
 def test_placed_folders_are_where_the_vision_loader_looks(tmp_path):
-    """needs.PLACED (registered by domains/vision/packaged.py) names the folders that
-    domains.vision.folders.dataset_path reads, with and without the folders present."""
-    load_catalogues()
+    """The placed datasets the vision domain declares (domains/vision/catalogue.py) name the
+    folders that domains.vision.folders.dataset_path reads, with and without the folders present."""
     from domains.vision.folders import dataset_path
-    from toolkit.studies.needs import PLACED, placed_folder
+    from toolkit.studies.needs import placed_folder
 
+    PLACED = CATALOGUE.placed
     assert set(PLACED) == {"imagenet", "imagenet100", "tiny-imagenet"}
     for present in ([], ["imagenet"], ["imagenet100", "imagenet"], ["tiny-imagenet-200"]):
         root = tmp_path / ("r-" + "-".join(present))
@@ -117,5 +115,8 @@ def test_placed_folders_are_where_the_vision_loader_looks(tmp_path):
             (root / name).mkdir(parents=True)
         root.mkdir(exist_ok=True)
         for name in PLACED:
-            assert placed_folder(name, {}, str(root)) == dataset_path(name, None, str(root)), (name, present)
-        assert placed_folder("imagenet", {"path": str(tmp_path / "elsewhere")}, str(root)) == tmp_path / "elsewhere"
+            assert placed_folder(CATALOGUE, name, {}, str(root)) == dataset_path(name, None, str(root)), (name, present)
+        assert (
+            placed_folder(CATALOGUE, "imagenet", {"path": str(tmp_path / "elsewhere")}, str(root))
+            == tmp_path / "elsewhere"
+        )

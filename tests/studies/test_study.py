@@ -11,7 +11,7 @@ import yaml
 from scipy import stats as sps
 
 from tests.sweeps.conftest import ROOT, ctk, runs_of  # noqa: F401 - the ctk fixture
-from toolkit.studies.study import _verdict
+from toolkit.studies.study_report import _verdict
 
 TOY = ROOT / "recipes" / "toy"
 FAST = {"budget.steps": 60, "budget.log_every": 30}
@@ -153,7 +153,7 @@ def test_shipped_studies_load_with_every_recipe_valid(path):
     loads, every metric of record is one its domain logs, the baseline is an arm."""
     from commands import load
     from domains import installed
-    from toolkit.studies.study import load_study, study_points
+    from toolkit.studies.study_file import load_study, study_points
 
     study = load_study(path, load, installed.get)
     assert study.spec.baseline in study.arms and len(study.arms) >= 2

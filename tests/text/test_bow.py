@@ -1,5 +1,5 @@
 """The bag-of-words quick-thought encoder (``encoder.kind: bow``) against a loop over the
-sentences, several packaged corpora combined into one list of books, and the one-task SentEval
+sentences, several offline corpora combined into one list of books, and the one-task SentEval
 monitor (``evaluation.monitor_task``) against a plain split-and-fit reference."""
 
 from __future__ import annotations
@@ -107,8 +107,8 @@ def test_bow_rebuilds_from_its_export_and_has_a_random_twin() -> None:
     torch.testing.assert_close(cb.scores, ref)
 
 
-def _fake_packaged(tmp_path: Path) -> dict[str, Path]:
-    """Tiny folders in the layouts of the packaged corpora."""
+def _fake_offline_corpora(tmp_path: Path) -> dict[str, Path]:
+    """Tiny folders in the layouts of the offline corpora."""
     austen, brown, sotu, moby = (tmp_path / n for n in ("austen", "brown", "sotu", "mobydick"))
     for folder in (austen, brown, sotu, moby):
         folder.mkdir()
@@ -121,7 +121,7 @@ def _fake_packaged(tmp_path: Path) -> dict[str, Path]:
 
 
 def test_a_list_of_corpora_concatenates_their_books_in_order(tmp_path, monkeypatch) -> None:
-    folders = _fake_packaged(tmp_path)
+    folders = _fake_offline_corpora(tmp_path)
     monkeypatch.setattr("domains.text.corpora._locate", lambda name, root: folders[name])
     books = load_corpus(["brown", "sotu", "mobydick", "austen"])
     expected = []

@@ -15,7 +15,7 @@ from domains.text.corpora import Book
 from domains.text.quickthought import neighbour_mask, quick_thought_batch
 from domains.text.sampling import ContiguousBatches, SentenceTable, contiguous_runs
 from domains.text.tokenizer import train_tokenizer
-from toolkit.losses.modules import LOSSES
+from toolkit.losses.base import LOSSES
 
 
 def _books() -> list[Book]:

@@ -1,4 +1,4 @@
-"""Each loader on its real offline file (``domains.text.packaged.locate``): the Austen corpus and the
+"""Each loader on its real offline file (``domains.text.catalogue.locate``): the Austen corpus and the
 six SentEval-style tasks (MR, the CR / SUBJ / MPQA / MSRP stand-ins, TREC train_5500)."""
 
 from __future__ import annotations

@@ -15,7 +15,7 @@ def _one_thread():
 
 @pytest.fixture(scope="session")
 def foolbox_dir() -> Path:
-    from domains.vision.packaged import locate
+    from domains.vision.catalogue import locate
 
     return Path(locate("foolbox-samples"))
 
@@ -34,7 +34,7 @@ def cifar_root(tmp_path_factory, foolbox_dir) -> tuple[Path, dict]:
 @pytest.fixture(scope="session")
 def fmnist_root() -> Path:
     """The data root under which ``FashionMNIST/raw`` holds the decompressed IDX files."""
-    from domains.vision.packaged import locate
+    from domains.vision.catalogue import locate
 
     return Path(locate("fashion-mnist")).parent
 

@@ -22,7 +22,7 @@ import sys
 import time
 from pathlib import Path
 
-from .catalog import Artifact
+from .catalogue import Artifact
 
 __all__ = ["DataError", "FetchError", "ChecksumError", "log", "sha256_file", "check_artifact", "download"]
 

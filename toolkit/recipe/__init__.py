@@ -6,7 +6,7 @@ the domain adds), which the domain validates with its own pydantic models. Every
 reported as ``path.in.the.file: what was wrong (got X); expected Y`` and collected, so one run of
 ``ctk show`` lists them all.
 
-``files``     reading YAML safely, ``--set key=value`` overrides, dotted paths, ``--grid`` points
+``reading``   reading YAML safely, ``--set key=value`` overrides, dotted paths, ``--grid`` points
 ``sections``  the common sections' schema
 ``model``     :class:`Recipe` and :func:`validate`, with the error formatting; a point's run name
 """

@@ -7,7 +7,8 @@ means keep all). Recipes name them: ``selector: {name: hard, num_hard: 4095}``,
 registry, :data:`SELECTORS` (plug-ins add theirs with ``@SELECTORS.register``).
 
 Modules: ``masks`` (the keep-mask functions: all, hard, ring), ``selectors`` (the registered
-selector rules built on them), ``schedules`` (step schedules and :class:`ScheduledSelector`),
+selector rules built on them), ``schedules`` (step schedules), ``scheduled`` (:class:`ScheduledSelector`: a selector whose
+argument follows a schedule),
 ``sources`` (MoCo queue, memory bank, momentum encoder).
 """
 
@@ -19,7 +20,8 @@ from typing import Any
 from torch import Tensor
 
 from toolkit.samplers.masks import all_mask, hard_mask, ring_mask  # noqa: F401
-from toolkit.samplers.schedules import SELECTOR_SCHEDULES, ScheduledSelector, make_schedule  # noqa: F401
+from toolkit.samplers.scheduled import ScheduledSelector  # noqa: F401
+from toolkit.samplers.schedules import SELECTOR_SCHEDULES, make_schedule  # noqa: F401
 from toolkit.samplers.selectors import SELECTORS, NegativeSelector, make_selector  # noqa: F401
 from toolkit.samplers.sources import MemoryBank, MoCoQueue, MomentumEncoder  # noqa: F401
 

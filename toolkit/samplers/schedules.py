@@ -1,4 +1,5 @@
-"""Threshold schedules driven by the training step, and a selector that follows one.
+"""Threshold schedules driven by the training step (a selector that follows one:
+:mod:`toolkit.samplers.scheduled`).
 
 Ring (Wu et al. 2021, Sec. 4 "Annealing Policy" and App. E) anneals its negative threshold
 during training; Wang & Liu's hard quantile can be scheduled the same way. A schedule is a
@@ -10,8 +11,7 @@ Ring's released code (``src/utils/policy.py``) evaluates its policy at every opt
 and anneals ``thres_outer`` (theta_o, the fraction of the queue kept, closest first) from 1.0
 to 0.1 while ``thres_inner`` (theta_i) stays 0.1; in percentiles ``w_l = 100 (1 - theta_o)``
 goes 0 -> 90 and ``w_u = 100 (1 - theta_o theta_i)`` goes 90 -> 99 (docs/methods.md, section
-ring). The shipped configs do not anneal. :class:`ScheduledSelector` wires a schedule to one
-selector argument.
+ring). The shipped configs do not anneal.
 """
 
 from __future__ import annotations
@@ -20,15 +20,10 @@ import math
 import numbers
 from collections import deque
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any, ClassVar
-
-from torch import Tensor
+from typing import Any, ClassVar
 
 from toolkit import checks
 from toolkit.registry import Registry
-
-if TYPE_CHECKING:
-    from toolkit.samplers.selectors import NegativeSelector
 
 __all__ = [
     "Schedule",
@@ -46,7 +41,6 @@ __all__ = [
     "adaptive",
     "SELECTOR_SCHEDULES",
     "make_schedule",
-    "ScheduledSelector",
 ]
 
 SELECTOR_SCHEDULES: Registry[type[Schedule]] = Registry("selector schedule")
@@ -328,79 +322,3 @@ def make_schedule(spec: Schedule | float | Mapping[str, Any]) -> Schedule:
         except TypeError as err:
             raise ValueError(f"schedule {name!r}: {err}") from None
     raise ValueError(f"schedule must be a number, a mapping with a name, or a Schedule, got {spec!r}")
-
-
-class ScheduledSelector:
-    """A negative selector whose argument follows a schedule: ``(sims, step) -> keep-mask``.
-
-    ``selector`` is a registered selector's name (``all``, ``hard``, ``ring``, or one a plug-in
-    registered in ``toolkit.samplers.SELECTORS``) or a :class:`NegativeSelector` instance, with
-    ``args``. ``schedule`` drives the argument named ``param`` (default: the selector's own,
-    e.g. ``theta_outer`` / ``lower`` for ring, ``alpha`` / ``num_hard`` for hard), replacing its
-    fixed value. Ring annealing as in the paper's code is
-    ``ScheduledSelector("ring", {"theta_inner": 0.1}, linear(1.0, 0.1, S))``.
-    """
-
-    def __init__(
-        self,
-        selector: str | NegativeSelector,
-        args: Mapping[str, Any] | None = None,
-        schedule: Schedule | float | Mapping[str, Any] | None = None,
-        param: str | None = None,
-    ) -> None:
-        from toolkit.samplers.selectors import make_selector
-
-        self.selector = make_selector(selector, args) if isinstance(selector, str) else selector
-        self.name = self.selector.name
-        self.schedule = None if schedule is None else make_schedule(schedule)
-        if self.schedule is not None:
-            self.param = param or self.selector.default_param()
-            if self.selector.keeps_all or self.param is None:
-                raise checks.ArgumentError(
-                    "param",
-                    f"param {self.param!r} cannot be scheduled for selector {self.name!r}; "
-                    f"expected one of {list(self.selector.arguments)}",
-                )
-            self.selector.check_param(self.param)
-        else:
-            self.param = param
-        self.selector.check_missing(self.param if self.schedule is not None else None)
-        # Validate now (first step and the end of the schedule), not during training.
-        for at in (0, 1 << 62):
-            self.selector.check(self.arguments(at))
-
-    @property
-    def args(self) -> dict[str, Any]:
-        return self.selector.args
-
-    def arguments(self, step: int = 0) -> dict[str, Any]:
-        """The mask's arguments in force at ``step`` (ring in percentiles)."""
-        args = dict(self.selector.args)
-        if self.schedule is not None:
-            value = self.schedule(step)
-            args[self.param] = int(round(value)) if self.param == "num_hard" else value
-        return self.selector.resolve(args)
-
-    def __call__(self, sims: Tensor, step: int = 0) -> Tensor:
-        return self.selector.mask(sims, **self.arguments(step))
-
-    @property
-    def follows_loss(self) -> bool:
-        """Whether :meth:`record` wants the training loss after every step (an adaptive
-        schedule, :attr:`Schedule.follows_metric`); otherwise the loop does not read it back."""
-        return self.schedule is not None and self.schedule.follows_metric
-
-    def record(self, metric: float) -> None:
-        """Feed the training loss to the schedule (only one that follows a metric uses it)."""
-        if self.schedule is not None:
-            self.schedule.record(metric)
-
-    def state_dict(self) -> dict[str, Any]:
-        return {"schedule": None if self.schedule is None else self.schedule.state_dict()}
-
-    def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        if self.schedule is not None and state.get("schedule") is not None:
-            self.schedule.load_state_dict(state["schedule"])
-
-    def __repr__(self) -> str:
-        return f"ScheduledSelector({self.name!r}, {self.args!r}, schedule={self.schedule!r}, param={self.param!r})"

@@ -4,7 +4,7 @@ registered in :data:`SELECTORS` like losses, regularizers and schedules.
 Each registered selector is a :class:`NegativeSelector` subclass: it declares the arguments it
 accepts, which one a schedule drives by default, how its arguments turn into the keyword
 arguments of its mask function (:mod:`toolkit.samplers.masks`), and how to check them.
-:class:`~toolkit.samplers.schedules.ScheduledSelector` wraps any of them with a schedule, so a
+:class:`~toolkit.samplers.scheduled.ScheduledSelector` wraps any of them with a schedule, so a
 plug-in package adds a selector with one decorated class::
 
     from toolkit.samplers import SELECTORS, NegativeSelector

@@ -8,6 +8,8 @@
 ``claims``      the claims a paper draws from a table (orderings), tested on the measured runs
 ``needs``       what a paper table needs before it runs here: datasets, a GPU, the time measured
 ``study``       ``ctk study``: one idea against its baseline in every domain, one table
+``study_file`` a study file: its schema, the study validated with every recipe, its points
+``study_report`` a study's answer: the measured points, the table, the forest figure
 ``listing``     ``ctk runs``: status, heartbeat, checkpoint and resume command per run
 ``runsets``     what a set of stored runs holds: seeds, sweep parents, result metrics, varying settings
 ``differs``     what else differs within and between compared groups (steps, precision, CPU, commit)

@@ -1,6 +1,7 @@
 """What a paper table of ``ctk reproduce`` needs before it can run here: the datasets its rows
 read (installed in the data root, fetchable offline with ``ctk data fetch``, a folder the user
-places (ImageNet and its subsets: :data:`PLACED`), or not in the offline catalogue at all),
+places (ImageNet and its subsets: the catalogue's ``placed``), or not in the offline catalogue at
+all, the catalogue being the installed domains' that the command hands in),
 whether it needs a GPU (the table's ``gpu: true``, or a row with ``device: cuda`` or
 ``resources.gpus``), the wall time measured for it on a 2-core CPU machine (the table's
 ``cpu_minutes``) and, for a GPU table, the GPU-hours measured for it (``gpu_hours``, with the
@@ -16,15 +17,10 @@ from typing import Any
 import yaml
 
 from toolkit import recipe as rc
+from toolkit.data.catalogue import Catalogue
 
 # recipe keys that name data the data provider serves
 _DATA_KEYS = ("dataset", "corpus")
-
-# Datasets that no package provides and that are read from a folder the user places: name -> the
-# folder names looked for under the data root, first found wins (else the first is where to place
-# it); a recipe's ``data.path`` names the folder itself. Filled by the domains that read them
-# (``domains/vision/packaged.py``), so that this module imports none.
-PLACED: dict[str, tuple[str, ...]] = {}
 
 
 @dataclass
@@ -32,7 +28,7 @@ class Needs:
     installed: list[str] = field(default_factory=list)  # present in the data root
     fetchable: list[str] = field(default_factory=list)  # in the offline catalogue, not fetched yet
     unavailable: list[str] = field(default_factory=list)  # no offline copy (CIFAR, STL-10, BookCorpus...)
-    to_place: list[str] = field(default_factory=list)  # "name at folder": a PLACED dataset not there yet
+    to_place: list[str] = field(default_factory=list)  # "name at folder": a placed dataset not there yet
     gpu: bool = False
     cpu_minutes: float | None = None
     gpu_hours: float | None = None  # measured, all rows and seeds
@@ -69,22 +65,24 @@ def _names(value: Any) -> list[str]:
     return []
 
 
-def placed_folder(name: str, data: dict[str, Any], root: str | None = None) -> Path:
-    """Where a :data:`PLACED` dataset is read: the recipe's ``data.path``, else the first of its
-    folder names found under the data root (``data.root``, ``root``, else the provider's)."""
-    from toolkit.data import folder as data_folder
+def placed_folder(catalogue: Catalogue, name: str, data: dict[str, Any], root: str | None = None) -> Path:
+    """Where a dataset the user places (``catalogue.placed``) is read: the recipe's ``data.path``,
+    else the first of its folder names found under the data root (``data.root``, ``root``, else
+    the provider's)."""
+    from toolkit.data import root as data_folder
 
     if data.get("path"):
         return Path(str(data["path"])).expanduser()
     base = data_folder.data_root(data.get("root") or root)
-    names = PLACED[name]
+    names = catalogue.placed[name]
     return next((base / n for n in names if (base / n).is_dir()), base / names[0])
 
 
-def table_needs(table: Any, root: str | None = None) -> Needs:
+def table_needs(table: Any, catalogue: Catalogue, root: str | None = None) -> Needs:
     """The needs of ``table`` (a :class:`toolkit.studies.reproduce.PaperTable`), read from the
-    recipes of its rows with their overrides."""
-    from toolkit.data import folder as data_folder
+    recipes of its rows with their overrides, against ``catalogue`` (the installed domains':
+    ``domains.installed.catalogue``)."""
+    from toolkit.data import root as data_folder
 
     needs = Needs()
     raw_table = yaml.safe_load(table.path.read_text()) or {}
@@ -106,11 +104,11 @@ def table_needs(table: Any, root: str | None = None) -> Needs:
             continue
         for key in _DATA_KEYS:
             for n in _names(data.get(key)):
-                if n in PLACED:
-                    folder = placed_folder(n, data, root)
+                if n in catalogue.placed:
+                    folder = placed_folder(catalogue, n, data, root)
                     here = (folder / "train").is_dir() and (folder / "val").is_dir()
                     folders = (
-                        [folder] if here or data.get("path") else [folder.parent / name for name in PLACED[n]]
+                        [folder] if here or data.get("path") else [folder.parent / name for name in catalogue.placed[n]]
                     )  # imagenet100: or a full imagenet
                     where = f"{n} at {' or '.join(str(f) for f in folders)}"
                     if where not in placed + needs.installed:
@@ -119,12 +117,11 @@ def table_needs(table: Any, root: str | None = None) -> Needs:
                     wanted.append(n)
         resources = raw.get("resources") or {}
         needs.gpu = needs.gpu or raw.get("device") == "cuda" or bool(resources.get("gpus"))
-    catalogue = data_folder.catalog()
     for name in wanted:
         key = name.replace("_", "-")
-        if key not in catalogue:
+        if key not in catalogue.names():
             needs.unavailable.append(name)
-        elif data_folder.is_installed(key, root):
+        elif data_folder.is_installed(catalogue, key, root):
             needs.installed.append(key)
         else:
             needs.fetchable.append(key)

@@ -5,7 +5,7 @@
 ``tracker``  one run: params, buffered metrics, figures, the trained encoder; FAILED on error
 ``measured`` what a run found or chose (``measured.*``) and where it ran (``env.*``), apart from its settings
 ``health``   a store that answers: retries, heartbeats, dead RUNNING runs marked KILLED
-``export``   the trained encoder as a data-only file (logged with the run, read back anywhere)
+``encoder_file`` the trained encoder as a data-only file (logged with the run, read back anywhere)
 ``servers``  ``ctk ui`` / ``ctk server``: the mlflow UI and a shared tracking server
 
 :func:`mlflow_environment` sets mlflow's environment defaults; nothing is set by importing a module.

@@ -3,14 +3,13 @@ and the domain's extras (e.g. the text domain's tokenizer as JSON). No pickled c
 is written and read through :mod:`toolkit.checkpoint` (``weights_only=True``).
 
 Every run logs this artefact as ``model/encoder.pt``; ``ctk export RUN --out FILE`` writes the
-same file. Loading rebuilds the encoder from the recipe through its domain and loads the
+same file. This module reads and writes files only: it knows no tracking store. Loading rebuilds the encoder from the recipe through its domain and loads the
 weights: :func:`domains.export.load_encoder` (the domain layer, which knows the builders).
 """
 
 from __future__ import annotations
 
 import copy
-import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -51,38 +50,16 @@ def save_encoder(
     return ckpt.save(path, encoder_artifact(encoder, recipe, extras))
 
 
-def read_encoder(source: str | Path, uri: str | None = None) -> dict[str, Any]:
-    """The artefact from a file, or from an mlflow run id (downloaded from the run's
-    ``model/encoder.pt``). Raises ``CheckpointError`` for a file that is not one."""
-    path = Path(source)
+def read_encoder(path: str | Path) -> dict[str, Any]:
+    """The artefact of an encoder file. Raises ``FileNotFoundError`` for a path that is not a file
+    and ``CheckpointError`` for a file that is not one (a run id's file is found in the store by
+    :func:`toolkit.tracking.store.run_artifact`, which :func:`domains.export.load_encoder` asks)."""
+    path = Path(path)
     if not path.is_file():
-        path = _download(str(source), uri)
+        raise FileNotFoundError(f"{str(path)!r} is not a file")
     state = ckpt.load(path)
     if state.get("format") != ENCODER_FORMAT:
         raise ckpt.CorruptCheckpoint(
-            f"{source}: not a ctk encoder (format {state.get('format')!r}, expected {ENCODER_FORMAT!r})"
+            f"{path}: not a ctk encoder (format {state.get('format')!r}, expected {ENCODER_FORMAT!r})"
         )
     return state
-
-
-def _download(run_id: str, uri: str | None) -> Path:
-    from toolkit.tracking.store import no_store, reading_client
-
-    client = reading_client(uri)  # never creates a store
-    if client is None:
-        raise FileNotFoundError(f"{run_id!r} is not a file, and {no_store(uri)}")
-    from mlflow.exceptions import MlflowException  # after the store is opened (its environment set)
-
-    try:
-        client.get_run(run_id)
-    except MlflowException:
-        raise FileNotFoundError(
-            f"{run_id!r} is neither a file nor a run id of the store {client.tracking_uri}"
-        ) from None
-    folder = Path(tempfile.mkdtemp(prefix="ctk-encoder-"))
-    try:
-        return Path(client.download_artifacts(run_id, ARTIFACT_PATH, str(folder)))
-    except (MlflowException, OSError) as exc:
-        raise FileNotFoundError(
-            f"run {run_id} has no {ARTIFACT_PATH} (was it logged with tracking.log_model: false?): {exc}"
-        ) from None

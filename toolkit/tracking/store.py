@@ -11,6 +11,7 @@ import contextlib
 import os
 import shutil
 import subprocess
+import tempfile
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -71,6 +72,28 @@ def no_store(uri: str | None = None) -> str:
         f"no tracking store at {tracking_uri(uri)} (nothing has run in this folder): run ctk in the "
         "project folder, or point it at a store with --uri URI or MLFLOW_TRACKING_URI"
     )
+
+
+def run_artifact(run_id: str, artifact: str, uri: str | None = None, hint: str = "") -> Path:
+    """The file ``artifact`` (a path in the run's artefacts) of run ``run_id`` of the store at
+    ``uri``, downloaded into a new temporary folder. ``FileNotFoundError`` says which of the store,
+    the run or the file is missing (``hint``: why a run may lack it); no store is created."""
+    client = reading_client(uri)  # never creates a store
+    if client is None:
+        raise FileNotFoundError(f"{run_id!r} is not a file, and {no_store(uri)}")
+    from mlflow.exceptions import MlflowException  # after the store is opened (its environment set)
+
+    try:
+        client.get_run(run_id)
+    except MlflowException:
+        raise FileNotFoundError(
+            f"{run_id!r} is neither a file nor a run id of the store {client.tracking_uri}"
+        ) from None
+    folder = Path(tempfile.mkdtemp(prefix="ctk-artifact-"))
+    try:
+        return Path(client.download_artifacts(run_id, artifact, str(folder)))
+    except (MlflowException, OSError) as exc:
+        raise FileNotFoundError(f"run {run_id} has no {artifact}{f' ({hint})' if hint else ''}: {exc}") from None
 
 
 def find_experiment(client: MlflowClient | None, name: str, uri: str | None = None):

@@ -9,7 +9,7 @@ the positive's overlap; a pair is kept only when the two overlaps differ by at m
 ``tolerance``, so the positive and negative overlap distributions match and a classifier must
 read more than shared words. ``n_pairs`` pairs (half positive) are then drawn with a seed.
 
-Verses are read with ``pysword`` from the SWORD modules of ``domains.text.packaged.locate("bibles")``;
+Verses are read with ``pysword`` from the SWORD modules of ``domains.text.catalogue.locate("bibles")``;
 the OSIS markup is stripped (footnotes removed, word tags unwrapped).
 """
 

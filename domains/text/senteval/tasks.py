@@ -184,7 +184,7 @@ def _find(root: Path, filename: str) -> Path:
 
 
 def _locate(name: str, data_root: str | Path | None) -> Path:
-    from domains.text.packaged import locate
+    from domains.text.catalogue import locate
 
     return Path(locate(name, root=data_root))
 

@@ -1,6 +1,6 @@
 """The R lazy-load reader behind the ``austen`` and ``mobydick`` builders, on a database written
 here byte by byte from the format (R Internals 1.8, ``makeLazyLoadDB``), and the text
-catalogue's registration."""
+catalogue on the domain's face."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ import zlib
 
 import pytest
 
-from domains.text.packaged import DATASETS, read_lazyload_db
-from toolkit.data import FetchError, catalog
+from domains.text.catalogue import CATALOGUE, DATASETS, read_lazyload_db
+from toolkit.data import FetchError
 
 
 def _header() -> bytes:
@@ -72,7 +72,10 @@ def test_lazyload_database_refuses_other_compressions(tmp_path):
         read_lazyload_db(_database(tmp_path, {"x": [("a", False)]}, compressed=0))
 
 
-def test_text_catalogue_is_registered():
+def test_the_text_domain_declares_its_catalogue():
+    from domains import installed
+
     names = {d.name for d in DATASETS}
     assert names == {"austen", "mobydick", "sotu", "brown", "rotten-tomatoes", "vader-groundtruth", "trec", "bibles"}
-    assert names <= set(catalog())
+    assert installed.specs()["text"].catalogue() is CATALOGUE and CATALOGUE.datasets == DATASETS
+    assert names <= set(installed.catalogue().names())

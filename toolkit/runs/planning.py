@@ -1,38 +1,40 @@
-"""The run path: a recipe read, overridden, named and validated, its device, precision and
-resume point decided, once, in one place (:func:`plan`, a frozen :class:`Plan`); then executed
-(:func:`execute`), which changes nothing in the plan::
+"""The run path's first half: a recipe read, overridden, named and validated, its device,
+precision and resume point decided, once, in one place (:func:`plan`, a frozen :class:`Plan`).
 
-    p = plan(path, overrides, lookup, device=None, resume=None)  # the one pass: everything decided
-    execute(p)                                                   # marks dead runs, store, trainer, fit
-
-The domain lookup is passed in (``cli.py`` passes ``domains.installed.get``, so the toolkit stays
-free of any domain) and called once; the recipe is validated against that domain's sections and
-rules once, and keeps the class (``recipe.domain_class``). :func:`load_recipe` is the
-validation alone (``ctk show``, sweeps); :func:`decide` decides a recipe it validated (what
-:func:`execute` does when it is given a recipe rather than a plan).
+The domain lookup is passed in (``commands.py`` passes ``domains.installed.get``, so the toolkit
+stays free of any domain) and called once; the recipe is validated against that domain's
+sections and rules once, and keeps the class (``recipe.domain_class``). :func:`load_recipe` is
+the validation alone (``ctk show``, sweeps); :func:`decide` decides a recipe it validated (what
+:func:`toolkit.runs.execute` does when it is given a recipe rather than a plan).
 """
 
 from __future__ import annotations
 
 import copy
 import dataclasses
-import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import torch
-import yaml
 
-from toolkit import __version__
 from toolkit import checkpoint as ckpt
 from toolkit import objective as objective_mod
 from toolkit import recipe as rc
-from toolkit.tracking.measured import ENV, MEASURED, earlier_steps
-from toolkit.tracking.store import RECORD_TAG, client_for, experiment_id, git_commit, tracking_uri
-from toolkit.tracking.tracker import Tracker
+from toolkit.tracking.store import client_for, tracking_uri
 from toolkit.training import precision as precision_mod
-from toolkit.training.trainer import RunOptions, select_device
+from toolkit.training.trainer import select_device
+
+__all__ = [
+    "DomainLookup",
+    "Plan",
+    "plan",
+    "decide",
+    "load_recipe",
+    "with_run_name",
+    "precision_choice",
+    "RunFinished",
+]
 
 DomainLookup = Callable[[str], Any]
 
@@ -255,167 +257,8 @@ def _with_defaults(raw: dict[str, Any], defaults: dict[str, Any]) -> dict[str, A
     return out
 
 
-def record_metrics(recipe: rc.Recipe) -> dict[str, tuple[str, ...]]:
-    """The run's metrics of record, each with its baselines from the same run: ``tracking.record``
-    when the recipe names them, else what the domain declares (``Domain.record_metrics``)."""
-    declared = dict(recipe.domain_class.record_metrics(recipe)) if recipe.domain_class is not None else {}
-    if recipe.tracking.record:
-        return {m: tuple(declared.get(m, ())) for m in recipe.tracking.record}
-    return declared
-
-
 class RunFinished(ValueError):
     """``--resume`` of a run that already FINISHED (it is never modified)."""
-
-
-def retire_dead_runs(recipe: rc.Recipe) -> None:
-    """A step of the run path before a new run is created: the experiment's RUNNING runs whose
-    process is gone (no heartbeat) are marked KILLED (``toolkit.tracking.health.mark_dead_runs``),
-    so that ``ctk runs`` and a sweep see them as what they are."""
-    from toolkit.tracking.health import mark_dead_runs, retrying
-
-    client = client_for(recipe.tracking.uri)
-    eid = experiment_id(client, recipe.tracking.experiment)
-    retrying(lambda: mark_dead_runs(client, [eid]), "marking dead runs")
-
-
-def execute(
-    run: rc.Recipe | Plan,
-    *,
-    resume: str | None = None,
-    device: str | None = None,
-    progress: bool = True,
-    distributed: Any = None,
-    hooks: list[Callable[[int], None]] | None = None,
-    extend: bool = False,
-    extra_tags: dict[str, str] | None = None,
-    on_metrics: Callable[[dict[str, float], int], None] | None = None,
-    fixed_steps: int | None = None,
-) -> tuple[str | None, dict[str, float]]:
-    """Run a :class:`Plan` (or a recipe :func:`load_recipe` validated, decided here by
-    :func:`decide` with ``device``, ``resume`` and ``extend``) through its domain's trainer;
-    returns (mlflow run id, final metrics). A resumed run continues in the same mlflow run.
-
-    The tracking store is checked first (one line, within seconds), then the data
-    (``Domain.check_data``): neither problem leaves a run in the store; a new run's experiment
-    has its dead runs marked (:func:`retire_dead_runs`) before the run is created.
-    ``on_metrics(metrics, step)`` sees every batch of metrics the run logs (``ctk tune``
-    reports the periodic evaluation to Ray Tune through it). ``fixed_steps``: the step count a
-    sweep fixed for ``budget.minutes`` (:func:`calibrate`), trained instead of calibrating again.
-    """
-    from toolkit.tracking.health import check_store
-
-    if isinstance(run, Plan):
-        if resume or device or extend:
-            raise ValueError("a Plan has its device and resume decided: give them to toolkit.runs.plan")
-        p = run
-    else:
-        p = decide(run, device=device, resume=resume, extend=extend)
-    recipe, point, dev, choice = p.recipe, p.resume, p.device, p.precision
-    check_store(tracking_uri(recipe.tracking.uri))
-    domain = p.domain(recipe)  # validated when the plan was made: nothing is checked again
-    is_main = distributed is None or distributed.is_main
-    if is_main:
-        print(f"[ctk] {choice.line()}", file=sys.stderr, flush=True)
-    missing = domain.check_data(recipe)  # before the store is written: no run for a run that cannot start
-    if missing:
-        raise rc.RecipeError(missing, recipe.source)
-    obj = recipe.objective
-    tags = {
-        "ctk.domain": recipe.domain,
-        "ctk.loss": obj.loss.name if obj else "domain-own",
-        "ctk.selector": obj.selector.name if obj else "all",
-        "ctk.regularizers": ",".join(r.name for r in obj.regularizers) if obj else "",
-        "ctk.recipe": recipe.source,
-        "ctk.version": __version__,
-        "mlflow.source.git.commit": (commit := git_commit()),
-        "ctk.seed": str(recipe.seed),
-        RECORD_TAG: ",".join(record_metrics(recipe)),
-        **recipe.tracking.tags,
-        **(extra_tags or {}),
-    }
-    if point is None and is_main:
-        retire_dead_runs(recipe)
-    with Tracker(
-        recipe.tracking.experiment,
-        recipe.run_name,
-        recipe.tracking.uri,
-        tags,
-        run_id=point.run_id if point is not None else None,
-        enabled=is_main,
-        listeners=[on_metrics] if on_metrics is not None else (),
-    ) as tracker:
-        if distributed is not None:
-            run_id = distributed.broadcast_object(tracker.run_id)
-        else:
-            run_id = tracker.run_id
-        if point is None:
-            # settings: the recipe as set (precision as asked); what this run chose and ran on
-            # is logged apart (toolkit.tracking.measured)
-            tracker.log_params({**rc.flatten(recipe.resolved), "precision": choice.requested})
-            tracker.log_text(yaml.safe_dump(recipe.resolved, sort_keys=False), "recipe.yaml")
-        tracker.log_params(
-            {
-                f"{MEASURED}precision": choice.value,
-                f"{MEASURED}device": dev.type,
-                **{f"{ENV}{k}": v for k, v in precision_mod.machine_params().items()},
-                f"{ENV}ctk": __version__,
-                f"{ENV}git_commit": commit,
-            }
-        )
-        fixed_by = "sweep"
-        if fixed_steps is None and point is None and recipe.budget is not None and recipe.budget.minutes:
-            # a second seed trains as long as the first: the count an earlier run of the same
-            # settings fixed on this machine (toolkit.tracking.measured.earlier_steps)
-            found = earlier_steps(tracker.client, tracker.run_id) if is_main else None
-            found = distributed.broadcast_object(found) if distributed is not None else found
-            if found:
-                fixed_steps, fixed_by = found[0], f"run {found[1]}"
-        options = RunOptions(
-            device=dev,
-            distributed=distributed,
-            progress=progress,
-            checkpoint_dir=ckpt.checkpoint_dir(run_id or "local"),
-            hooks=list(hooks or []),
-            fixed_steps=fixed_steps,
-            fixed_by=fixed_by,
-        )
-        # where this run's checkpoints go, recorded before the first one is written, so that
-        # `ctk runs` and `--resume RUN_ID` find them from any working directory
-        run_tags = ckpt.folder_tags(options.checkpoint_dir)
-        if recipe.paper is not None:
-            run_tags["ctk.paper"] = recipe.paper.source
-        tracker.set_tags(run_tags)
-        trainer = domain.trainer(recipe, tracker, options)
-        if point is not None:
-            trainer.resume(point.path, point.saved)
-        trainer.fit()
-        metrics = trainer.evaluate()
-        trainer.save_checkpoint()
-        if recipe.tracking.log_model and trainer.encoder is not None and is_main:
-            tracker.log_model(trainer.encoder, recipe.resolved, domain.encoder_extras(trainer.encoder))
-    return run_id, metrics
-
-
-def calibrate(run: rc.Recipe | Plan, device: str | None = None) -> dict[str, Any] | None:
-    """``budget.minutes``' step count for a plan (or a validated recipe, :func:`decide`\\ d on
-    ``device``) on this machine, fixed as a run fixes it (its first online monitor timed, then
-    the timed steps of :mod:`toolkit.training.budget`), with nothing logged and no step kept:
-    ``{steps, ms_per_step, precision}``. None when the recipe has no ``budget.minutes`` or its
-    trainer does not calibrate (:meth:`~toolkit.training.trainer.Trainer.calibrate`: the pretrainer
-    in steps, RL in environment steps). A sweep calls it once, before its
-    points, and hands the steps to each (``execute(fixed_steps=)``)."""
-    recipe = run.recipe if isinstance(run, Plan) else run
-    if recipe.budget is None or not recipe.budget.minutes:
-        return None
-    p = run if isinstance(run, Plan) else decide(run, device=device)
-    trainer = p.domain(p.recipe).trainer(p.recipe, None, RunOptions(device=p.device, progress=False))
-    found = trainer.calibrate()
-    return (
-        None
-        if found is None
-        else {"steps": int(found["steps"]), "precision": p.precision.value, "ms_per_step": float(found["ms_per_step"])}
-    )
 
 
 def precision_choice(requested: str, device: Any, domain_cls: Any) -> precision_mod.Choice:

