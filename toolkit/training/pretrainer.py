@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import sys
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -38,10 +39,11 @@ from tqdm import tqdm
 
 from toolkit import checkpoint as ckpt
 from toolkit import objective as objective_mod
+from toolkit.training import speed
 from toolkit.training.batches import Batches, DataStop, epoch_batches, epoch_orders
 from toolkit.training.budget import calibrate as calibrate_length
 from toolkit.training.budget import fix_steps_from_speed
-from toolkit.training.optim import build_optimizer, build_scheduler
+from toolkit.training.optim import build_optimizer, build_scheduler, implementation
 from toolkit.training.precision import autocast_dtype
 from toolkit.training.pretrainer_eval import Evaluations
 from toolkit.training.pretrainer_state import CheckpointedState, LoopState
@@ -78,6 +80,7 @@ class Pretrainer(CheckpointedState, Evaluations, Trainer):
         ckpt.seed_everything(recipe.seed)
         self.data = domain.build_data(recipe)
         self.encoder = domain.build_encoder(recipe).to(device)
+        layout = speed.prepare(self.encoder, device)  # before the objective copies it (a key encoder)
         self.objective = objective_mod.from_recipe(recipe)
         init_gen = torch.Generator().manual_seed(recipe.seed + 17)
         self.objective.attach(self.encoder, self._output_dim(), self.data.num_instances, init_gen)
@@ -90,6 +93,8 @@ class Pretrainer(CheckpointedState, Evaluations, Trainer):
             from toolkit.training.distributed import ShuffledKeys
 
             self.key_encoder = ShuffledKeys(self.key_encoder, dist, self.shuffle_gen)
+        compile_mode = speed.compile_mode(recipe.compile, device)
+        self.model = speed.compiled(self.model, compile_mode)
         self._bad: tuple[torch.Tensor, torch.Tensor] | None = None  # (first non-finite step, its loss)
         self._rank_rng: list[Any] | None = None
 
@@ -100,6 +105,9 @@ class Pretrainer(CheckpointedState, Evaluations, Trainer):
         self.scheduler = build_scheduler(self.optimizer, recipe.schedule, lambda: self.total, self.steps_per_epoch)
         self.amp_dtype = autocast_dtype(recipe.precision)
         self.scaler = torch.amp.GradScaler(device.type, enabled=self.amp_dtype is torch.float16)
+        self.speed = speed.Speed(layout, device.type == "cuda", implementation(self.optimizer), compile_mode)
+        if self.is_main:
+            print(f"[ctk] {self.speed.line()}", file=sys.stderr, flush=True)
         self.state = LoopState()
 
     @property
