@@ -1,20 +1,27 @@
-"""Images/s of the streaming input pipeline alone, against the physical limit on the same files.
+"""Images/s of the streaming input pipeline per worker count, against what a training step needs.
 
-    python bench/vision_input.py [--images 240] [--size 224] [--views 1] [--seconds 8]
+    python bench/vision_input.py [--images 240] [--size 224] [--views 2] [--seconds 5]
+                                 [--workers 1,2,4,...] [--need IMAGES_PER_S | --step-output FILE]
 
 Files: real photos at ImageNet's typical sizes (scikit-learn's two sample photos and foolbox's 20
 ImageNet photos, each cropped and re-encoded as JPEGs of 333-640 px a side, quality 70-95;
-``domains.vision.fixtures.write_photo_folder``), written once to a temporary folder.
+``domains.vision.fixtures.write_photo_folder``), ``--images`` of them written once to a temporary
+folder, then linked under more names until the folder holds enough files that the most workers
+measured run for ``--seconds`` inside one epoch (the count comes from one worker's measured
+rate, with a 1.5x margin): no figure is an average over epoch restarts and worker start-ups,
+which is what made the 16-worker figure of a 220-file folder mislead. A measurement whose epoch
+still ended early says so.
 
 Printed, each measured in this run:
 
-* ``full decode``: libjpeg-turbo decoding every file at full resolution (PIL ``convert("RGB")``)
-  in one process: the physical limit of a decoder that reads every pixel;
-* ``pipeline, 1 worker`` / ``pipeline, N workers``: ``StreamBatches`` (DataLoader workers: header,
-  crop boxes, DCT-scaled decode, antialiased resize to ``size``, collate), batches of 64 read by
-  the main process as a training loop would;
-* the ratios the targets are about: pipeline (1 worker) / full decode (>= 1.5x) and N workers /
-  1 worker (>= 1.8x with 2 cores).
+* per image, in one process: each stage of a worker (decode, crop, resize) and a whole item;
+* ``full decode``: libjpeg-turbo decoding every file at full resolution (PIL) in one process;
+* per worker count (default 1, 2, 4, ... up to the cores this process may use, and that count):
+  ``StreamBatches`` (DataLoader workers: header, crop boxes, DCT-scaled decode, antialiased
+  resize to ``size``, collate; ``--views`` crops an image), batches of 64 read by the main
+  process as a training loop would: images/s, per worker, the seconds measured;
+* the rate a step needs (``--need``, or the ``ctk step`` line of ``bench/gpu_step.py``'s output
+  in ``--step-output``): each worker count's ratio to it and the fewest workers that keep up.
 
 Run it alone: another busy process on the cores makes every figure meaningless.
 """
@@ -22,7 +29,7 @@ Run it alone: another busy process on the cores makes every figure meaningless.
 from __future__ import annotations
 
 import argparse
-import statistics
+import os
 import sys
 import tempfile
 import time
@@ -115,38 +122,86 @@ def _torch_resize(arr, box, size: int):
     )
 
 
-def pipeline_rate(split, spec: CropSpec, workers: int, seconds: float, batch: int = 64) -> float:
+def pipeline_rate(split, spec: CropSpec, workers: int, seconds: float, batch: int = 64) -> tuple[float, float, bool]:
+    """(images/s, seconds measured, whether the epoch ended first) of ``workers`` DataLoader
+    workers, after their first batch (start-up), inside one epoch."""
     loader = StreamBatches(
         split, spec, min(batch, len(split)), seed=0, workers=workers, prefetch=4, rank=0, world_size=1
     )
     it = loader.iter_from(0)
     next(it)  # workers started and warm
-    n, epoch, start = 0, 0, time.perf_counter()
+    n, ended, start = 0, False, time.perf_counter()
     while time.perf_counter() - start < seconds:
         try:
             b = next(it)
         except StopIteration:
-            epoch += 1
-            loader.set_epoch(epoch)
-            it = loader.iter_from(0)
-            continue
+            ended = True
+            break
         n += b["x"].shape[0]
-    rate = n / (time.perf_counter() - start)
+    took = time.perf_counter() - start
     loader.close()
-    return rate
+    return n / took, took, ended
+
+
+def worker_counts(cores: int, asked: str | None) -> list[int]:
+    """``asked`` ("1,2,8"), else 1, 2, 4, ... below ``cores``, and ``cores``."""
+    if asked:
+        return sorted({int(w) for w in asked.split(",")})
+    counts, w = [], 1
+    while w < cores:
+        counts.append(w)
+        w *= 2
+    return [*counts, cores]
+
+
+def needed_rate(need: float | None, step_output: str | None) -> tuple[float, str] | None:
+    """(images/s a step needs, where the figure came from): ``--need``, or the ``ctk step``
+    line that ``bench/gpu_step.py`` printed (saved in a file)."""
+    if need:
+        return need, "--need"
+    if step_output:
+        import re
+
+        found = re.search(r"^ctk step +([\d.]+) images/s", Path(step_output).read_text(), re.MULTILINE)
+        if found is None:
+            raise SystemExit(
+                f"--step-output {step_output}: no 'ctk step ... images/s' line (bench/gpu_step.py's output)"
+            )
+        return float(found.group(1)), f"ctk's step in {step_output}"
+    return None
+
+
+def fill(folder: Path, files_needed: int) -> int:
+    """Link the training JPEGs of ``folder`` under more names (``<name>~<k>.jpg``, in their class
+    folders) until there are ``files_needed``; returns how many files there are."""
+    originals = sorted(folder.glob("train/*/*.jpg"))
+    total, k = len(originals), 0
+    while total < files_needed:
+        for p in originals:
+            if total >= files_needed:
+                break
+            os.link(p, p.with_name(f"{p.stem}~{k}{p.suffix}"))
+            total += 1
+        k += 1
+    return total
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--images", type=int, default=240, help="JPEGs in the fixture folder")
+    ap.add_argument("--images", type=int, default=240, help="distinct JPEGs written")
     ap.add_argument("--size", type=int, default=224)
-    ap.add_argument("--views", type=int, default=1, help="crops per image (SimCLR: 2)")
-    ap.add_argument("--seconds", type=float, default=8.0, help="time per measurement")
-    ap.add_argument("--repeats", type=int, default=3, help="measurements per figure (median printed)")
+    ap.add_argument("--views", type=int, default=2, help="crops per image (SimCLR: 2)")
+    ap.add_argument("--seconds", type=float, default=5.0, help="time per measurement, inside one epoch")
+    ap.add_argument("--workers", default=None, help="worker counts, e.g. 1,2,8 (default: 1, 2, 4, ... the cores)")
+    ap.add_argument("--need", type=float, default=None, help="images/s the training step needs")
+    ap.add_argument("--step-output", default=None, help="a file holding bench/gpu_step.py's output (its ctk rate)")
     args = ap.parse_args(argv)
     torch.set_num_threads(1)
     print(machine_line())
     cores = auto_workers("auto")
+    counts = worker_counts(cores, args.workers)
+    need = needed_rate(args.need, args.step_output)
+    spec = CropSpec(args.size, views=args.views, scale=(0.2, 1.0))
     with tempfile.TemporaryDirectory() as tmp:
         classes = len(packaged_photos())
         per = max(2, args.images // classes)
@@ -154,33 +209,42 @@ def main(argv: list[str] | None = None) -> int:
         for p in Path(tmp).glob("train/*/*"):
             if p.suffix != ".jpg":
                 p.unlink()  # the benchmark is about JPEGs
-        split = load_folder_split("imagefolder", "train", tmp)
-        sizes = [tuple(__import__("PIL.Image", fromlist=["Image"]).open(split.path(i)).size) for i in range(len(split))]
-        print(
-            f"{len(split)} JPEGs, sizes {', '.join(sorted({f'{w}x{h}' for w, h in sizes}))}; "
-            f"crops to {args.size} px, {args.views} view(s) per image; {cores} cores usable"
-        )
-        paths = [split.path(i) for i in range(len(split))]
-        spec = CropSpec(args.size, views=args.views, scale=(0.2, 1.0))
-        print("per image, in one process (best of 3):")
-        for name, ms in stage_times(paths, spec).items():
+        from PIL import Image
+
+        paths = [str(p) for p in sorted(Path(tmp).glob("train/*/*.jpg"))]  # the split is read once, filled
+        sizes = [Image.open(p).size for p in paths]
+        distinct = len(paths)
+        print(f"{distinct} distinct JPEGs, sizes {', '.join(sorted({f'{w}x{h}' for w, h in sizes}))}")
+        print(f"per image, in one process (best of 3), {args.views} crop(s) of {args.size} px:")
+        stages = stage_times(paths, spec)
+        for name, ms in stages.items():
             print(f"  {name:70s} {ms:6.2f} ms")
-        full, one, many = [], [], []
-        for _ in range(args.repeats):  # interleaved, so drifts of the machine hit all three
-            full.append(full_decode_rate(paths, args.seconds))
-            one.append(pipeline_rate(split, spec, 1, args.seconds))
-            if cores > 1:
-                many.append(pipeline_rate(split, spec, cores, args.seconds))
-        f, o = statistics.median(full), statistics.median(one)
-        print(f"full decode, 1 process        {f:8.1f} images/s  (runs: {', '.join(f'{x:.0f}' for x in full)})")
-        print(f"pipeline, 1 worker            {o:8.1f} images/s  (runs: {', '.join(f'{x:.0f}' for x in one)})")
-        print(f"  ratio to the full decode    {o / f:8.2f}x  (target >= 1.5x)")
-        if many:
-            m = statistics.median(many)
+        one_worker = 1000.0 / stages["whole worker item (decode_views, file read included)"]
+        files = fill(Path(tmp), int(1.5 * max(counts) * one_worker * args.seconds) + 64 * 4 * max(counts))
+        split = load_folder_split("imagefolder", "train", tmp)
+        print(
+            f"{files} files ({distinct} distinct, linked under more names): {max(counts)} workers at "
+            f"~{one_worker:.0f} images/s each read for {args.seconds:g} s inside one epoch; {cores} cores usable"
+        )
+        print(f"full decode, 1 process: {full_decode_rate(paths, min(args.seconds, 3.0)):8.1f} images/s")
+        print(f"{'workers':>8} {'images/s':>10} {'per worker':>11} {'seconds':>8}  ({args.views} crops an image)")
+        rates: dict[int, float] = {}
+        for w in counts:
+            rate, took, ended = pipeline_rate(split, spec, w, args.seconds)
+            rates[w] = rate
+            note = "  the epoch ended early: too few files" if ended else ""
+            print(f"{w:8d} {rate:10.1f} {rate / w:11.1f} {took:8.1f}{note}", flush=True)
+        if need is not None:
+            rate, source = need
+            print(f"the step needs {rate:.1f} images/s ({source}):")
+            for w, r in rates.items():
+                print(f"  {w:3d} workers: {r / rate:5.2f}x of it")
+            enough = [w for w, r in rates.items() if r >= rate]
             print(
-                f"pipeline, {cores} workers           {m:8.1f} images/s  (runs: {', '.join(f'{x:.0f}' for x in many)})"
+                f"fewest workers that keep up: {enough[0]}"
+                if enough
+                else f"no worker count measured keeps up; the most, {max(rates)}, gives {rates[max(rates)] / rate:.2f}x"
             )
-            print(f"  ratio to 1 worker           {m / o:8.2f}x  (target >= 1.8x with 2 cores)")
     return 0
 
 

@@ -240,8 +240,11 @@ class BatchAugment:
         else:
             jitter = bool((p.jitter != torch.tensor([1.0, 1.0, 1.0, 0.0], device=p.jitter.device)).any())
             gray, blur = bool(p.gray.any()), bool((p.sigma > 0).any())
-        if jitter:
-            img = (_jitter_masked if sync_free else _jitter)(img, p.jitter.to(dev), p.order.to(dev))
+        if jitter and sync_free:
+            active = [strength > 0 and (k < 2 or ch == 3) for k, strength in enumerate(spec.jitter)]
+            img = _jitter_masked(img, p.jitter.to(dev), p.order.to(dev), active)
+        elif jitter:
+            img = _jitter(img, p.jitter.to(dev), p.order.to(dev))
         if ch == 3 and gray:
             g = _gray(img).expand_as(img)
             img = torch.where(p.gray.to(dev)[:, None, None, None], g, img)
@@ -350,17 +353,21 @@ def _jitter(img: Tensor, factors: Tensor, order: Tensor) -> Tensor:
     return out
 
 
-def _jitter_masked(img: Tensor, factors: Tensor, order: Tensor) -> Tensor:
+def _jitter_masked(img: Tensor, factors: Tensor, order: Tensor, active: Sequence[bool] = (True,) * 4) -> Tensor:
     """:func:`_jitter` without host reads: each operation runs on the whole batch and a mask
-    keeps it on the rows that chose it at this stage (4x the work; for GPUs)."""
+    keeps it on the rows that chose it at this stage (up to 4x the work; for GPUs). Operations
+    not ``active`` (a zero strength in the spec, or saturation and hue on one channel: the
+    identity either way) are skipped; the operations make new tensors, so none is copied first."""
     neutral = torch.tensor([1.0, 1.0, 1.0, 0.0], device=img.device)
     out = img
     for stage in range(4):
         chosen = order[:, stage]
         nxt = out
         for k, op in enumerate(_OPS):
+            if not active[k]:
+                continue
             rows = (chosen == k) & (factors[:, k] != neutral[k])
-            nxt = torch.where(rows[:, None, None, None], op(out.clone(), factors[:, k]), nxt)
+            nxt = torch.where(rows[:, None, None, None], op(out, factors[:, k]), nxt)
         out = nxt
     return out
 

@@ -39,9 +39,19 @@ __all__ = [
 # The one format this ctk writes and reads. A change to what the envelope or a trainer's state
 # holds that older code cannot read needs a new number; :func:`read` refuses other numbers by name.
 FORMAT = "ctk-checkpoint/1"
-# Top-level recipe keys a resume may change: where, how precisely and over how many ranks and
-# resources it runs, how it is named and tracked. Everything else must match the checkpoint's recipe.
-RESUME_FREE_KEYS = ("device", "precision", "distributed", "resources", "tracking", "name", "description", "paper")
+# Top-level recipe keys a resume may change: where, how precisely, compiled or not, and over how
+# many ranks and resources it runs, how it is named and tracked. Everything else must match the checkpoint's recipe.
+RESUME_FREE_KEYS = (
+    "device",
+    "precision",
+    "compile",
+    "distributed",
+    "resources",
+    "tracking",
+    "name",
+    "description",
+    "paper",
+)
 
 
 class RecipeMismatch(CheckpointError):

@@ -65,6 +65,7 @@ class Recipe:
     seed = property(lambda self: self.common.seed)
     device = property(lambda self: self.common.device)
     precision = property(lambda self: self.common.precision)
+    compile = property(lambda self: self.common.compile)
     distributed = property(lambda self: self.common.distributed)
     objective = property(lambda self: self.common.objective)
     optimizer = property(lambda self: self.common.optimizer)
@@ -314,6 +315,7 @@ def validate(
         "seed",
         "device",
         "precision",
+        "compile",
         "distributed",
         "data",
         "encoder",

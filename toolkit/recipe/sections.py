@@ -225,6 +225,11 @@ class Common(Section):
     seed: int = Field(0, ge=0)
     device: Literal["auto", "cpu", "cuda"] = "auto"
     precision: Literal["auto", "fp32", "bf16", "fp16"] = "auto"  # auto: toolkit.training.precision
+    compile: Literal["off", "default", "reduce-overhead", "max-autotune"] = Field(
+        "off",
+        description="torch.compile the training step's model in this mode (toolkit.training.speed); "
+        "reduce-overhead adds CUDA graphs (CUDA only); true means default, false off",
+    )
     distributed: DistributedSection = Field(default_factory=DistributedSection)
     objective: ObjectiveSection | None = None
     optimizer: Optimizer = Field(default_factory=Optimizer)
@@ -233,3 +238,9 @@ class Common(Section):
     tracking: Tracking = Field(default_factory=Tracking)
     paper: Paper | None = None
     resources: Resources = Field(default_factory=Resources)
+
+    @field_validator("compile", mode="before")
+    @classmethod
+    def _compile_bool(cls, value: Any) -> Any:
+        """YAML reads ``on`` / ``off`` / ``true`` / ``false`` as booleans: true is ``default``."""
+        return {True: "default", False: "off"}.get(value, value) if isinstance(value, bool) else value

@@ -7,7 +7,7 @@ import math
 from collections.abc import Callable, Iterable
 
 import torch
-from torch import nn
+from torch import Tensor, nn
 from torch.optim import Optimizer
 from torch.optim.lr_scheduler import LambdaLR
 
@@ -17,7 +17,15 @@ from toolkit import recipe as rc
 class LARS(Optimizer):
     """LARS (You et al. 2017) as used by SimCLR: SGD with momentum whose per-layer step is
     scaled by ``trust * ||w|| / (||g|| + wd * ||w||)``. Parameters with ``ndim <= 1``
-    (biases, batch-norm) get neither weight decay nor the trust ratio."""
+    (biases, batch-norm) get neither weight decay nor the trust ratio.
+
+    ``foreach`` (default: on CUDA): each step is a handful of ``torch._foreach_*`` kernels over
+    all the parameters of a device and dtype (a ResNet-50 has 161) instead of a dozen small
+    kernels per parameter, the trust ratios computed as one vector; nothing is read back to the
+    host. On the CPU, where a kernel launch costs nothing, the per-parameter loop is faster (it
+    works on one parameter while it is in cache: ResNet-18 at 16 px, batch 8, a 2-core Xeon:
+    103 against 112 ms a step), so it stays there. ``tests/core/test_optim.py`` holds the two
+    forms equal to 1e-6."""
 
     def __init__(
         self,
@@ -26,42 +34,87 @@ class LARS(Optimizer):
         momentum: float = 0.9,
         weight_decay: float = 0.0,
         trust_coefficient: float = 0.001,
+        foreach: bool | None = None,
     ) -> None:
         super().__init__(
             params, dict(lr=lr, momentum=momentum, weight_decay=weight_decay, trust_coefficient=trust_coefficient)
         )
+        self.foreach = foreach
 
     @torch.no_grad()
     def step(self, closure=None):  # type: ignore[override]
         loss = closure() if closure is not None else None
         for group in self.param_groups:
+            kinds: dict[tuple[torch.device, torch.dtype], list[Tensor]] = {}
             for p in group["params"]:
-                if p.grad is None:
-                    continue
-                d = p.grad
-                if p.ndim > 1:
-                    if group["weight_decay"]:
-                        d = d.add(p, alpha=group["weight_decay"])
-                    w_norm, d_norm = torch.linalg.vector_norm(p), torch.linalg.vector_norm(d)
-                    trust = torch.where(
-                        (w_norm > 0) & (d_norm > 0),
-                        group["trust_coefficient"] * w_norm / d_norm,
-                        torch.ones_like(w_norm),
-                    )
-                    d = d.mul(trust)
-                state = self.state[p]
-                buf = state.get("momentum_buffer")
-                if buf is None:
-                    buf = state["momentum_buffer"] = torch.clone(d).detach()
+                if p.grad is not None:
+                    kinds.setdefault((p.device, p.dtype), []).append(p)
+            for (device, _), params in kinds.items():
+                if self.foreach or (self.foreach is None and device.type == "cuda"):
+                    self._step(params, group)
                 else:
-                    buf.mul_(group["momentum"]).add_(d)
-                p.add_(buf, alpha=-group["lr"])
+                    self._step_each(params, group)
         return loss
+
+    def _step_each(self, params: list[Tensor], group: dict) -> None:
+        """One update of ``params``, parameter by parameter."""
+        for p in params:
+            d = p.grad
+            if p.ndim > 1:
+                if group["weight_decay"]:
+                    d = d.add(p, alpha=group["weight_decay"])
+                w_norm, d_norm = torch.linalg.vector_norm(p), torch.linalg.vector_norm(d)
+                trust = torch.where(
+                    (w_norm > 0) & (d_norm > 0), group["trust_coefficient"] * w_norm / d_norm, torch.ones_like(w_norm)
+                )
+                d = d.mul(trust)
+            state = self.state[p]
+            buf = state.get("momentum_buffer")
+            if buf is None:
+                buf = state["momentum_buffer"] = torch.clone(d).detach()
+            else:
+                buf.mul_(group["momentum"]).add_(d)
+            p.add_(buf, alpha=-group["lr"])
+
+    def _step(self, params: list[Tensor], group: dict) -> None:
+        """One update of ``params`` (one device and dtype, all with gradients), multi-tensor."""
+        steps: list[Tensor] = [p.grad for p in params]  # type: ignore[misc]
+        wide = [i for i, p in enumerate(params) if p.ndim > 1]
+        if wide:
+            w = [params[i] for i in wide]
+            g = [steps[i] for i in wide]
+            d = torch._foreach_add(g, w, alpha=group["weight_decay"]) if group["weight_decay"] else g
+            w_norm = torch.stack(torch._foreach_norm(w))
+            d_norm = torch.stack(torch._foreach_norm(d))
+            trust = torch.where(
+                (w_norm > 0) & (d_norm > 0), group["trust_coefficient"] * w_norm / d_norm, torch.ones_like(w_norm)
+            )
+            for i, scaled in zip(wide, torch._foreach_mul(d, list(trust.unbind(0))), strict=True):
+                steps[i] = scaled
+        bufs: list[Tensor] = []
+        old: list[Tensor] = []
+        new: list[Tensor] = []
+        for p, d in zip(params, steps, strict=True):
+            state = self.state[p]
+            if "momentum_buffer" not in state:
+                state["momentum_buffer"] = torch.clone(d).detach()
+            else:
+                old.append(state["momentum_buffer"])
+                new.append(d)
+            bufs.append(state["momentum_buffer"])
+        if old:
+            torch._foreach_mul_(old, group["momentum"])
+            torch._foreach_add_(old, new)
+        torch._foreach_add_(params, bufs, alpha=-group["lr"])
 
 
 def build_optimizer(params: Iterable[nn.Parameter], cfg: rc.Optimizer, batch_size: int) -> Optimizer:
+    """The recipe's optimizer over ``params`` (on their device already): SGD, Adam and AdamW
+    fused where torch has the kernel (CUDA and CPU, float parameters: one kernel for every
+    parameter), LARS multi-tensor."""
     lr = cfg.lr * batch_size / 256 if cfg.scale_lr_by_batch else cfg.lr
     params = [p for p in params if p.requires_grad]
+    fast = {"fused": True} if _fusable(params) else {}
     if cfg.name == "sgd":
         return torch.optim.SGD(
             params,
@@ -69,14 +122,35 @@ def build_optimizer(params: Iterable[nn.Parameter], cfg: rc.Optimizer, batch_siz
             momentum=cfg.momentum,
             weight_decay=cfg.weight_decay,
             nesterov=cfg.nesterov and cfg.momentum > 0,
+            **fast,
         )
     if cfg.name == "adam":
-        return torch.optim.Adam(params, lr=lr, betas=cfg.betas, weight_decay=cfg.weight_decay)
+        return torch.optim.Adam(params, lr=lr, betas=cfg.betas, weight_decay=cfg.weight_decay, **fast)
     if cfg.name == "adamw":
-        return torch.optim.AdamW(params, lr=lr, betas=cfg.betas, weight_decay=cfg.weight_decay)
+        return torch.optim.AdamW(params, lr=lr, betas=cfg.betas, weight_decay=cfg.weight_decay, **fast)
     return LARS(
         params, lr=lr, momentum=cfg.momentum, weight_decay=cfg.weight_decay, trust_coefficient=cfg.trust_coefficient
     )
+
+
+def _fusable(params: list[nn.Parameter]) -> bool:
+    """torch's fused SGD / Adam / AdamW take these: floating parameters on one CUDA or CPU device."""
+    devices = {p.device for p in params}
+    return (
+        len(devices) == 1
+        and next(iter(devices)).type in ("cuda", "cpu")
+        and all(p.dtype in (torch.float32, torch.float16, torch.bfloat16, torch.float64) for p in params)
+    )
+
+
+def implementation(optimizer: Optimizer) -> str:
+    """How ``optimizer`` steps, in words: ``adam fused``, ``lars multi-tensor``, ``sgd``..."""
+    name = type(optimizer).__name__.lower()
+    if isinstance(optimizer, LARS):
+        devices = {p.device.type for group in optimizer.param_groups for p in group["params"]}
+        multi = optimizer.foreach or (optimizer.foreach is None and devices == {"cuda"})
+        return f"{name} {'multi-tensor' if multi else 'per-parameter'}"
+    return f"{name} fused" if optimizer.defaults.get("fused") else name
 
 
 def lr_factor(step: int, cfg: rc.LRScheduleSection, total_steps: int, steps_per_epoch: int) -> float:

@@ -19,15 +19,19 @@ loss) and ``--nproc`` stop requests (checked at log steps) are the exceptions.
 
 Under torchrun every rank draws its own views (``views`` generator seeded by rank), shares the
 shuffle-BN permutation generator, and rank 0's checkpoint holds every rank's random state.
+
+The class is built from its named parts: this module builds the trainer and runs the loop
+(``fit``, a step, what follows a step); :mod:`toolkit.training.pretrainer_state` holds its state
+(checkpoints, the finite-loss watch) and :mod:`toolkit.training.pretrainer_eval` its evaluations.
 """
 
 from __future__ import annotations
 
 import contextlib
 import math
+import sys
 import time
-from collections.abc import Iterator, Mapping
-from dataclasses import asdict, dataclass, field
+from collections.abc import Iterator
 from typing import Any
 
 import torch
@@ -35,31 +39,20 @@ from tqdm import tqdm
 
 from toolkit import checkpoint as ckpt
 from toolkit import objective as objective_mod
+from toolkit.training import speed
 from toolkit.training.batches import Batches, DataStop, epoch_batches, epoch_orders
 from toolkit.training.budget import calibrate as calibrate_length
 from toolkit.training.budget import fix_steps_from_speed
-from toolkit.training.optim import build_optimizer, build_scheduler
+from toolkit.training.optim import build_optimizer, build_scheduler, implementation
 from toolkit.training.precision import autocast_dtype
-from toolkit.training.trainer import NonFiniteLoss, RunOptions, StopAfterStep, Trainer, select_device
+from toolkit.training.pretrainer_eval import Evaluations
+from toolkit.training.pretrainer_state import CheckpointedState, LoopState
+from toolkit.training.trainer import RunOptions, StopAfterStep, Trainer, select_device
 
 __all__ = ["Pretrainer", "LoopState"]
 
 # Rank r > 0 draws its views from seed + 1 + _RANK_STRIDE * r (rank 0 keeps a one-process run's).
 _RANK_STRIDE = 7919
-
-
-@dataclass
-class LoopState:
-    step: int = 0
-    epoch: int = 0
-    batch_in_epoch: int = 0
-    sums: dict[str, Any] = field(default_factory=dict)  # floats, or device tensors between log steps
-    count: int = 0
-    history: list[tuple[int, float]] = field(default_factory=list)
-    metrics: dict[str, float] = field(default_factory=dict)
-    train_seconds: float = 0.0  # wall time spent in fit(), across resumes
-    progress: list[list[Any]] = field(default_factory=list)  # [seconds, step, metric, value]
-    planned_steps: int | None = None  # the length budget.minutes fixed (None: the budget's steps / epochs)
 
 
 def to_device(batch: Any, device: torch.device) -> Any:
@@ -70,7 +63,7 @@ def to_device(batch: Any, device: torch.device) -> Any:
     return batch
 
 
-class Pretrainer(Trainer):
+class Pretrainer(CheckpointedState, Evaluations, Trainer):
     """Pretrain a domain's encoder with the recipe's objective.
 
     Building happens here, in a fixed order (seed, data, encoder, objective, its queue / bank,
@@ -87,6 +80,7 @@ class Pretrainer(Trainer):
         ckpt.seed_everything(recipe.seed)
         self.data = domain.build_data(recipe)
         self.encoder = domain.build_encoder(recipe).to(device)
+        layout = speed.prepare(self.encoder, device)  # before the objective copies it (a key encoder)
         self.objective = objective_mod.from_recipe(recipe)
         init_gen = torch.Generator().manual_seed(recipe.seed + 17)
         self.objective.attach(self.encoder, self._output_dim(), self.data.num_instances, init_gen)
@@ -99,6 +93,8 @@ class Pretrainer(Trainer):
             from toolkit.training.distributed import ShuffledKeys
 
             self.key_encoder = ShuffledKeys(self.key_encoder, dist, self.shuffle_gen)
+        compile_mode = speed.compile_mode(recipe.compile, device)
+        self.model = speed.compiled(self.model, compile_mode)
         self._bad: tuple[torch.Tensor, torch.Tensor] | None = None  # (first non-finite step, its loss)
         self._rank_rng: list[Any] | None = None
 
@@ -109,6 +105,9 @@ class Pretrainer(Trainer):
         self.scheduler = build_scheduler(self.optimizer, recipe.schedule, lambda: self.total, self.steps_per_epoch)
         self.amp_dtype = autocast_dtype(recipe.precision)
         self.scaler = torch.amp.GradScaler(device.type, enabled=self.amp_dtype is torch.float16)
+        self.speed = speed.Speed(layout, device.type == "cuda", implementation(self.optimizer), compile_mode)
+        if self.is_main:
+            print(f"[ctk] {self.speed.line()}", file=sys.stderr, flush=True)
         self.state = LoopState()
 
     @property
@@ -134,80 +133,6 @@ class Pretrainer(Trainer):
             dim = self.encoder(x).shape[-1]
         self.encoder.train(was)
         return int(dim)
-
-    # -- state ------------------------------------------------------------------------------
-    def state_dict(self) -> dict[str, Any]:
-        self._settle_sums()
-        loop = asdict(self.state)
-        loop["history"] = [list(h) for h in loop["history"]]
-        state = {
-            "encoder": self.encoder.state_dict(),
-            "objective": self.objective.state_dict(),
-            "optimizer": self.optimizer.state_dict(),
-            "scheduler": self.scheduler.state_dict(),
-            "scaler": self.scaler.state_dict(),
-            "loop": loop,
-            "rng": ckpt.rng_state(self._generators()),
-        }
-        if self._rank_rng is not None:
-            state["rng_ranks"] = self._rank_rng
-        return state
-
-    def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        self.encoder.load_state_dict(state["encoder"])
-        self.objective.load_state_dict(state["objective"])
-        self.optimizer.load_state_dict(state["optimizer"])
-        self.scheduler.load_state_dict(state["scheduler"])
-        if self.scaler.is_enabled() and state.get("scaler"):
-            self.scaler.load_state_dict(state["scaler"])
-        loop = dict(state["loop"])
-        loop["history"] = [tuple(h) for h in loop.get("history", [])]
-        self.state = LoopState(**loop)
-        if self.state.planned_steps:
-            self.total = self.state.planned_steps
-        dist = self.options.distributed
-        rank = dist.rank if dist else 0
-        ranks = state.get("rng_ranks") or [state["rng"]]
-        if rank < len(ranks):
-            ckpt.set_rng_state(ranks[rank], self._generators())
-        else:  # more ranks than the checkpoint knew: this rank's own views, from its step
-            ckpt.set_rng_state(ranks[0], self._generators())
-            self.views_gen.manual_seed(self._views_seed() + 1_000_003 * self.state.step)
-
-    def save_checkpoint(self, name: str | None = None, keep: int | None = None) -> Any:
-        """Every rank calls this (rank 0 writes): the loss is checked finite first, and rank 0's
-        file gets every rank's random state."""
-        self._check_finite()
-        dist = self.options.distributed
-        self._rank_rng = dist.all_gather_object(ckpt.rng_state(self._generators())) if dist else None
-        return super().save_checkpoint(name, keep)
-
-    def _settle_sums(self) -> None:
-        """The accumulated records as floats (one host sync for all of them)."""
-        sums = self.state.sums
-        keys = [k for k, v in sums.items() if isinstance(v, torch.Tensor)]
-        if keys:
-            values = torch.stack([sums[k].float() for k in keys]).tolist()
-            sums.update(zip(keys, values))
-
-    def _check_finite(self) -> None:
-        """Raise NonFiniteLoss when a loss since the last check was NaN / inf (one sync)."""
-        if self._bad is None:
-            return
-        step_t, loss_t = self._bad
-        bad_step = int(step_t)
-        if bad_step < 0:
-            return
-        self._settle_sums()
-        recs = ", ".join(f"{k}={v / max(self.state.count, 1):.4g}" for k, v in self.state.sums.items())
-        last = ckpt.latest(self.options.checkpoint_dir) if self.options.checkpoint_dir is not None else None
-        raise NonFiniteLoss(
-            f"the loss is {float(loss_t)} at step {bad_step} (epoch {bad_step // self.steps_per_epoch}); "
-            f"records since the last log step: {recs}. It was found at step {self.state.step} (the loss is "
-            f"checked on log steps, without host syncs in between); no state after step {bad_step} was "
-            f"saved, the last good checkpoint is {last or '(none)'}. "
-            "Lower the learning rate, raise the temperature, or check the inputs."
-        )
 
     # -- training ---------------------------------------------------------------------------
     def _autocast(self) -> Any:
@@ -320,17 +245,6 @@ class Pretrainer(Trainer):
             state.sums[k] = v + state.sums[k] if k in state.sums else v
         state.count += 1
 
-    def _note_finite(self, loss: torch.Tensor) -> None:
-        """Remember the first non-finite loss (step and value) on the device, without a sync."""
-        if self._bad is None:
-            self._bad = (
-                torch.full((), -1, dtype=torch.long, device=loss.device),
-                torch.zeros((), dtype=torch.float32, device=loss.device),
-            )
-        prev_step, prev_loss = self._bad
-        first = (prev_step < 0) & ~torch.isfinite(loss)
-        self._bad = (torch.where(first, self.state.step, prev_step), torch.where(first, loss.float(), prev_loss))
-
     def _after_step(self, bar: Any) -> None:
         state, budget = self.state, self.recipe.budget
         start, before = self._clock
@@ -346,19 +260,6 @@ class Pretrainer(Trainer):
             self.save_checkpoint()
         for hook in self.options.hooks:
             hook(state.step)
-
-    def _monitor(self) -> None:
-        """The domain's online metrics (``online_<name>``: ``Domain.monitor``, none by default)
-        at this step, on the main process."""
-        if not self.is_main:
-            return
-        self.encoder.eval()
-        with torch.no_grad():
-            online = {f"online_{k}": float(v) for k, v in self.domain.monitor(self.encoder, self.data).items()}
-        self.encoder.train()
-        if online:
-            self.tracker.log_metrics(online, self.state.step)
-            self._progress(online)
 
     def _log_due(self) -> bool:
         return self.state.step % self.recipe.budget.log_every == 0 or self.state.step == self.total
@@ -391,41 +292,3 @@ class Pretrainer(Trainer):
         )
         bar.set_postfix(loss=f"{avg['train/loss']:.4f}", rate=f"{rate:.0f}/s")
         state.sums, state.count = {}, 0
-
-    # -- evaluation -------------------------------------------------------------------------
-    def _evaluate(self) -> dict[str, float]:
-        if not self.is_main:
-            return {}
-        self.encoder.eval()
-        with torch.no_grad():
-            result = self.domain.evaluate(self.encoder, self.data, self.recipe)
-        self.encoder.train()
-        for name, fig in result.figures.items():
-            self.tracker.log_figure(fig, name)
-        if result.settings:  # chosen by the evaluation: measurements, not results
-            self.tracker.log_params({f"measured.evaluation.chosen.{k}": v for k, v in result.settings.items()})
-        metrics = {k: float(v) for k, v in result.metrics.items()}
-        self.tracker.log_metrics(metrics, self.state.step)
-        return metrics
-
-    def _progress(self, metrics: dict[str, float]) -> None:
-        """Remember metrics against the training wall time (the time-to-accuracy plot)."""
-        for name, value in metrics.items():
-            self.state.progress.append([self.state.train_seconds, self.state.step, name, float(value)])
-
-    def evaluate(self) -> dict[str, float]:
-        """The final evaluation (logged at the last step) and the time-to-accuracy figure of
-        every metric measured more than once (online monitor, periodic evaluations, the end);
-        returns the final metrics."""
-        self.state.metrics = self._evaluate()
-        self._progress(self.state.metrics)
-        if self.is_main:
-            from toolkit.evaluation.plots import time_to_accuracy_figure
-
-            series: dict[str, list[tuple[float, float]]] = {}
-            for seconds, _, name, value in self.state.progress:
-                series.setdefault(name, []).append((seconds, value))
-            periodic = {k: v for k, v in series.items() if len(v) > 1}
-            if periodic:
-                self.tracker.log_figure(time_to_accuracy_figure(periodic), "time_to_accuracy")
-        return self.state.metrics
