@@ -291,6 +291,7 @@ def execute(
     extra_tags: dict[str, str] | None = None,
     on_metrics: Callable[[dict[str, float], int], None] | None = None,
     fixed_steps: int | None = None,
+    where: dict[str, str] | None = None,
 ) -> tuple[str | None, dict[str, float]]:
     """Run a :class:`Plan` (or a recipe :func:`load_recipe` validated, decided here by
     :func:`decide` with ``device``, ``resume`` and ``extend``) through its domain's trainer;
@@ -302,6 +303,9 @@ def execute(
     ``on_metrics(metrics, step)`` sees every batch of metrics the run logs (``ctk tune``
     reports the periodic evaluation to Ray Tune through it). ``fixed_steps``: the step count a
     sweep fixed for ``budget.minutes`` (:func:`calibrate`), trained instead of calibrating again.
+    ``where``: where the run runs beyond this machine (a sweep's Ray node: ``ray_node``, ...),
+    logged beside the machine as ``env.*`` params (the first attempt's) and as ``ctk.*`` tags
+    (the latest attempt's: a point resumed on another node says so).
     """
     from toolkit.tracking.health import check_store
 
@@ -361,8 +365,11 @@ def execute(
                 **{f"{ENV}{k}": v for k, v in precision_mod.machine_params().items()},
                 f"{ENV}ctk": __version__,
                 f"{ENV}git_commit": commit,
+                **{f"{ENV}{k}": v for k, v in (where or {}).items()},
             }
         )
+        if where:
+            tracker.set_tags({f"ctk.{k}": v for k, v in where.items()})
         fixed_by = "sweep"
         if fixed_steps is None and point is None and recipe.budget is not None and recipe.budget.minutes:
             # a second seed trains as long as the first: the count an earlier run of the same
