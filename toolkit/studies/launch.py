@@ -26,7 +26,7 @@ from typing import Any
 
 from toolkit.errors import CtkError
 from toolkit.studies.point_run import RAY_TASK_TAG, LaunchError, Outcome, PointSpec, point_env, run_point
-from toolkit.studies.ray_points import collect, ray_loop, ray_task, refuse_local_store
+from toolkit.studies.ray_points import check_answers, collect, ray_loop, ray_task, refuse_local_store
 from toolkit.studies.ray_points import start_ray as _start_ray
 from toolkit.studies.sweeps import decide, find_point_runs
 
@@ -148,6 +148,9 @@ def run_sweep(
 
     uri = tracking_uri(points[0].recipe.tracking.uri)
     check_store(uri)  # one line naming the URI, before anything starts (as ctk run)
+    address = address or os.environ.get("RAY_ADDRESS") or None
+    if address and address != "auto":
+        check_answers(address)  # a head that does not answer: said within seconds, nothing written
     missing = data_problems(points)
     if missing:  # before the parent run exists: a sweep that cannot read its data leaves nothing
         raise LaunchError("the data of the sweep cannot be read (nothing was run):\n" + "\n".join(missing))
@@ -200,6 +203,9 @@ def run_sweep(
         )
     except KeyboardInterrupt:
         outcomes, interrupted = [], True
+    except LaunchError:  # the cluster refused us (its token): nothing ran; the parent says so
+        client.set_terminated(parent, "KILLED")
+        raise
     done = {o.label for o in outcomes}
     outcomes += [
         Outcome(

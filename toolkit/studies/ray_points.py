@@ -20,7 +20,6 @@ cannot be; each point a task that records where it ran; Ctrl-C that checkpoints 
 from __future__ import annotations
 
 import contextlib
-import ipaddress
 import os
 import socket
 import sys
@@ -162,14 +161,11 @@ def _loopback(ray: Any) -> Iterator[None]:
 
 
 def loopback_host(address: str) -> str | None:
-    """The host of ``HOST:PORT`` when it is a loopback IP (a cluster on this machine), else None."""
+    """The host of ``HOST:PORT`` when it is on loopback (a cluster on this machine), else None."""
+    from toolkit.tracking.servers import is_loopback
+
     host = address.rsplit(":", 1)[0].strip("[]")
-    if host == "localhost":
-        return "127.0.0.1"
-    try:
-        return host if ipaddress.ip_address(host).is_loopback else None
-    except ValueError:
-        return None
+    return host if is_loopback(host) else None
 
 
 def check_answers(address: str, timeout: float = JOIN_TIMEOUT_S) -> None:
