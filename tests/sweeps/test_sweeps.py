@@ -52,6 +52,12 @@ def test_four_points_on_local_ray_then_nothing(ctk):
     assert len({c.data.tags["ctk.point"] for c in children}) == 4
     assert len({c.data.tags["ctk.pid"] for c in children}) >= 2  # worker processes, not the driver
     assert all(c.data.tags.get("ctk.ray_task") for c in children)
+    # where each point ran (issue 48): the local instance's one node, on loopback
+    assert {c.data.params["env.ray_node_address"] for c in children} == {"127.0.0.1"}
+    assert len({c.data.params["env.ray_node_id"] for c in children}) == 1
+    assert all(c.data.tags["ctk.ray_node"] == c.data.params["env.ray_node"] for c in children)
+    listing = ctk.here("runs", "grid").stdout
+    assert "ran on" in listing and listing.count("127.0.0.1/") == 4, listing
     client = ctk.store()
     summary = client.download_artifacts(parents[0].info.run_id, "sweep/summary.txt", str(ctk.folder))
     with open(summary) as fh:

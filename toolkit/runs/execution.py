@@ -58,6 +58,7 @@ def execute(
     extra_tags: dict[str, str] | None = None,
     on_metrics: Callable[[dict[str, float], int], None] | None = None,
     fixed_steps: int | None = None,
+    where: dict[str, str] | None = None,
 ) -> tuple[str | None, dict[str, float]]:
     """Run a :class:`Plan` (or a recipe :func:`~toolkit.runs.load_recipe` validated, decided here
     by :func:`~toolkit.runs.decide` with ``device``, ``resume`` and ``extend``) through its
@@ -70,6 +71,9 @@ def execute(
     ``on_metrics(metrics, step)`` sees every batch of metrics the run logs (``ctk tune``
     reports the periodic evaluation to Ray Tune through it). ``fixed_steps``: the step count a
     sweep fixed for ``budget.minutes`` (:func:`calibrate`), trained instead of calibrating again.
+    ``where``: where the run runs beyond this machine (a sweep's Ray node: ``ray_node``, ...),
+    logged beside the machine as ``env.*`` params (the first attempt's) and as ``ctk.*`` tags
+    (the latest attempt's: a point resumed on another node says so).
     """
     p = _the_plan(run, resume, device, extend)
     recipe, point = p.recipe, p.resume
@@ -88,7 +92,7 @@ def execute(
         listeners=[on_metrics] if on_metrics is not None else (),
     ) as tracker:
         run_id = distributed.broadcast_object(tracker.run_id) if distributed is not None else tracker.run_id
-        _log_settings(tracker, p, commit)
+        _log_settings(tracker, p, commit, where)
         steps, fixed_by = _fixed_steps(tracker, p, fixed_steps, is_main, distributed)
         options = _options(tracker, p, run_id, steps, fixed_by, progress, distributed, hooks)
         metrics = _train(domain, tracker, p, options, is_main)
@@ -138,7 +142,7 @@ def _tags(recipe: rc.Recipe, commit: str, extra_tags: dict[str, str] | None) -> 
     }
 
 
-def _log_settings(tracker: Tracker, p: Plan, commit: str) -> None:
+def _log_settings(tracker: Tracker, p: Plan, commit: str, where: dict[str, str] | None = None) -> None:
     """A new run's settings (the recipe as set, precision as asked, and the recipe file); every
     run's choices and machine, apart (``measured.*``, ``env.*``: toolkit.tracking.measured)."""
     if p.resume is None:
@@ -151,8 +155,11 @@ def _log_settings(tracker: Tracker, p: Plan, commit: str) -> None:
             **{f"{ENV}{k}": v for k, v in precision_mod.machine_params().items()},
             f"{ENV}ctk": __version__,
             f"{ENV}git_commit": commit,
+            **{f"{ENV}{k}": v for k, v in (where or {}).items()},
         }
     )
+    if where:
+        tracker.set_tags({f"ctk.{k}": v for k, v in where.items()})
 
 
 def _fixed_steps(

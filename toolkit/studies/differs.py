@@ -7,8 +7,8 @@ measured or ran on can still differ, and some of it can change the result. Every
     what else differs: steps 2,573-3,353 (within all runs); CPU AVX2 / AVX512 (between groups)
 
 The aspects compared, in this order: steps trained (``budget.minutes``' fixed steps, an RL run's
-steps reached), precision used, device, CPU capability, native bf16, CPU model, GPU, torch, ctk,
-git commit. Steps, precision and commit *confound*: a difference there can change the result,
+steps reached), precision used, device, CPU capability, native bf16, CPU model, GPU, Ray node
+(a sweep's point on a cluster: address/node id), torch, ctk, git commit. Steps, precision and commit *confound*: a difference there can change the result,
 so a group or test whose runs differ in one is marked (``confounded: steps 2,573-3,353``) and
 ``ctk compare --strict`` refuses to compare. A value a run did not log (runs from before the
 split, domains that do not measure it) is left out rather than counted as a difference.
@@ -40,6 +40,7 @@ ASPECTS = (
     Aspect("bf16", ("env.cpu_bf16",)),
     Aspect("CPU model", ("env.cpu_model",)),
     Aspect("GPU", ("env.gpu",)),
+    Aspect("Ray node", ("env.ray_node",)),
     Aspect("torch", ("env.torch",)),
     Aspect("ctk", ("env.ctk",)),
     Aspect("commit", ("env.git_commit",), True),

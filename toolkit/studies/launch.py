@@ -10,211 +10,38 @@ set up), or on Ray, several at once, each in its own worker process.
   ``resources`` (``cpus``, ``gpus``), so a GPU cluster packs one point per GPU. Workers on other
   machines cannot write a local SQLite file: such a sweep is refused before anything runs.
 
-A worker that dies (``kill -9``, a lost node) is retried once (``max_retries=1``); the retry
-finds the point's run RUNNING under its own Ray task id, marks it KILLED and resumes it from its
-checkpoint. A point that raises is recorded FAILED with its traceback as the artifact
-``error/traceback.txt``; the others go on. Ctrl-C stops launching, asks the running points to
-checkpoint and stop (Ray's cancel raises the SIGINT that the trainer turns into "stop after this
-step"), and they end KILLED; running the sweep again resumes them.
+The points themselves: :mod:`toolkit.studies.point_run` (what a worker runs, FAILED and KILLED
+as recorded); on Ray: :mod:`toolkit.studies.ray_points` (a local instance on loopback, joining a
+cluster with one clear error, where each point ran, Ctrl-C). A sweep checks its tracking store
+before anything starts (one line naming the URI, exit status 2, as ``ctk run`` does).
 """
 
 from __future__ import annotations
 
 import os
-import socket
-import sys
 import time
-import traceback
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from toolkit.errors import CtkError
-from toolkit.studies.sweeps import POINT_TAG, decide, find_point_runs
+from toolkit.studies.point_run import RAY_TASK_TAG, LaunchError, Outcome, PointSpec, point_env, run_point
+from toolkit.studies.ray_points import check_answers, collect, ray_loop, ray_task, refuse_local_store
+from toolkit.studies.ray_points import start_ray as _start_ray
+from toolkit.studies.sweeps import decide, find_point_runs
 
-__all__ = ["PointSpec", "Outcome", "LaunchError", "run_point", "run_points", "refuse_local_store"]
-
-RAY_TASK_TAG = "ctk.ray_task"
-STOP_WAIT_S = 120.0
-
-
-class LaunchError(CtkError, RuntimeError):
-    """The sweep cannot be launched as asked (the message says what to change; exit status 2)."""
-
-    exit_code = 2
-
-
-@dataclass
-class PointSpec:
-    """What a worker needs to run a point: plain data that pickles to any machine."""
-
-    label: str
-    key: str
-    source: str
-    raw: dict[str, Any]
-    tags: dict[str, str] = field(default_factory=dict)
-    retry_failed: bool = False
-    cpus: float = 1.0
-    gpus: float = 0.0
-    env: dict[str, str] = field(default_factory=dict)
-    cwd: str = ""
-    fixed_steps: int | None = None  # budget.minutes' steps, fixed once for the sweep
-    calibrate: bool = False  # only fix those steps (toolkit.runs.calibrate): no run
-
-
-@dataclass
-class Outcome:
-    label: str
-    outcome: str  # finished | failed | killed | skipped | running
-    run_id: str | None = None
-    seconds: float = 0.0
-    note: str = ""
-    metrics: dict[str, float] = field(default_factory=dict)
-
-
-def run_point(
-    spec: PointSpec, lookup: Callable[[str], Any], progress: bool = False, task_id: str | None = None
-) -> Outcome:
-    """Run (or skip, or resume) one point; never raises for the point's own failure."""
-    from toolkit.runs import calibrate, execute, load_recipe
-    from toolkit.tracking.store import client_for
-
-    start = time.perf_counter()
-    client = run_id = None
-    try:
-        recipe = load_recipe(spec.source, [], lookup, data=spec.raw)
-        if spec.calibrate:
-            found = calibrate(recipe)
-            return Outcome(
-                spec.label,
-                "calibrated" if found else "not calibrated",
-                None,
-                time.perf_counter() - start,
-                metrics=found or {},
-            )
-        client = client_for(recipe.tracking.uri)
-        run = find_point_runs(client, recipe.tracking.experiment).get(spec.key)
-        if run is not None and run.info.status == "RUNNING" and task_id and run.data.tags.get(RAY_TASK_TAG) == task_id:
-            client.set_tag(run.info.run_id, "ctk.killed_reason", "its Ray worker died; retried")
-            client.set_terminated(run.info.run_id, "KILLED")  # this task's earlier attempt died
-            run = client.get_run(run.info.run_id)
-        action, run_id = decide(run, spec.retry_failed)
-        if action in ("skip", "running", "failed"):
-            note = {
-                "skip": "",
-                "running": "running elsewhere",
-                "failed": "failed earlier (--retry-failed runs it again)",
-            }[action]
-            return Outcome(spec.label, {"skip": "skipped"}.get(action, action), run_id, note=note)
-        if action == "restart":
-            client.delete_run(run_id)
-        tags = {**spec.tags, POINT_TAG: spec.key, **({RAY_TASK_TAG: task_id} if task_id else {})}
-        resume = run_id if action == "resume" else None
-        run_id, metrics = execute(
-            recipe, resume=resume, progress=progress, extra_tags=tags, fixed_steps=spec.fixed_steps
-        )
-        return Outcome(
-            spec.label, "finished", run_id, time.perf_counter() - start, "resumed" if resume else "", metrics
-        )
-    except KeyboardInterrupt as exc:
-        return Outcome(
-            spec.label,
-            "killed",
-            _point_run_id(client, spec) or run_id,
-            time.perf_counter() - start,
-            str(exc).splitlines()[0] if str(exc) else "interrupted",
-        )
-    except Exception as exc:  # noqa: BLE001 - a failing point must not end the sweep
-        text = traceback.format_exc()
-        run_id = _record_failure(client, spec, text, f"{type(exc).__name__}: {exc}")
-        first = (str(exc).splitlines() or [""])[0]
-        return Outcome(
-            spec.label, "failed", run_id, time.perf_counter() - start, f"{type(exc).__name__}: {first}"[:200]
-        )
-
-
-def _point_run_id(client: Any, spec: PointSpec) -> str | None:
-    if client is None:
-        return None
-    try:
-        run = find_point_runs(client, spec.raw.get("tracking", {}).get("experiment", "ctk")).get(spec.key)
-    except Exception:  # noqa: BLE001 - only for the summary
-        return None
-    return run.info.run_id if run is not None else None
-
-
-def _record_failure(client: Any, spec: PointSpec, text: str, error: str) -> str | None:
-    """Attach the traceback to the point's FAILED run (created FAILED when the point failed
-    before its run existed)."""
-    from toolkit.tracking.store import client_for, experiment_id
-
-    try:
-        client = client or client_for(spec.env.get("MLFLOW_TRACKING_URI"))
-        experiment = spec.raw.get("tracking", {}).get("experiment", "ctk")
-        run = find_point_runs(client, experiment).get(spec.key)
-        if run is None or run.info.status == "FINISHED":
-            eid = experiment_id(client, experiment)
-            run = client.create_run(eid, run_name=spec.label, tags={**spec.tags, POINT_TAG: spec.key})
-        run_id = run.info.run_id
-        client.log_text(run_id, text, "error/traceback.txt")
-        client.set_tag(run_id, "error", error[:5000])
-        if client.get_run(run_id).info.status != "FAILED":
-            client.set_terminated(run_id, "FAILED")
-        return run_id
-    except Exception as exc:  # noqa: BLE001 - the store itself may be what failed
-        print(f"[ctk] could not record the failure of {spec.label}: {exc}", file=sys.stderr, flush=True)
-        return None
-
-
-def _ray_task(spec: PointSpec, lookup: Callable[[str], Any]) -> Outcome:
-    """The body of a Ray task: this point's environment, working folder and thread budget."""
-    import ray
-    import torch
-
-    os.environ.update(spec.env)
-    if spec.cwd and Path(spec.cwd).is_dir():
-        os.chdir(spec.cwd)
-    torch.set_num_threads(max(1, int(spec.cpus)))
-    return run_point(spec, lookup, task_id=ray.get_runtime_context().get_task_id())
-
-
-def refuse_local_store(uri: str, hosts: list[str]) -> None:
-    """Raise LaunchError when workers on other hosts would have to write a local file store."""
-    local = uri.startswith(("sqlite:", "file:")) or "://" not in uri
-    others = sorted({h for h in hosts if h != socket.gethostname()})
-    if local and others:
-        raise LaunchError(
-            f"the tracking store {uri} is a file on this machine, but the Ray cluster has workers on "
-            f"{', '.join(others[:3])}{' ...' if len(others) > 3 else ''} that cannot write it. Start a "
-            "tracking server that every node reaches (ctk server --host 0.0.0.0 --port 5000 on this "
-            "machine, or with --backend-store-uri postgresql://...) and run the sweep with "
-            "MLFLOW_TRACKING_URI=http://THIS_HOST:5000"
-        )
-
-
-def _start_ray(jobs: int, address: str | None, cpus: float, env: dict[str, str]) -> tuple[Any, bool]:
-    """(ray, whether we started a local instance): quiet, no dashboard."""
-    try:
-        import ray
-    except ImportError:
-        raise LaunchError(
-            "--jobs > 1 and --address need Ray: pip install 'ctk[sweep]' (or pip install 'ray[default]==2.60.*')"
-        ) from None
-    runtime_env = {"env_vars": env}
-    common = {
-        "include_dashboard": False,
-        "log_to_driver": False,
-        "logging_level": "ERROR",
-        "runtime_env": runtime_env,
-        "ignore_reinit_error": True,
-    }
-    if address:
-        common.pop("include_dashboard")
-        ray.init(address=address, **common)
-        return ray, False
-    ray.init(num_cpus=max(os.cpu_count() or 1, int(jobs * cpus + 0.999)), **common)
-    return ray, True
+__all__ = [
+    "PointSpec",
+    "Outcome",
+    "LaunchError",
+    "RAY_TASK_TAG",
+    "run_point",
+    "run_points",
+    "refuse_local_store",
+    "point_env",
+    "run_sweep",
+    "sweep_grid",
+]
 
 
 def run_points(
@@ -258,76 +85,18 @@ def run_points(
                 specs[0].env["MLFLOW_TRACKING_URI"], [n["NodeManagerHostname"] for n in ray.nodes() if n.get("Alive")]
             )
         if before is not None:
-            alone = ray.remote(max_retries=1, retry_exceptions=False)(_ray_task)
+            alone = ray.remote(max_retries=1, retry_exceptions=False)(ray_task)
             before(
-                lambda spec: _collect(
+                lambda spec: collect(
                     ray,
                     alone.options(num_cpus=spec.cpus, num_gpus=spec.gpus, name=spec.label).remote(spec, lookup),
                     spec,
                 )
             )
-        return _ray_loop(ray, specs, lookup, jobs if jobs > 1 else len(specs), echo)
+        return ray_loop(ray, specs, lookup, jobs if jobs > 1 else len(specs), echo)
     finally:
         if started:
             ray.shutdown()
-
-
-def _ray_loop(
-    ray: Any, specs: list[PointSpec], lookup: Any, limit: int, echo: Callable[[str], None]
-) -> tuple[list[Outcome], bool]:
-    task = ray.remote(max_retries=1, retry_exceptions=False)(_ray_task)
-    pending, running, outcomes = list(specs), {}, []
-    try:
-        while pending or running:
-            while pending and len(running) < limit:
-                spec = pending.pop(0)
-                echo(f"-> {spec.label}")
-                ref = task.options(num_cpus=spec.cpus, num_gpus=spec.gpus, name=spec.label).remote(spec, lookup)
-                running[ref] = spec
-            done, _ = ray.wait(list(running), num_returns=1, timeout=1.0)
-            for ref in done:
-                outcomes.append(_collect(ray, ref, running.pop(ref)))
-                echo(f"<- {outcomes[-1].label}: {outcomes[-1].outcome}")
-        return outcomes, False
-    except KeyboardInterrupt:
-        echo(f"interrupted: launching nothing more; asking {len(running)} running point(s) to checkpoint and stop")
-        for ref in running:
-            ray.cancel(ref)
-        deadline = time.monotonic() + STOP_WAIT_S
-        while running and time.monotonic() < deadline:
-            done, _ = ray.wait(list(running), num_returns=1, timeout=1.0)
-            for ref in done:
-                outcomes.append(_collect(ray, ref, running.pop(ref)))
-        outcomes += [Outcome(s.label, "killed", note="did not stop in time") for s in running.values()]
-        return outcomes, True
-
-
-def _collect(ray: Any, ref: Any, spec: PointSpec) -> Outcome:
-    from ray.exceptions import RayError, TaskCancelledError
-
-    try:
-        return ray.get(ref)
-    except TaskCancelledError:
-        return Outcome(spec.label, "killed", note="stopped (Ctrl-C); resumed by the next run of the sweep")
-    except RayError as exc:  # the worker died twice, or its node went away
-        first = (str(exc).strip().splitlines() or [""])[0]
-        return Outcome(spec.label, "failed", note=f"{type(exc).__name__}: {first}"[:200])
-
-
-def point_env(uri: str, cpus: float) -> dict[str, str]:
-    """The environment every worker gets: the store, the checkpoint and data folders (absolute,
-    so any working folder finds them), this checkout on the import path, the thread budget."""
-    root = str(Path(__file__).resolve().parent.parent)
-    env = {
-        "MLFLOW_TRACKING_URI": uri,
-        "OMP_NUM_THREADS": str(max(1, int(cpus))),
-        "CTK_CHECKPOINTS": str(Path(os.environ.get("CTK_CHECKPOINTS", "checkpoints")).resolve()),
-        "PYTHONPATH": os.pathsep.join([root, *filter(None, [os.environ.get("PYTHONPATH")])]),
-    }
-    for name in ("CTK_DATA", "HF_HUB_OFFLINE", "MUJOCO_GL", "MLFLOW_TRACKING_USERNAME", "MLFLOW_TRACKING_PASSWORD"):
-        if os.environ.get(name):
-            env[name] = os.environ[name]
-    return env
 
 
 def data_problems(points: list[Any]) -> list[str]:
@@ -375,10 +144,16 @@ def run_sweep(
             echo(f"note: {p.label} is the same recipe as {unique[p.key].label}; it runs once")
         unique.setdefault(p.key, p)
     points = list(unique.values())
+    from toolkit.tracking.health import check_store
+
+    uri = tracking_uri(points[0].recipe.tracking.uri)
+    check_store(uri)  # one line naming the URI, before anything starts (as ctk run)
+    address = address or os.environ.get("RAY_ADDRESS") or None
+    if address and address != "auto":
+        check_answers(address)  # a head that does not answer: said within seconds, nothing written
     missing = data_problems(points)
     if missing:  # before the parent run exists: a sweep that cannot read its data leaves nothing
         raise LaunchError("the data of the sweep cannot be read (nothing was run):\n" + "\n".join(missing))
-    uri = tracking_uri(points[0].recipe.tracking.uri)
     client = client_for(uri)
     existing = find_point_runs(client, experiment)
     plan = [(p, *decide(existing.get(p.key), retry_failed)) for p in points]
@@ -428,6 +203,9 @@ def run_sweep(
         )
     except KeyboardInterrupt:
         outcomes, interrupted = [], True
+    except LaunchError:  # the cluster refused us (its token): nothing ran; the parent says so
+        client.set_terminated(parent, "KILLED")
+        raise
     done = {o.label for o in outcomes}
     outcomes += [
         Outcome(
@@ -475,29 +253,32 @@ def sweep_grid(
     from toolkit.studies.comparison import comparison_text
     from toolkit.studies.sweeps import grid_points, log_sweep_answer, log_sweep_figure
 
-    points = expand_grid(grid)
-    experiment = experiment or f"sweep-{Path(recipe).stem}"
-    todo = grid_points(recipe, points, sets, experiment, load)
-    code, _ = run_sweep(
-        todo,
-        lookup,
-        experiment=experiment,
-        parent_name=f"sweep-{Path(recipe).stem}",
-        grid={"recipe": recipe, "grid": grid, "set": sets},
-        progress=progress,
-        echo=note,
-        **launch,
-    )
     try:
-        text, comp = comparison_text(
-            experiment, todo[0].recipe.tracking.uri, "table", shutil.get_terminal_size().columns
+        points = expand_grid(grid)
+        experiment = experiment or f"sweep-{Path(recipe).stem}"
+        todo = grid_points(recipe, points, sets, experiment, load)
+        code, _ = run_sweep(
+            todo,
+            lookup,
+            experiment=experiment,
+            parent_name=f"sweep-{Path(recipe).stem}",
+            grid={"recipe": recipe, "grid": grid, "set": sets},
+            progress=progress,
+            echo=note,
+            **launch,
         )
-    except ValueError as exc:  # nothing finished yet: said, and the sweep's own status stands
-        note(f"(no comparison: {exc})")
+        try:
+            text, comp = comparison_text(
+                experiment, todo[0].recipe.tracking.uri, "table", shutil.get_terminal_size().columns
+            )
+        except ValueError as exc:  # nothing finished yet: said, and the sweep's own status stands
+            note(f"(no comparison: {exc})")
+            return code
+        echo(text)
+        log_sweep_figure(comp, experiment)
+        answer = log_sweep_answer(comp, experiment, f"sweep-{Path(recipe).stem}", todo[0].recipe)
+        if answer:
+            note(answer)
         return code
-    echo(text)
-    log_sweep_figure(comp, experiment)
-    answer = log_sweep_answer(comp, experiment, f"sweep-{Path(recipe).stem}", todo[0].recipe)
-    if answer:
-        note(answer)
-    return code
+    except KeyboardInterrupt:  # Ctrl-C outside the points (loading, comparing): no traceback
+        raise CtkError("stopped (Ctrl-C); run the same command again to go on", 130, label="interrupted") from None

@@ -1,5 +1,5 @@
-"""``ctk runs``: the newest runs of a store, with their status, heartbeat, last checkpoint and
-the command that resumes them."""
+"""``ctk runs``: the newest runs of a store, with their status, where they ran (host, or the Ray
+node of a sweep's point, and the GPU), heartbeat, last checkpoint and the command that resumes them."""
 
 from __future__ import annotations
 
@@ -29,7 +29,7 @@ def runs_table(experiment: str | None = None, uri: str | None = None, limit: int
     mark_dead_runs(client, ids)
     runs = client.search_runs(ids, order_by=["attributes.start_time DESC"], max_results=limit)
     now = time.time()
-    rows = [["run id", "name", "status", "heartbeat", "checkpoint", "resume with"]]
+    rows = [["run id", "name", "status", "ran on", "heartbeat", "checkpoint", "resume with"]]
     for run in runs:
         tags = run.data.tags
         beat = tags.get("ctk.heartbeat")
@@ -42,6 +42,23 @@ def runs_table(experiment: str | None = None, uri: str | None = None, limit: int
         resumable = "ctk.checkpoint" in tags or on_disk is not None
         resume = f"ctk run --resume {run.info.run_id}" if run.info.status in ("KILLED", "FAILED") and resumable else ""
         rows.append(
-            [run.info.run_id, run.info.run_name or "", status, age, f"step {step}" if step != "-" else "-", resume]
+            [
+                run.info.run_id,
+                run.info.run_name or "",
+                status,
+                ran_on(run),
+                age,
+                f"step {step}" if step != "-" else "-",
+                resume,
+            ]
         )
     return aligned(rows)
+
+
+def ran_on(run) -> str:
+    """Where a run ran: the Ray node of its latest attempt (a sweep's point on Ray: address/node
+    id), else its host; and its GPU when it had one (``-`` when it recorded neither)."""
+    tags, params = run.data.tags, run.data.params
+    where = tags.get("ctk.ray_node") or params.get("env.ray_node") or tags.get("ctk.host") or "-"
+    gpu = params.get("env.gpu", "none")
+    return where if gpu in ("none", "") else f"{where}, {gpu}"

@@ -189,7 +189,9 @@ def tune(
     from ray.tune.schedulers import ASHAScheduler
     from ray.tune.search.optuna import OptunaSearch
 
-    from toolkit.studies.launch import _start_ray, point_env
+    from toolkit.studies.point_run import point_env
+    from toolkit.studies.ray_points import check_answers, start_ray
+    from toolkit.tracking.health import check_store
     from toolkit.tracking.store import client_for, experiment_id, tracking_uri
 
     if mode not in ("max", "min"):
@@ -200,17 +202,26 @@ def tune(
     base = load_recipe(recipe, list(sets), lookup)
     experiment = experiment or f"tune-{Path(recipe).stem}"
     uri = tracking_uri(base.tracking.uri)
+    check_store(uri)  # one line naming the URI, before Ray or any run starts (as ctk run)
+    address = address or os.environ.get("RAY_ADDRESS") or None
+    if address and address != "auto":
+        check_answers(address)  # a head that does not answer: said within seconds, nothing written
     client = client_for(uri)
-    parent = client.create_run(
-        experiment_id(client, experiment), run_name=f"tune-{Path(recipe).stem}", tags={"ctk.tune": experiment}
-    ).info.run_id
-    client.log_text(
-        parent,
-        yaml.safe_dump({"space": space_items, "samples": samples, "metric": metric, "mode": mode}, sort_keys=False),
-        "tune/space.yaml",
-    )
     cpus = max(1.0, (os.cpu_count() or 2) / max(1, jobs))
-    ray, started = _start_ray(jobs, address, cpus, point_env(uri, cpus))
+    ray, started = start_ray(jobs, address, cpus, point_env(uri, cpus))  # a cluster that refuses us: no parent
+    try:
+        parent = client.create_run(
+            experiment_id(client, experiment), run_name=f"tune-{Path(recipe).stem}", tags={"ctk.tune": experiment}
+        ).info.run_id
+        client.log_text(
+            parent,
+            yaml.safe_dump({"space": space_items, "samples": samples, "metric": metric, "mode": mode}, sort_keys=False),
+            "tune/space.yaml",
+        )
+    except BaseException:
+        if started:
+            ray.shutdown()
+        raise
     try:
         fixed = (
             _fix_steps(ray, client, parent, str(Path(recipe).resolve()), list(sets), lookup, cpus)

@@ -108,9 +108,10 @@ class Tracker(RunLog):
             if exc_type is None:
                 self.client.set_terminated(self.run_id, "FINISHED")
             else:
+                killed = was_interrupted(exc if exc is not None else exc_type())
                 reason = "interrupted" if exc_type is KeyboardInterrupt else f"{exc_type.__name__}: {exc}"
                 self.client.set_tag(self.run_id, "error", reason[:5000])
-                self.client.set_terminated(self.run_id, "KILLED" if exc_type is KeyboardInterrupt else "FAILED")
+                self.client.set_terminated(self.run_id, "KILLED" if killed else "FAILED")
         except Exception as err:  # noqa: BLE001 - never hide the run's own outcome behind the store's
             print(
                 f"[ctk] warning: could not record the end of run {self.run_id} in {self.uri} "
@@ -222,6 +223,20 @@ class Tracker(RunLog):
         with tempfile.TemporaryDirectory() as tmp:
             path = save_encoder(Path(tmp) / Path(ARTIFACT_PATH).name, encoder, recipe, extras)
             self.client.log_artifact(self.run_id, str(path), str(Path(ARTIFACT_PATH).parent))
+
+
+def was_interrupted(exc: BaseException | None) -> bool:
+    """Whether ``exc`` is an interrupt (KeyboardInterrupt: Ctrl-C, the trainer's stop on SIGTERM,
+    Ray's cancel) or an error raised while one was being handled: a second Ctrl-C that cuts a
+    checkpoint write short ends in the writer's own error, with the interrupt as its context.
+    Such a run was stopped, not failed: KILLED, and resumable."""
+    seen: set[int] = set()
+    while exc is not None and id(exc) not in seen:
+        if isinstance(exc, KeyboardInterrupt):
+            return True
+        seen.add(id(exc))
+        exc = exc.__cause__ or exc.__context__
+    return False
 
 
 def _param_value(value: Any) -> str:
