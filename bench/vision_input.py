@@ -34,7 +34,7 @@ sys.path.insert(0, str(ROOT))
 import torch  # noqa: E402
 
 from domains.vision.fixtures import packaged_photos, write_photo_folder  # noqa: E402
-from domains.vision.folders import load_folder_split  # noqa: E402
+from domains.vision.image_folders import FolderSource  # noqa: E402
 from domains.vision.streaming import CropSpec, StreamBatches, auto_workers  # noqa: E402
 from toolkit.training.precision import machine_line  # noqa: E402
 
@@ -154,7 +154,7 @@ def main(argv: list[str] | None = None) -> int:
         for p in Path(tmp).glob("train/*/*"):
             if p.suffix != ".jpg":
                 p.unlink()  # the benchmark is about JPEGs
-        split = load_folder_split("imagefolder", "train", tmp)
+        split = FolderSource("imagefolder", tmp).split("train")
         sizes = [tuple(__import__("PIL.Image", fromlist=["Image"]).open(split.path(i)).size) for i in range(len(split))]
         print(
             f"{len(split)} JPEGs, sizes {', '.join(sorted({f'{w}x{h}' for w, h in sizes}))}; "

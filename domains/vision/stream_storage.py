@@ -1,14 +1,16 @@
-"""The vision domain's folder datasets (``imagefolder``, ``imagenet``, ``imagenet100``,
-``tiny-imagenet``) behind the same faces as the in-memory ones: the training batches stream
-(``streaming.py``); the online monitor and the geometry diagnostics read small fixed subsets
-decoded into memory once; the final probes stream the whole train and val splits through the
-frozen backbone in chunks (``toolkit.evaluation.streamed``), so memory is bounded by a chunk.
+"""The vision domain's datasets streamed from disk (``dataset_table.py``, storage ``stream``:
+``imagefolder``, ``imagenet``, ``imagenet100``, ``tiny-imagenet``) behind the same calls as
+``memory_storage.py``: the training batches stream (``streaming.py``), the workers cropping as
+the recipe's view family says (``views.training_views``); the online monitor and the geometry
+diagnostics read small fixed subsets decoded into memory once; the final probes stream the whole
+train and val splits through the frozen backbone in chunks (``toolkit.evaluation.streamed``), so
+memory is bounded by a chunk.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -17,22 +19,22 @@ from torch import Tensor
 from domains.vision import datasets as ds
 from domains.vision.augment import AugmentSpec, BatchAugment
 from domains.vision.config import DataConfig, EvaluationConfig
-from domains.vision.folders import FolderSplit, find_problems, load_folder_split
+from domains.vision.dataset_table import folder_source
+from domains.vision.image_folders import FolderSource, FolderSplit
 from domains.vision.streaming import CropSpec, StreamBatches, auto_workers, choose_decode, materialize
+from domains.vision.views import TrainingViews
 
 __all__ = [
     "FolderStreams",
     "training_device",
-    "folder_problems",
-    "load_folder",
-    "train_batches",
-    "crop_rest",
-    "needs_natural",
+    "source",
+    "check_data",
+    "check_sections",
+    "training_batches",
+    "eval_splits",
     "monitor_splits",
     "streamed_probes",
 ]
-
-IMAGENET_NORMALIZATION = ((0.485, 0.456, 0.406), (0.229, 0.224, 0.225))
 
 
 @dataclass
@@ -57,42 +59,51 @@ def training_device(recipe: Any) -> torch.device:
     return dev
 
 
-def folder_problems(cfg: DataConfig) -> list[tuple[str, str]]:
+def source(cfg: DataConfig) -> FolderSource:
+    """The recipe's dataset folder as one object (``data.path`` / ``root`` / ``classes`` / ``val_labels``)."""
+    return folder_source(cfg.dataset, cfg.path, cfg.root, cfg.classes, cfg.val_labels)
+
+
+def check_data(recipe: Any) -> list[tuple[str, str]]:
     """Every problem of the dataset's folder, under the recipe key it concerns."""
-    problems = find_problems(cfg.dataset, cfg.path, cfg.root, cfg.classes, cfg.val_labels)
-    key = "data.path" if cfg.path else "data.dataset"
-    return [(key, p) for p in problems]
-
-
-def load_folder(cfg: DataConfig, split: str) -> FolderSplit:
-    return load_folder_split(cfg.dataset, split, cfg.path, cfg.root, cfg.classes, cfg.val_labels)
-
-
-def crop_rest(spec: AugmentSpec) -> AugmentSpec:
-    """The part of a view family left for the device once a worker cropped: the crop of a
-    square ``size`` input at scale 1 and ratio 1 is the whole input (identity resampling), so
-    flip, jitter, grayscale, blur and normalisation run as for in-memory data."""
-    return replace(spec, scale=(1.0, 1.0), ratio=(1.0, 1.0))
-
-
-def needs_natural(recipe: Any) -> bool:
-    """Whether the objective reads the un-augmented view (CPCL's projection term)."""
-    from toolkit.losses.base import LOSSES
-
-    name = recipe.objective.loss.name
-    return name in LOSSES and "natural" in LOSSES.get(name).needs
-
-
-def train_batches(recipe: Any, spec: AugmentSpec, device: torch.device | None) -> tuple[StreamBatches, FolderSplit]:
-    """The streamed pretraining batches (``{"x": uint8 [n, V, 3, S, S], "y", "index"}``)."""
     cfg: DataConfig = recipe.data
-    train = ds.seeded_subset(load_folder(cfg, "train"), cfg.train_subset, ds.SUBSET_SEEDS[0])
-    crop = CropSpec(
-        spec.size, views=recipe.objective.views, scale=spec.scale, ratio=spec.ratio, natural=needs_natural(recipe)
-    )
-    dev = device or torch.device("cpu")
+    key = "data.path" if cfg.path else "data.dataset"
+    return [(key, p) for p in source(cfg).problems()]
+
+
+def check_sections(data: DataConfig, ev: EvaluationConfig) -> list[tuple[str, str]]:
+    """The probes of a streamed dataset: an SGD linear layer, no raw-pixel baseline."""
+    problems = []
+    if ev.linear.enabled and ev.linear.solver != "sgd":
+        problems.append(
+            (
+                "evaluation.linear.solver",
+                f"{data.dataset} is streamed from disk and its features are never all in "
+                f"memory: the linear probe trains with sgd (the papers' protocol; lr, epochs, "
+                f"milestones or final_lr), got {ev.linear.solver!r}",
+            )
+        )
+    if "raw_pixels" in ev.baselines:
+        problems.append(
+            (
+                "evaluation.baselines",
+                f"raw_pixels probes every pixel of the images in memory; not for the streamed "
+                f"dataset {data.dataset} (got {ev.baselines})",
+            )
+        )
+    return problems
+
+
+def training_batches(recipe: Any, views: TrainingViews) -> tuple[StreamBatches, int]:
+    """The streamed pretraining batches (``{"x": uint8 [n, V, 3, S, S], "y", "index"}``), each
+    view cropped by a worker as ``views.crop`` says, and their number of images."""
+    cfg: DataConfig = recipe.data
+    if views.crop is None:
+        raise ValueError(f"dataset {cfg.dataset!r} is streamed: its views need a worker crop, got none")
+    train = ds.seeded_subset(source(cfg).split("train"), cfg.train_subset, ds.SUBSET_SEEDS[0])
+    dev = training_device(recipe)
     workers = auto_workers(cfg.loader.workers)
-    decode, why = choose_decode(cfg.loader.decode, dev, train, crop, workers)
+    decode, why = choose_decode(cfg.loader.decode, dev, train, views.crop, workers)
     where = f"on {dev} (torchvision decode_jpeg)" if decode == "device" else "in the workers (libjpeg-turbo / PIL)"
     dist = torch.distributed
     if not (dist.is_available() and dist.is_initialized()) or dist.get_rank() == 0:
@@ -103,7 +114,7 @@ def train_batches(recipe: Any, spec: AugmentSpec, device: torch.device | None) -
         )
     batches = StreamBatches(
         train,
-        crop,
+        views.crop,
         recipe.budget.batch_size,
         seed=recipe.seed,
         drop_last=cfg.drop_last,
@@ -113,7 +124,15 @@ def train_batches(recipe: Any, spec: AugmentSpec, device: torch.device | None) -
         device=dev,
         bad_image_limit=cfg.loader.bad_image_limit,
     )
-    return batches, train
+    return batches, len(train)
+
+
+def eval_splits(recipe: Any, size: int) -> tuple[ds.ImageSplit, ds.ImageSplit, int, FolderStreams]:
+    """The monitor's and the diagnostics' decoded subsets of train and val (centre views of
+    ``size``), the number of classes, and the whole labelled splits the final probes stream."""
+    small_tr, small_te, train, val = monitor_splits(recipe, size)
+    streams = FolderStreams(train, val, size, recipe.data.loader, training_device(recipe))
+    return small_tr, small_te, train.num_classes, streams
 
 
 def monitor_splits(recipe: Any, size: int) -> tuple[ds.ImageSplit, ds.ImageSplit, FolderSplit, FolderSplit]:
@@ -121,8 +140,9 @@ def monitor_splits(recipe: Any, size: int) -> tuple[ds.ImageSplit, ds.ImageSplit
     the diagnostics read these), and the full labelled file lists (the final probes)."""
     cfg: DataConfig = recipe.data
     ev: EvaluationConfig = recipe.evaluation
-    train = ds.seeded_subset(load_folder(cfg, "train"), ev.probe_train_subset, ds.SUBSET_SEEDS[1])
-    val = ds.seeded_subset(load_folder(cfg, "val"), ev.test_subset, ds.SUBSET_SEEDS[2])
+    folder = source(cfg)
+    train = ds.seeded_subset(folder.split("train"), ev.probe_train_subset, ds.SUBSET_SEEDS[1])
+    val = ds.seeded_subset(folder.split("val"), ev.test_subset, ds.SUBSET_SEEDS[2])
     crop = CropSpec(size, views=1, mode="center")
     workers = min(auto_workers(cfg.loader.workers), 4)
     n_tr = min(len(train), ev.monitor.train_samples)
