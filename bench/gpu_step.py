@@ -89,18 +89,19 @@ def synthetic_domain(plan: runs.Plan) -> object:
     """The recipe's domain with its training data replaced by seeded uint8 images on the device:
     ``[N, C, S, S]`` for an in-memory dataset (the device crops), ``[N, V, C, S, S]`` for a
     streamed one (the workers' crops)."""
-    from domains.vision.config import STREAMED
-    from domains.vision.domain import build_augment, normalization
+    from domains.vision.dataset_table import entry
+    from domains.vision.views import training_views
 
     recipe, device = plan.recipe, plan.device
 
     class Synthetic(recipe.domain_class):  # type: ignore[misc, valid-type]
         def build_data(self, recipe):  # type: ignore[override]
-            self.augment = build_augment(recipe.data)
+            split = training_views(recipe)  # as VisionDomain.build_data: the device's part of the views
+            self.augment = split.device
             b, size = recipe.budget.batch_size, self.augment.spec.size
-            channels = len(normalization(recipe.data.dataset)[0])
+            channels = len(entry(recipe.data.dataset).normalization[0])
             n = SYNTHETIC_BATCHES * b
-            views = (recipe.objective.views,) if recipe.data.dataset in STREAMED else ()
+            views = (recipe.objective.views,) if split.crop is not None else ()
             g = torch.Generator().manual_seed(recipe.seed)
             x = torch.randint(0, 256, (n, *views, channels, size, size), generator=g, dtype=torch.uint8)
             y = torch.randint(0, 10, (n,), generator=g)

@@ -41,7 +41,7 @@ sys.path.insert(0, str(ROOT))
 import torch  # noqa: E402
 
 from domains.vision.fixtures import packaged_photos, write_photo_folder  # noqa: E402
-from domains.vision.folders import load_folder_split  # noqa: E402
+from domains.vision.image_folders import FolderSource  # noqa: E402
 from domains.vision.streaming import CropSpec, StreamBatches, auto_workers  # noqa: E402
 from toolkit.training.precision import machine_line  # noqa: E402
 
@@ -221,7 +221,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"  {name:70s} {ms:6.2f} ms")
         one_worker = 1000.0 / stages["whole worker item (decode_views, file read included)"]
         files = fill(Path(tmp), int(1.5 * max(counts) * one_worker * args.seconds) + 64 * 4 * max(counts))
-        split = load_folder_split("imagefolder", "train", tmp)
+        split = FolderSource("imagefolder", tmp).split("train")
         print(
             f"{files} files ({distinct} distinct, linked under more names): {max(counts)} workers at "
             f"~{one_worker:.0f} images/s each read for {args.seconds:g} s inside one epoch; {cores} cores usable"

@@ -1,12 +1,17 @@
 """The vision domain: image datasets with batched views, vision encoders, probes and geometry.
 
 ``domains.vision:VisionDomain`` is the entry the domain registry loads. Modules, one idea each:
-``datasets`` (torchvision loaders, class-imbalanced subsets), ``fixtures`` (CIFAR-format files
-from foolbox's real test images), ``augment`` (batched view families of the papers'
-appendices), ``encoders`` (ResNet, small AlexNet, conv net, projection head), ``probes``
-(linear probe, weighted kNN), ``evaluation`` (metrics, baselines, online monitor),
-``diagnostics`` (alignment, uniformity, tolerance, H(X-|X), LMCL margin, figures),
-``config`` (recipe sections), ``domain`` (the ``VisionDomain`` adapter).
+``dataset_table`` (every dataset, one entry: storage, layout, normalisation, default views, how
+to get it), ``datasets`` (in-memory datasets through torchvision's loaders, class-imbalanced
+subsets), ``image_folders`` (datasets of one file per image: layouts, file lists, checks),
+``streaming`` and ``decode`` (the workers reading and cropping files), ``memory_storage`` and
+``stream_storage`` (the domain's data calls for each storage), ``views`` (the recipe's view
+family, split between workers and device), ``fixtures`` (CIFAR-format files and photo folders
+from packaged real images), ``augment`` (batched view families of the papers' appendices),
+``encoders`` (ResNet, small AlexNet, conv net, projection head), ``probes`` (linear probe,
+weighted kNN), ``evaluation`` (metrics, baselines, online monitor), ``diagnostics`` (alignment,
+uniformity, tolerance, H(X-|X), LMCL margin, figures), ``config`` (recipe sections), ``domain``
+(the ``VisionDomain`` adapter).
 
 ``catalogue`` (the offline datasets and the ones a user places). ``CATALOGUE`` is the domain's
 datasets on its face (``domains.base``, "A domain's datasets"); it and ``VisionDomain`` are imported

@@ -15,7 +15,7 @@ import gzip
 import shutil
 from pathlib import Path
 
-from domains.vision.folders import DEFAULT_FOLDERS
+from domains.vision.dataset_table import DEFAULT_FOLDERS
 from toolkit.data import Catalogue, Dataset, FetchError, Source
 from toolkit.data import root as data_root
 from toolkit.data.archives import only, open_zip, unpack_deb, write_file
@@ -140,7 +140,7 @@ DATASETS = (
 
 # ImageNet, ImageNet-100 and Tiny ImageNet are on no package registry: their folders are placed
 # by the user (docs/data.md); `ctk reproduce --list` names where. The folder names under the data
-# root are those domains/vision/folders.py looks in (DEFAULT_FOLDERS), first found wins.
+# root are those domains/vision/dataset_table.py names (DEFAULT_FOLDERS), first found wins.
 CATALOGUE = Catalogue(
     DATASETS,
     {"fashion_mnist": build_fashion_mnist, "mnist": build_mnist, "foolbox_samples": build_foolbox_samples},

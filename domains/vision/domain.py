@@ -12,7 +12,7 @@ device the loop moved it to.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -20,32 +20,22 @@ from torch import Tensor
 
 from domains.base import DataBundle, Domain, Evaluation
 from domains.vision import datasets as ds
-from domains.vision.augment import BatchAugment, preset
-from domains.vision.config import STREAMED, DataConfig, EncoderConfig, EvaluationConfig, MonitorConfig
+from domains.vision import memory_storage, stream_storage
+from domains.vision.augment import BatchAugment
+from domains.vision.config import DataConfig, EncoderConfig, EvaluationConfig, MonitorConfig
+from domains.vision.dataset_table import entry
 from domains.vision.encoders import ProjectionHead, VisionEncoder, build_backbone
+from domains.vision.views import eval_augment, training_views, view_family
 
-__all__ = ["VisionDomain", "VisionEvalData", "default_preset"]
+__all__ = ["VisionDomain", "VisionEvalData", "storage"]
 
-
-def default_preset(dataset: str) -> str:
-    return {
-        "cifar10": "cacr_cifar",
-        "cifar100": "cacr_cifar",
-        "stl10": "cacr_stl10",
-        "imagefolder": "moco_v2",
-        "imagenet": "moco_v2",
-        "imagenet100": "moco_v2",
-        "tiny-imagenet": "simclr_tiny",
-    }.get(dataset, "grey")
+STORAGES = {"memory": memory_storage, "stream": stream_storage}
 
 
-def normalization(dataset: str) -> tuple[tuple[float, ...], tuple[float, ...]]:
-    """Channel mean / std of ``dataset`` (ImageNet's for the folder datasets)."""
-    if dataset in STREAMED:
-        from domains.vision.folder_data import IMAGENET_NORMALIZATION
-
-        return IMAGENET_NORMALIZATION
-    return ds.NORMALIZATION[dataset]
+def storage(dataset: str) -> Any:
+    """The module that reads ``dataset`` as its table entry stores it (``memory_storage`` or
+    ``stream_storage``: the same calls); the one place the domain asks how a dataset is stored."""
+    return STORAGES[entry(dataset).storage]
 
 
 @dataclass
@@ -59,32 +49,6 @@ class VisionEvalData:
     seed: int = 0
     monitor: MonitorConfig | None = None
     streams: Any = None  # folder datasets: the whole labelled splits the final probes stream
-
-
-def view_family(cfg: DataConfig) -> BatchAugment:
-    """The recipe's whole view family, random-resized crop included, on in-memory images."""
-    a = cfg.augment
-    spec = preset(a.preset or default_preset(cfg.dataset), **a.model_dump(exclude={"preset"}))
-    mean, std = normalization(cfg.dataset)
-    return BatchAugment(spec, mean, std)
-
-
-def build_augment(cfg: DataConfig) -> BatchAugment:
-    """What the device applies to a training batch: the whole family, or for a streamed dataset
-    (whose workers crop) the rest of it."""
-    family = view_family(cfg)
-    if cfg.dataset in STREAMED:
-        from domains.vision.folder_data import crop_rest
-
-        return BatchAugment(crop_rest(family.spec), family.mean, family.std)
-    return family
-
-
-def eval_augment(train: BatchAugment, ev: EvaluationConfig) -> BatchAugment:
-    """The view family at ``evaluation.image_size`` (the training one where it is unset)."""
-    if ev.image_size is None or ev.image_size == train.spec.size:
-        return train
-    return BatchAugment(replace(train.spec, size=ev.image_size), train.mean, train.std)
 
 
 class VisionDomain(Domain):
@@ -150,27 +114,11 @@ class VisionDomain(Domain):
         any input size (the small AlexNet's classifier is sized for the views)."""
         problems = super().check(raw, sections)
         ev, enc, data = (sections.get(k) for k in ("evaluation", "encoder", "data"))
-        if ev is not None and data is not None and data.dataset in STREAMED:
-            if ev.linear.enabled and ev.linear.solver != "sgd":
-                problems.append(
-                    (
-                        "evaluation.linear.solver",
-                        f"{data.dataset} is streamed from disk and its features are never all in "
-                        f"memory: the linear probe trains with sgd (the papers' protocol; lr, epochs, "
-                        f"milestones or final_lr), got {ev.linear.solver!r}",
-                    )
-                )
-            if "raw_pixels" in ev.baselines:
-                problems.append(
-                    (
-                        "evaluation.baselines",
-                        f"raw_pixels probes every pixel of the images in memory; not for the streamed "
-                        f"dataset {data.dataset} (got {ev.baselines})",
-                    )
-                )
+        if ev is not None and data is not None:
+            problems += storage(data.dataset).check_sections(data, ev)
         if ev is None or enc is None or data is None or ev.image_size is None:
             return problems
-        view = build_augment(data).spec.size
+        view = view_family(data).spec.size
         if ev.image_size != view and enc.arch == "small_alexnet":
             problems.append(
                 (
@@ -183,72 +131,32 @@ class VisionDomain(Domain):
 
     # -- data -------------------------------------------------------------------------------
     def check_data(self, recipe: Any) -> list[tuple[str, str]]:
-        """The dataset's files are where torchvision reads them (MNIST / Fashion-MNIST fetched)."""
-        cfg: DataConfig = recipe.data
-        if cfg.dataset in STREAMED:
-            from domains.vision.folder_data import folder_problems
-
-            return folder_problems(cfg)
-        problem = ds.unavailable(cfg.dataset, cfg.root, cfg.download)
-        return [("data.dataset", problem)] if problem else []
+        """The dataset's files are where they are read (MNIST / Fashion-MNIST fetched; a folder
+        dataset's every problem at once)."""
+        return storage(recipe.data.dataset).check_data(recipe)
 
     def load_train(self, recipe: Any) -> ds.ImageSplit:
-        """The pretraining images (imbalanced / subset as the recipe says)."""
-        cfg: DataConfig = recipe.data
-        split = ds.load_split(cfg.dataset, cfg.train_split, cfg.root, download=cfg.download, verify=cfg.verify)
-        if cfg.imbalance is not None:
-            split = split.subset(
-                ds.imbalanced_indices(split.labels, cfg.imbalance, split.num_classes, cfg.imbalance_seed)
-            )
-        return ds.seeded_subset(split, cfg.train_subset, ds.SUBSET_SEEDS[0])
+        """The pretraining images of an in-memory dataset (imbalanced / subset as the recipe says)."""
+        return memory_storage.load_train(recipe)
 
     def load_eval(self, recipe: Any) -> VisionEvalData:
-        cfg: DataConfig = recipe.data
-        ev: EvaluationConfig = recipe.evaluation
-        if cfg.dataset in STREAMED:
-            from domains.vision.folder_data import FolderStreams, monitor_splits, training_device
-
-            aug = eval_augment(view_family(cfg), ev)  # the diagnostics crop the decoded subsets
-            small_tr, small_te, train, val = monitor_splits(recipe, aug.spec.size)
-            streams = FolderStreams(train, val, aug.spec.size, cfg.loader, training_device(recipe))
-            return VisionEvalData(small_tr, small_te, aug, train.num_classes, recipe.seed, ev.monitor, streams)
-        probe = ds.load_split(cfg.dataset, "train", cfg.root, download=cfg.download, verify=cfg.verify)
-        test = ds.load_split(cfg.dataset, "test", cfg.root, download=cfg.download, verify=cfg.verify)
-        probe = ds.seeded_subset(probe, ev.probe_train_subset, ds.SUBSET_SEEDS[1])
-        test = ds.seeded_subset(test, ev.test_subset, ds.SUBSET_SEEDS[2])
-        return VisionEvalData(
-            probe,
-            test,
-            eval_augment(self.augment or build_augment(cfg), ev),
-            probe.num_classes,
-            recipe.seed,
-            ev.monitor,
-        )
+        """The probes' labelled splits and the view family at the evaluation size."""
+        aug = eval_augment(view_family(recipe.data), recipe.evaluation)
+        probe, test, num_classes, streams = storage(recipe.data.dataset).eval_splits(recipe, aug.spec.size)
+        return VisionEvalData(probe, test, aug, num_classes, recipe.seed, recipe.evaluation.monitor, streams)
 
     def build_data(self, recipe: Any) -> DataBundle:
-        from toolkit.training.batches import TensorBatches
-
-        self.augment = build_augment(recipe.data)
-        if recipe.data.dataset in STREAMED:
-            from domains.vision.folder_data import train_batches, training_device
-
-            stream, split = train_batches(recipe, self.augment.spec, training_device(recipe))
-            return DataBundle(train=stream, num_instances=len(split), eval=self.load_eval(recipe), sampler=stream)
-        train = self.load_train(recipe)
-        batches = TensorBatches(
-            {"x": train.images, "y": train.labels},
-            recipe.budget.batch_size,
-            seed=recipe.seed,
-            drop_last=recipe.data.drop_last,
-        )
-        return DataBundle(train=batches, num_instances=len(train), eval=self.load_eval(recipe), sampler=batches)
+        views = training_views(recipe)
+        self.augment = views.device
+        train, n = storage(recipe.data.dataset).training_batches(recipe, views)
+        return DataBundle(train=train, num_instances=n, eval=self.load_eval(recipe), sampler=train)
 
     # -- encoder ----------------------------------------------------------------------------
     def build_encoder(self, recipe: Any) -> VisionEncoder:
         cfg: EncoderConfig = recipe.encoder
         data: DataConfig = recipe.data
-        channels = len(normalization(data.dataset)[0])
-        size = (self.augment or build_augment(data)).spec.size
+        channels = len(entry(data.dataset).normalization[0])
+        size = (self.augment or view_family(data)).spec.size
         backbone, dim = build_backbone(
             cfg.arch, channels, size, stem=cfg.stem, feature=cfg.feature, width=cfg.width, blocks=cfg.blocks
         )

@@ -18,7 +18,14 @@ from pathlib import Path
 
 import numpy as np
 
-__all__ = ["find_foolbox_pngs", "write_cifar_fixture", "packaged_photos", "write_photo_folder", "PHOTO_SIZES"]
+__all__ = [
+    "find_foolbox_pngs",
+    "write_cifar_fixture",
+    "packaged_photos",
+    "write_photo_folder",
+    "PHOTO_SIZES",
+    "write_png_folder",
+]
 
 _NAME = re.compile(r"^(cifar10|cifar100)_(\d+)_(\d+)\.png$")
 
@@ -202,6 +209,31 @@ def write_photo_folder(
                     img.save(path)
                 written[split].append(path)
     return written
+
+
+def write_png_folder(out: str | Path, splits: dict, class_names: list[str]) -> dict[str, int]:
+    """Write in-memory image splits (``{"train": split, "val": split}``, each with uint8
+    ``images [N, C, H, W]`` and ``labels [N]``) as an ImageFolder layout of PNGs under ``out``:
+    grayscale ('L' mode) for one channel, RGB for three. Class folders are named
+    ``<label>_<name>`` (characters other than letters and digits as '-'), so that their sorted
+    order is the label order (up to ten classes); the files ``<index>.png`` in split order."""
+    from PIL import Image
+
+    if len(class_names) > 10:
+        raise ValueError(f"write_png_folder keeps the label order for up to 10 classes, got {len(class_names)}")
+    folders = [f"{i}_{re.sub(r'[^A-Za-z0-9]+', '-', name).strip('-')}" for i, name in enumerate(class_names)]
+    counts = {}
+    for split, data in splits.items():
+        for folder in folders:
+            (Path(out) / split / folder).mkdir(parents=True, exist_ok=True)
+        images, labels = data.images.numpy(), data.labels.numpy()
+        for i, (img, label) in enumerate(zip(images, labels)):
+            arr = img[0] if img.shape[0] == 1 else img.transpose(1, 2, 0)
+            Image.fromarray(arr, "L" if img.shape[0] == 1 else "RGB").save(
+                Path(out) / split / folders[int(label)] / f"{i:06d}.png"
+            )
+        counts[split] = len(images)
+    return counts
 
 
 if __name__ == "__main__":  # python -m domains.vision.fixtures photos DEST

@@ -24,8 +24,8 @@ from torch import Tensor
 
 from domains.vision.augment import AugmentSpec, BatchAugment
 from domains.vision.config import EvaluationConfig
-from domains.vision.folder_data import FolderStreams
-from domains.vision.folders import FolderSplit
+from domains.vision.image_folders import FolderSplit
+from domains.vision.stream_storage import FolderStreams
 from domains.vision.streaming import CropSpec, StreamBatches, auto_workers, choose_decode
 
 __all__ = ["streamed_probes", "feature_chunks", "epoch_order"]

@@ -1,4 +1,4 @@
-"""The streaming input pipeline of the folder datasets (``folders.py``).
+"""The streaming input pipeline of the folder datasets (``image_folders.py``).
 
 Each worker process of a ``torch.utils.data.DataLoader`` turns a file into ``V`` uint8 crops of
 ``size x size``: it reads the image size from the header, draws each view's
@@ -24,15 +24,19 @@ by one rank.
 
 Bad files: an image that cannot be read (truncated, corrupt, vanished) is replaced by a seeded
 redraw of another image (the redraw's label goes with it), counted (``data_bad_images``) and
-named in a warning (the first few); past ``bad_image_limit`` of an epoch the run stops with the
-list (:class:`~toolkit.training.batches.DataStop`: the loop checkpoints first).
+named once per process in one ``[ctk]`` line on stderr, whatever the number of workers (the
+workers hand their unreadable files to the training process with the batch). Past
+``bad_image_limit`` of an epoch's images, and past :data:`BAD_IMAGE_FLOOR` files whatever the
+fraction (a small folder with a few unreadable files trains; a limit of 0 stops at the first),
+the run stops with the list (:class:`~toolkit.training.batches.DataStop`: the loop checkpoints
+first) and the resume command that goes on: the limit raised to twice the rate met so far
+(:func:`suggested_limit`; a resume may change ``data.loader.bad_image_limit``).
 """
 
 from __future__ import annotations
 
 import os
 import sys
-import warnings
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -41,7 +45,7 @@ import torch
 from torch import Tensor
 
 from domains.vision.decode import CropSpec, crop_boxes, decode_on_device, decode_views
-from domains.vision.folders import FolderSplit
+from domains.vision.image_folders import FolderSplit
 from toolkit.training.batches import Batches, DataStop
 
 __all__ = [
@@ -60,7 +64,29 @@ __all__ = [
 # raises OSError on load, a vanished file FileNotFoundError; odd headers ValueError / SyntaxError
 READ_ERRORS = (OSError, ValueError, SyntaxError, EOFError)
 _REDRAWS = 10
-_WARN_FIRST = 5
+BAD_IMAGE_FLOOR = 10  # unreadable files an epoch may hold whatever bad_image_limit's fraction (unless 0)
+_LADDER = (0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0)
+_REPORTED: set[str] = set()  # the unreadable files this process has named
+
+
+def allowed_bad_images(limit: float, images: int, world_size: int = 1) -> float:
+    """How many unreadable images one rank's share of an epoch of ``images`` may hold:
+    ``limit`` of them, at least :data:`BAD_IMAGE_FLOOR` (none with a limit of 0)."""
+    return (max(limit * images, BAD_IMAGE_FLOOR) if limit > 0 else 0.0) / world_size
+
+
+def suggested_limit(bad: int, read: int, limit: float) -> float:
+    """A ``bad_image_limit`` for the resume after a stop: the first of a 1-2-5 ladder above the
+    current limit and at least twice the rate of unreadable files among the ``read`` images."""
+    need = max(2 * bad / max(1, read), limit)
+    return next((x for x in _LADDER if x > need), 1.0)
+
+
+def report_unreadable(path: str, why: str) -> None:
+    """One ``[ctk]`` line on stderr the first time this process meets an unreadable file."""
+    if path not in _REPORTED:
+        _REPORTED.add(path)
+        print(f"[ctk] unreadable image replaced by a seeded redraw: {path} ({why})", file=sys.stderr, flush=True)
 
 
 class StreamedImages(torch.utils.data.Dataset):
@@ -219,7 +245,7 @@ class StreamBatches(Batches):
         self.decode, self.device = decode, device or torch.device("cpu")
         self.bad_image_limit = bad_image_limit
         self.epoch = 0
-        self.bad_total, self.bad_epoch, self._bad_epoch_of = 0, 0, -1
+        self.bad_total, self.bad_epoch, self._bad_epoch_of, self._read_epoch = 0, 0, -1, 0
         self.bad_paths: list[str] = []
         self.dataset = StreamedImages(split, spec, seed, raw=decode == "device")
         self.workers, self.prefetch = workers, prefetch
@@ -275,8 +301,9 @@ class StreamBatches(Batches):
         if self._loader is None:
             self._loader = self._make_loader()
         if self._bad_epoch_of != self.epoch:
-            self.bad_epoch, self._bad_epoch_of = 0, self.epoch
+            self.bad_epoch, self._bad_epoch_of, self._read_epoch = 0, self.epoch, 0
         for batch in self._loader:
+            self._read_epoch += len(batch["y"])
             self._note_bad(batch.pop("bad"))
             if "bytes" in batch:
                 batch["x"] = decode_on_device(batch, self.spec.size, self.device)
@@ -287,18 +314,20 @@ class StreamBatches(Batches):
         if not bad:
             return
         for path, why in bad:
-            if len(self.bad_paths) < _WARN_FIRST:
-                warnings.warn(f"unreadable image replaced by a seeded redraw: {path} ({why})", stacklevel=3)
+            report_unreadable(path, why)
             self.bad_paths.append(path)
         self.bad_total += len(bad)
         self.bad_epoch += len(bad)
-        limit = self.bad_image_limit * len(self.split) / self.world_size
-        if self.bad_epoch > limit:
-            listing = "\n  ".join(self.bad_paths[-self.bad_epoch :])
+        allowed = allowed_bad_images(self.bad_image_limit, len(self.split), self.world_size)
+        if self.bad_epoch > allowed:
+            listing = "\n  ".join(dict.fromkeys(self.bad_paths[-self.bad_epoch :]))
+            raise_to = suggested_limit(self.bad_epoch, self._read_epoch, self.bad_image_limit)
             raise DataStop(
                 f"{self.bad_epoch} unreadable images in epoch {self.epoch} on this rank, over the "
-                f"limit of {self.bad_image_limit:g} of an epoch ({limit:.1f} images; "
-                f"data.loader.bad_image_limit):\n  {listing}"
+                f"limit of {self.bad_image_limit:g} of an epoch ({allowed:.1f} images, at least "
+                f"{BAD_IMAGE_FLOOR}; data.loader.bad_image_limit); replace or remove them, or go on "
+                f"with them redrawn at a limit of {raise_to:g} (the command below):\n  {listing}",
+                resume_args=f" --set data.loader.bad_image_limit={raise_to:g}",
             )
 
     def metrics(self) -> dict[str, float]:

@@ -144,11 +144,11 @@ def test_geometry_metrics_take_cuda_tensors():
 def test_jpeg_decoding_on_cuda_matches_the_cpu_workers(tmp_path):
     """nvJPEG (decode: device) gives the crops the CPU workers give, pinned batches land on the GPU."""
     from domains.vision.fixtures import write_photo_folder
-    from domains.vision.folders import load_folder_split
+    from domains.vision.image_folders import FolderSource
     from domains.vision.streaming import CropSpec, StreamBatches, choose_decode
 
     write_photo_folder(tmp_path, classes=4, train_per_class=4, val_per_class=4)
-    split = load_folder_split("imagefolder", "val", str(tmp_path))
+    split = FolderSource("imagefolder", tmp_path).split("val")
     spec = CropSpec(64, views=2)
     cpu = next(StreamBatches(split, spec, 8, seed=2, rank=0, world_size=1, device=CUDA).iter_from(0))
     gpu = next(StreamBatches(split, spec, 8, seed=2, rank=0, world_size=1, decode="device", device=CUDA).iter_from(0))

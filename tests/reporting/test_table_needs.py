@@ -103,8 +103,8 @@ def test_imagenet_folders_are_placed_not_fetched(tmp_path):
 
 def test_placed_folders_are_where_the_vision_loader_looks(tmp_path):
     """The placed datasets the vision domain declares (domains/vision/catalogue.py) name the
-    folders that domains.vision.folders.dataset_path reads, with and without the folders present."""
-    from domains.vision.folders import dataset_path
+    folders that domains.vision.dataset_table.dataset_path reads, with and without the folders present."""
+    from domains.vision.dataset_table import dataset_path
     from toolkit.studies.needs import placed_folder
 
     PLACED = CATALOGUE.placed

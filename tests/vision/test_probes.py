@@ -85,10 +85,10 @@ def test_lbfgs_probe_is_sklearn_logistic_regression_with_c_from_weight_decay(sel
 def streams(photo_folder):
     """The photo folder's train (48) and val (18) splits, decoded in this process at 32 px."""
     from domains.vision.config import LoaderConfig
-    from domains.vision.folder_data import FolderStreams
-    from domains.vision.folders import load_folder_split
+    from domains.vision.image_folders import FolderSource
+    from domains.vision.stream_storage import FolderStreams
 
-    train, val = (load_folder_split("imagefolder", s, str(photo_folder)) for s in ("train", "val"))
+    train, val = (FolderSource("imagefolder", photo_folder).split(s) for s in ("train", "val"))
     return FolderStreams(train, val, 32, LoaderConfig(workers=0, decode="cpu"), torch.device("cpu"))
 
 
@@ -117,7 +117,7 @@ def _cfg(**linear):
 
 def _aug():
     from domains.vision.augment import AugmentSpec, BatchAugment
-    from domains.vision.folder_data import IMAGENET_NORMALIZATION
+    from domains.vision.dataset_table import IMAGENET_NORMALIZATION
 
     return BatchAugment(AugmentSpec(32), *IMAGENET_NORMALIZATION)
 

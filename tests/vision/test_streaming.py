@@ -7,7 +7,6 @@ from __future__ import annotations
 import os
 import shutil
 import socket
-import warnings
 from pathlib import Path
 
 import numpy as np
@@ -17,9 +16,9 @@ import torch.multiprocessing as mp
 from PIL import Image
 
 from domains.vision.augment import BatchAugment, preset
-from domains.vision.folder_data import crop_rest
-from domains.vision.folders import load_folder_split
+from domains.vision.image_folders import FolderSource
 from domains.vision.streaming import CropSpec, StreamBatches, StreamedImages, crop_boxes, decode_views
+from domains.vision.views import crop_rest
 from toolkit.training.batches import DataStop
 
 
@@ -64,7 +63,7 @@ def test_reduced_scale_decode_matches_the_full_decode(photo_folder):
 
 
 def test_draws_depend_on_epoch_and_position_only(photo_folder):
-    split = load_folder_split("imagefolder", "train", str(photo_folder))
+    split = FolderSource("imagefolder", str(photo_folder)).split("train")
     spec = CropSpec(32, views=2)
     a, b = StreamedImages(split, spec, seed=3), StreamedImages(split, spec, seed=3)
     assert np.array_equal(a[(1, 5, 7)]["x"], b[(1, 5, 7)]["x"])
@@ -84,7 +83,7 @@ def _free_port() -> int:
 
 def _rank(rank: int, world: int, port: int, folder: str, out: dict) -> None:
     torch.distributed.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
-    split = load_folder_split("imagefolder", "train", folder)
+    split = FolderSource("imagefolder", folder).split("train")
     loader = StreamBatches(split, CropSpec(16, views=1), 8, seed=5, drop_last=True)  # rank from the group
     seen = {}
     for epoch in (0, 1):
@@ -102,7 +101,7 @@ def _rank(rank: int, world: int, port: int, folder: str, out: dict) -> None:
 def test_two_ranks_under_gloo_read_every_image_once_per_epoch(photo_folder):
     out = mp.Manager().dict()
     mp.spawn(_rank, args=(2, _free_port(), str(photo_folder), out), nprocs=2, join=True)
-    n = len(load_folder_split("imagefolder", "train", str(photo_folder)))
+    n = len(FolderSource("imagefolder", str(photo_folder)).split("train"))
     assert out["sharded"] and out["batches"] == n // 8
     orders = []
     for epoch, (r0, r1) in out["seen"].items():
@@ -124,18 +123,16 @@ def _broken_folder(tmp_path: Path, photo_folder: Path) -> tuple[Path, list[Path]
     return f, [truncated, corrupt]
 
 
-def test_corrupt_and_truncated_images_are_counted_and_redrawn(tmp_path, photo_folder):
+def test_corrupt_and_truncated_images_are_counted_and_redrawn(tmp_path, photo_folder, capfd):
     f, bad = _broken_folder(tmp_path, photo_folder)
-    split = load_folder_split("imagefolder", "train", str(f))
+    split = FolderSource("imagefolder", str(f)).split("train")
     loader = StreamBatches(
         split, CropSpec(16, views=2), 8, seed=1, workers=0, rank=0, world_size=1, bad_image_limit=0.2
     )
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        batches = list(loader.iter_from(0))
+    batches = list(loader.iter_from(0))
     assert loader.metrics()["data_bad_images"] == loader.bad_total >= 2
     assert {Path(p) for p in loader.bad_paths} == set(bad)
-    assert any(str(bad[0]) in str(w.message) for w in caught)
+    assert f"[ctk] unreadable image replaced by a seeded redraw: {bad[0]}" in capfd.readouterr().err
     names = {split.path(i) for b in batches for i in b["index"].tolist()}
     assert not names & {str(p) for p in bad}  # the redraws stand in for them...
     assert all(b["x"].shape == (8, 2, 3, 16, 16) for b in batches)  # ...and nothing is lost
@@ -153,10 +150,9 @@ def test_corrupt_and_truncated_images_are_counted_and_redrawn(tmp_path, photo_fo
 
 def test_past_the_limit_the_data_stops_with_the_list(tmp_path, photo_folder):
     f, bad = _broken_folder(tmp_path, photo_folder)
-    split = load_folder_split("imagefolder", "train", str(f))
-    loader = StreamBatches(split, CropSpec(16), 8, seed=1, rank=0, world_size=1, bad_image_limit=0.001)
-    with pytest.raises(DataStop) as err, warnings.catch_warnings():
-        warnings.simplefilter("ignore")
+    split = FolderSource("imagefolder", str(f)).split("train")
+    loader = StreamBatches(split, CropSpec(16), 8, seed=1, rank=0, world_size=1, bad_image_limit=0.0)
+    with pytest.raises(DataStop) as err:
         list(loader.iter_from(0))
     assert "bad_image_limit" in str(err.value) and any(str(p) in str(err.value) for p in bad)
 
@@ -181,7 +177,7 @@ def test_the_device_does_the_rest_of_the_view_family(photo_folder):
 def test_decoding_on_the_training_device_matches_the_workers(photo_folder):
     """decode: device reads the bytes in the workers and decodes with torchvision's decode_jpeg where
     the model trains (nvJPEG on CUDA; here the same code path on the CPU)."""
-    split = load_folder_split("imagefolder", "val", str(photo_folder))
+    split = FolderSource("imagefolder", str(photo_folder)).split("val")
     spec = CropSpec(32, views=2)
     cpu = next(StreamBatches(split, spec, 6, seed=2, rank=0, world_size=1).iter_from(0))
     dev = next(
@@ -198,7 +194,7 @@ def test_decoding_on_the_training_device_matches_the_workers(photo_folder):
 def test_decode_auto_times_both_decoders_where_a_gpu_decoder_exists(photo_folder, monkeypatch):
     from domains.vision import streaming
 
-    split = load_folder_split("imagefolder", "val", str(photo_folder))
+    split = FolderSource("imagefolder", str(photo_folder)).split("val")
     spec = CropSpec(32, views=2)
     assert streaming.choose_decode("auto", torch.device("cpu"), split, spec, 2)[0] == "cpu"
     assert streaming.choose_decode("device", torch.device("cpu"))[0] == "device"

@@ -6,8 +6,8 @@ version (:data:`FORMAT`), the resolved recipe that wrote it and its hash, the tr
 ``trainer``, whatever the trainer's ``state_dict()`` returned (data only: see
 :mod:`toolkit.checkpoint.files`). :func:`write` seals and writes one, :func:`read` reads one and
 checks it belongs to the recipe being resumed: the keys in :data:`RESUME_FREE_KEYS` may differ
-(where and how the run executes, how it is named and tracked), the ``budget`` keys with
-``extend``, nothing else. :func:`read` is :func:`unseal` (the file and its format) then
+(where and how the run executes, how it is named and tracked, how its input pipeline reads
+files), the ``budget`` keys with ``extend``, nothing else. :func:`read` is :func:`unseal` (the file and its format) then
 :func:`check_recipe` (the recipe); a resume does the two apart (``toolkit.checkpoint.find``
 picks the newest file that unseals; the run path checks it against the recipe it decided).
 """
@@ -41,6 +41,9 @@ __all__ = [
 FORMAT = "ctk-checkpoint/1"
 # Top-level recipe keys a resume may change: where, how precisely, compiled or not, and over how
 # many ranks and resources it runs, how it is named and tracked. Everything else must match the checkpoint's recipe.
+# A dotted key frees that key and what lies under it: how a domain's input pipeline reads files
+# (vision's decoding worker processes, their prefetch and the share of unreadable files a run
+# accepts: a seeded redraw replaces each, whatever the limit) changes nothing that is trained.
 RESUME_FREE_KEYS = (
     "device",
     "precision",
@@ -51,6 +54,9 @@ RESUME_FREE_KEYS = (
     "name",
     "description",
     "paper",
+    "data.loader.workers",
+    "data.loader.prefetch",
+    "data.loader.bad_image_limit",
 )
 
 
@@ -76,9 +82,14 @@ def recipe_hash(resolved: Mapping[str, Any]) -> str:
 
 def recipe_differences(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[str]:
     """Flattened recipe keys whose values differ (``RESUME_FREE_KEYS`` ignored)."""
-    a = {k: v for k, v in flatten(dict(old)).items() if k.split(".")[0] not in RESUME_FREE_KEYS}
-    b = {k: v for k, v in flatten(dict(new)).items() if k.split(".")[0] not in RESUME_FREE_KEYS}
+    a = {k: v for k, v in flatten(dict(old)).items() if not _free(k)}
+    b = {k: v for k, v in flatten(dict(new)).items() if not _free(k)}
     return sorted(k for k in a.keys() | b.keys() if _norm(a.get(k)) != _norm(b.get(k)))
+
+
+def _free(key: str) -> bool:
+    """Whether the flattened ``key`` is, or lies under, one of :data:`RESUME_FREE_KEYS`."""
+    return any(key == free or key.startswith(free + ".") for free in RESUME_FREE_KEYS)
 
 
 def _norm(value: Any) -> Any:

@@ -39,7 +39,12 @@ class SeededEpochSampler(torch.utils.data.Sampler[int]):
 
 class DataStop(RuntimeError):
     """The training data cannot go on (e.g. too many unreadable images): the loop checkpoints
-    the last step and stops; the message lists what went wrong."""
+    the last step and stops; the message lists what went wrong. ``resume_args``: what the
+    printed resume command needs added for the run to go on (e.g. `` --set KEY=VALUE``)."""
+
+    def __init__(self, message: str = "", resume_args: str = "") -> None:
+        super().__init__(message)
+        self.resume_args = resume_args
 
 
 class Batches:

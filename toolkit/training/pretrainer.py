@@ -204,11 +204,12 @@ class Pretrainer(CheckpointedState, Evaluations, Trainer):
             path = self.save_checkpoint()
             folder = self.options.checkpoint_dir
             where = (
-                f"; step {self.state.step} is checkpointed in {path}, continue with: ctk run --resume {folder.name}"
+                f"; step {self.state.step} is checkpointed in {path}, continue with: "
+                f"ctk run --resume {folder.name}{exc.resume_args}"
                 if path is not None and folder is not None
                 else ""
             )
-            raise DataStop(f"{exc}{where}") from exc
+            raise DataStop(f"{exc}{where}", exc.resume_args) from exc
 
     def _train_step(self, batch: Any, index: int) -> None:
         state, dist, objective = self.state, self.options.distributed, self.objective

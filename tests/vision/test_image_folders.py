@@ -11,8 +11,9 @@ import pytest
 from click.testing import CliRunner
 
 import cli
-from domains.vision import folders
-from domains.vision.folders import FolderProblem, find_problems, load_folder_split
+from domains.vision import image_folders
+from domains.vision.dataset_table import folder_source
+from domains.vision.image_folders import FolderProblem
 
 ROOT = Path(__file__).resolve().parents[2]
 RECIPE = ROOT / "recipes" / "vision" / "imagefolder.yaml"
@@ -44,8 +45,8 @@ def _imagenet(root: Path, photo_folder: Path, wnids: list[str], per_class: int =
 
 
 def test_imagefolder_lists_every_image_with_its_class(photo_folder):
-    train = load_folder_split("imagefolder", "train", str(photo_folder))
-    val = load_folder_split("imagefolder", "val", str(photo_folder))
+    train = folder_source("imagefolder", str(photo_folder)).split("train")
+    val = folder_source("imagefolder", str(photo_folder)).split("val")
     classes = sorted(p.name for p in (photo_folder / "train").iterdir())
     assert train.classes == tuple(classes) == val.classes
     expect = sorted((p.parent.name, p.name) for p in (photo_folder / "train").glob("*/*"))
@@ -56,7 +57,7 @@ def test_imagefolder_lists_every_image_with_its_class(photo_folder):
     # a class list restricts and orders the classes, and may be a file
     listing = photo_folder.parent / "classes.txt"
     listing.write_text(f"# two of them\n{classes[3]}\n{classes[1]}\n")
-    some = load_folder_split("imagefolder", "val", str(photo_folder), classes=str(listing))
+    some = folder_source("imagefolder", str(photo_folder), classes=str(listing)).split("val")
     assert some.classes == (classes[3], classes[1])
     assert sorted(set(some.labels.tolist())) == [0, 1] and len(some) == 6
 
@@ -67,8 +68,8 @@ def test_imagenet_layouts(tmp_path, photo_folder, flat):
     truth = _imagenet(tmp_path, photo_folder, wnids, flat_val=flat)
     if flat:  # a 'filename label' file beside val/ is found without being named
         (tmp_path / "val_labels.txt").write_text("".join(f"{k} {v}\n" for k, v in truth.items()))
-    train = load_folder_split("imagenet", "train", str(tmp_path))
-    val = load_folder_split("imagenet", "val", str(tmp_path))
+    train = folder_source("imagenet", str(tmp_path)).split("train")
+    val = folder_source("imagenet", str(tmp_path)).split("val")
     assert train.classes == tuple(wnids) and len(train) == 6
     assert [train.classes[y] for y in train.labels] == [w for w in wnids for _ in range(2)]
     assert sorted((Path(p).name, val.classes[y]) for p, y in zip(val.paths, val.labels)) == sorted(truth.items())
@@ -81,16 +82,16 @@ def test_imagenet_flat_val_reads_kaggle_labels(tmp_path, photo_folder):
     csv.write_text(
         "ImageId,PredictionString\n" + "".join(f"{k.rsplit('.', 1)[0]},{v} 10 20 30 40 \n" for k, v in truth.items())
     )
-    val = load_folder_split("imagenet", "val", str(tmp_path), val_labels=str(csv))
+    val = folder_source("imagenet", str(tmp_path), val_labels=str(csv)).split("val")
     assert sorted((Path(p).name, val.classes[y]) for p, y in zip(val.paths, val.labels)) == sorted(truth.items())
 
 
 def test_imagenet100_keeps_the_hundred_classes_of_a_full_folder(tmp_path, photo_folder):
-    hundred = list(folders.imagenet100_classes())
+    hundred = list(image_folders.imagenet100_classes())
     others = ["n01440764", "n01443537"]  # two classes outside ImageNet-100
     _imagenet(tmp_path, photo_folder, hundred + others, per_class=1)
-    train = load_folder_split("imagenet100", "train", str(tmp_path))
-    val = load_folder_split("imagenet100", "val", str(tmp_path))
+    train = folder_source("imagenet100", str(tmp_path)).split("train")
+    val = folder_source("imagenet100", str(tmp_path)).split("val")
     assert train.classes == tuple(hundred) and len(train) == 100 and len(val) == 100
     assert not set(others) & {Path(p).parent.name for p in train.paths}
 
@@ -106,8 +107,8 @@ def test_tiny_imagenet_layout(tmp_path, photo_folder):
         _photo(pics[10 + i], tmp_path / "val" / "images" / f"val_{i}.JPEG")
         lines.append(f"val_{i}.JPEG\t{w}\t0\t0\t63\t63")
     (tmp_path / "val" / "val_annotations.txt").write_text("\n".join(lines) + "\n")
-    train = load_folder_split("tiny-imagenet", "train", str(tmp_path))
-    val = load_folder_split("tiny-imagenet", "val", str(tmp_path))
+    train = folder_source("tiny-imagenet", str(tmp_path)).split("train")
+    val = folder_source("tiny-imagenet", str(tmp_path)).split("val")
     assert train.classes == tuple(wnids) and len(train) == 6
     assert [(Path(p).name, val.classes[y]) for p, y in zip(val.paths, val.labels)] == [
         ("val_0.JPEG", wnids[0]),
@@ -126,13 +127,13 @@ def test_every_problem_of_a_folder_is_listed_at_once(tmp_path, photo_folder):
     (f / "val" / "stray").mkdir()  # a class only in val
     shutil.copyfile(_jpegs(photo_folder)[0], f / "val" / "stray" / "x.jpg")
     wanted = [*classes, "n99999999"]  # a listed class with no folder
-    problems = find_problems("imagefolder", str(f), classes=wanted)
+    problems = folder_source("imagefolder", str(f), classes=wanted).problems()
     text = "\n".join(problems)
     assert f"class {classes[0]!r} of train has no image" in text
     assert "only in val: stray" in text and f"only in train: {classes[1]}" in text
     assert "1 of the 7 classes have no folder" in text and "n99999999" in text
     with pytest.raises(FolderProblem) as err:
-        load_folder_split("imagefolder", "train", str(f), classes=wanted)
+        folder_source("imagefolder", str(f), classes=wanted).split("train")
     assert len(err.value.problems) == len(problems) >= 3
 
 
@@ -147,8 +148,8 @@ def test_an_unreadable_class_folder_is_a_problem(tmp_path, photo_folder, monkeyp
             raise PermissionError(13, "Permission denied", str(path))
         return real(path)
 
-    monkeypatch.setattr(folders.os, "scandir", scandir)
-    problems = find_problems("imagefolder", str(f))
+    monkeypatch.setattr(image_folders.os, "scandir", scandir)
+    problems = folder_source("imagefolder", str(f)).problems()
     assert any(str(bad) in p and "cannot be read (Permission denied)" in p for p in problems), problems
 
 
