@@ -73,7 +73,9 @@ def test_a_local_ray_instance_binds_and_connects_on_loopback_only(tmp_path, monk
     ray = pytest.importorskip("ray")
     from toolkit.studies.ray_points import start_ray
 
-    monkeypatch.setenv("HOME", str(tmp_path))  # ray.init writes ~/.ray/auth_token where there is none
+    # HOME stays the worker's own: Ray keeps the token it loaded for the life of the process, so a
+    # token made here under a temporary HOME would be sent by this worker's later ray.init (the
+    # sweeps' in-process reruns) to heads that hold ~/.ray/auth_token, and refused.
     monkeypatch.setenv("RAY_USAGE_STATS_ENABLED", "0")
     ray, started = start_ray(2, None, 1.0, {})
     try:
