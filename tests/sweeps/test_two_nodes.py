@@ -129,6 +129,7 @@ def _children(client, experiment):
 
 
 @pytest.mark.slow
+@pytest.mark.cluster
 def test_sweep_on_a_two_node_cluster_with_a_server_then_a_lost_node(ctk, tmp_path):
     temp = Path(tempfile.mkdtemp(prefix="ctk2n-", dir="/tmp"))  # short: Ray's socket paths must fit 107 bytes
     home = tmp_path / "home"
