@@ -33,7 +33,9 @@ from toolkit.errors import CtkError  # noqa: E402
 
 
 class Ctk(click.Group):
-    """The command group: a CtkError from any command is printed on stderr and sets the exit status."""
+    """The command group: a CtkError from any command is printed on stderr and sets the exit status;
+    a Ctrl-C that no command turned into one (a sweep, a run and a study say what was kept) ends
+    with 130, the shell's status for SIGINT, where click would print "Aborted!" and exit 1."""
 
     def invoke(self, ctx: click.Context):
         try:
@@ -41,6 +43,9 @@ class Ctk(click.Group):
         except CtkError as exc:
             click.echo(f"{exc.label}: {exc}", err=True)
             ctx.exit(exc.exit_code)
+        except KeyboardInterrupt:
+            click.echo("interrupted: stopped by Ctrl-C", err=True)
+            ctx.exit(130)
 
 
 @click.group(cls=Ctk, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})

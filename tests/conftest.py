@@ -97,3 +97,27 @@ def run_here(folder: Path, env: dict[str, str | None], *args: str) -> subprocess
     if res.exception is not None and not isinstance(res.exception, SystemExit):
         raise res.exception
     return subprocess.CompletedProcess(["ctk", *args], res.exit_code, res.stdout, res.stderr)
+
+
+def pytest_collection_modifyitems(config, items):
+    """Under pytest-xdist, put the slow tests at the head of every worker's queue, dealt out in
+    turn: the work-stealing scheduler gives each worker one contiguous block of the collection
+    and a worker that runs dry steals from the tail of another's, so quick tests end the run on
+    every worker instead of one worker ending it alone on a sweep or a DDP run. Every worker
+    collects the same items and sorts them the same way (the scheduler checks that)."""
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "0"))
+    if workers < 2:
+        return
+    slow = [item for item in items if item.get_closest_marker("slow")]
+    if not slow:
+        return
+    quick = [item for item in items if not item.get_closest_marker("slow")]
+    block = len(items) // workers  # the scheduler's first share for each worker
+    ordered = []
+    for w in range(workers):
+        mine = slow[w::workers]
+        take = (block if w < workers - 1 else len(items)) - len(mine)
+        ordered += mine + quick[: max(take, 0)]
+        quick = quick[max(take, 0) :]
+    ordered += quick
+    items[:] = ordered

@@ -182,3 +182,21 @@ def test_a_resume_finds_the_run_in_the_store_its_recipe_names(points_domain, poi
     again = CliRunner().invoke(cli.main, ["run", "--resume", run_id, "--quiet"])
     assert again.exit_code == 2 and f"run {run_id} FINISHED" in again.output, again.output
     assert counted["resume_point"] == 1 and counted["stored run"] == 2, counted  # ./mlflow.db, then its own
+
+
+def test_a_ctrl_c_no_command_caught_exits_130_not_clicks_aborted():
+    """Click turns a KeyboardInterrupt into "Aborted!" and exit 1, which a script reads as a
+    failure; the ctk group makes it 130 (the shell's status for SIGINT), as the run and the
+    sweep do when they stop on Ctrl-C themselves."""
+    import click
+
+    def interrupted():
+        raise KeyboardInterrupt
+
+    cli.main.add_command(click.Command("interrupted-here", callback=interrupted))
+    try:
+        result = CliRunner().invoke(cli.main, ["interrupted-here"])
+    finally:
+        cli.main.commands.pop("interrupted-here")
+    assert result.exit_code == 130, (result.exit_code, result.output)
+    assert "Aborted!" not in result.output and "interrupted" in result.output

@@ -113,7 +113,7 @@ def _ready(p: Plan, is_main: bool) -> Any:
     domain, built on the recipe (validated when the plan was made: nothing is checked again)."""
     from toolkit.tracking.health import check_store
 
-    check_store(tracking_uri(p.recipe.tracking.uri))
+    check_store(tracking_uri(p.recipe.tracking.uri), say=lambda line: print(line, file=sys.stderr, flush=True))
     domain = p.domain(p.recipe)
     if is_main:
         print(f"[ctk] {p.precision.line()}", file=sys.stderr, flush=True)

@@ -147,7 +147,7 @@ def run_sweep(
     from toolkit.tracking.health import check_store
 
     uri = tracking_uri(points[0].recipe.tracking.uri)
-    check_store(uri)  # one line naming the URI, before anything starts (as ctk run)
+    check_store(uri, say=echo)  # one line naming the URI, before anything starts (as ctk run)
     address = address or os.environ.get("RAY_ADDRESS") or None
     if address and address != "auto":
         check_answers(address)  # a head that does not answer: said within seconds, nothing written

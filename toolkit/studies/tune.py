@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import os
 import re
+import sys
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
@@ -202,7 +203,7 @@ def tune(
     base = load_recipe(recipe, list(sets), lookup)
     experiment = experiment or f"tune-{Path(recipe).stem}"
     uri = tracking_uri(base.tracking.uri)
-    check_store(uri)  # one line naming the URI, before Ray or any run starts (as ctk run)
+    check_store(uri, say=lambda line: print(line, file=sys.stderr, flush=True))  # before Ray or any run starts
     address = address or os.environ.get("RAY_ADDRESS") or None
     if address and address != "auto":
         check_answers(address)  # a head that does not answer: said within seconds, nothing written

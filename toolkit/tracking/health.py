@@ -1,9 +1,11 @@
 """Runs that survive the tracking store: a fast check that the store answers, retries on
 SQLite's lock and on get-or-create races, heartbeats, and dead runs marked as such.
 
-* :func:`check_store` answers within ``timeout`` seconds (default 10) whether a tracking URI
-  can be used, before anything trains: a malformed URI, a server that does not answer or a
-  SQLite file in a folder that does not exist is one line of error.
+* :func:`check_store` says whether a tracking URI can be used, before anything trains: a
+  malformed URI, a server that refuses the connection or a SQLite file in a folder that does
+  not exist is one line of error at once. A server that took the connection but has not
+  answered within ``timeout`` seconds (10) is up and busy (a loaded machine's mlflow server):
+  it is asked again, said in one line, and given up on after ``patience`` seconds (60).
 * :func:`retrying` repeats a store call on transient failures (``database is locked``, a
   dropped connection) with exponential back-off.
 * A running run carries ``ctk.heartbeat`` (unix seconds, refreshed at most every
@@ -64,10 +66,14 @@ class TrackingUnavailable(CtkError, RuntimeError):
     exit_code = 2
 
 
-def check_store(uri: str, timeout: float = 10.0) -> None:
-    """Raise :class:`TrackingUnavailable` unless ``uri`` is usable (answers within ``timeout``):
-    first its form (:func:`toolkit.recipe.sections.uri_form_problem`, the check a recipe's
-    ``tracking.uri`` gets when loaded), then whether it answers."""
+def check_store(
+    uri: str, timeout: float = 10.0, patience: float = 60.0, say: Callable[[str], None] | None = None
+) -> None:
+    """Raise :class:`TrackingUnavailable` unless ``uri`` is usable: first its form
+    (:func:`toolkit.recipe.sections.uri_form_problem`, the check a recipe's ``tracking.uri``
+    gets when loaded), then whether it answers. A refused or unresolvable address fails at
+    once; a server that holds the request past ``timeout`` seconds is asked again until
+    ``patience`` seconds have passed (``say`` hears one line when it first waits)."""
     from toolkit.recipe.sections import uri_form_problem
 
     problem = uri_form_problem(uri)
@@ -81,17 +87,27 @@ def check_store(uri: str, timeout: float = 10.0) -> None:
         return
     if scheme in ("http", "https"):
         url = uri.rstrip("/") + "/health"
-        try:
-            with urllib.request.urlopen(url, timeout=timeout) as resp:  # noqa: S310 - the user's own URI
-                if resp.status >= 400:
-                    raise TrackingUnavailable(f"tracking URI {uri!r} answered {resp.status} at /health")
-        except (urllib.error.URLError, OSError, ValueError) as exc:
-            reason = getattr(exc, "reason", exc)
-            raise TrackingUnavailable(
-                f"tracking URI {uri!r} did not answer within {timeout:.0f} s "
-                f"({reason}); start it (ctk server) or set MLFLOW_TRACKING_URI"
-            ) from None
-        return
+        started = time.monotonic()
+        while True:
+            try:
+                with urllib.request.urlopen(url, timeout=timeout) as resp:  # noqa: S310 - the user's own URI
+                    if resp.status >= 400:
+                        raise TrackingUnavailable(f"tracking URI {uri!r} answered {resp.status} at /health")
+                return
+            except (urllib.error.URLError, OSError, ValueError) as exc:
+                reason = getattr(exc, "reason", exc)
+                waited = time.monotonic() - started
+                if isinstance(reason, TimeoutError) and waited + timeout <= patience:
+                    if say is not None and waited < timeout * 1.5:
+                        say(
+                            f"[ctk] the tracking server {uri} took the connection but has not answered "
+                            f"in {timeout:.0f} s; asking again for up to {patience:.0f} s"
+                        )
+                    continue
+                raise TrackingUnavailable(
+                    f"tracking URI {uri!r} did not answer within {max(waited, timeout):.0f} s "
+                    f"({reason}); start it (ctk server) or set MLFLOW_TRACKING_URI"
+                ) from None
 
 
 def retrying(call: Callable[[], T], what: str = "tracking call", attempts: int = 6, first_wait: float = 0.2) -> T:
