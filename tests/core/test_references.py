@@ -11,6 +11,7 @@ from tests.core.test_cacr import ref_cacr
 from tests.core.test_debiased import ref_in_batch, ref_scores
 from tests.core.test_infonce import ref_moco, ref_nt_xent
 from toolkit.losses.functional import (
+    _kernel,
     cacr,
     cacr_minibatch,
     dcl,
@@ -121,9 +122,18 @@ def _multi_positive_scores(dtype=torch.float64):
 
 
 # ----------------------------------------------------------------------------- kernels vs references
+@pytest.fixture(params=["bound", "row max"])
+def shift(request, monkeypatch):
+    """Both shifts of the fused kernels: the CPU's Cauchy-Schwarz bound (with its underflow guard)
+    and CUDA's row max (no host read), the second taken here on the CPU."""
+    if request.param == "row max":
+        monkeypatch.setattr(_kernel, "ROW_MAX_DEVICES", ("cuda", "cpu"))
+    return request.param
+
+
 @pytest.mark.parametrize("tau", [0.05, 0.2, 1.0])
 @pytest.mark.parametrize("masked", [False, True])
-def test_nt_xent_kernel_matches_reference(dtype, close, rows, leaves, tau, masked):
+def test_nt_xent_kernel_matches_reference(shift, dtype, close, rows, leaves, tau, masked):
     z1, z2 = rows(12, 6, seed=12, dtype=dtype), rows(12, 6, seed=13, dtype=dtype)
     keep = in_batch_mask(12, 14) if masked else None
     r1, r2 = leaves(z1, z2)
@@ -139,7 +149,7 @@ def test_nt_xent_kernel_matches_reference(dtype, close, rows, leaves, tau, maske
 
 @pytest.mark.parametrize("tau", [0.05, 0.2])
 @pytest.mark.parametrize("masked", [False, True])
-def test_moco_kernel_matches_reference(dtype, close, rows, leaves, tau, masked):
+def test_moco_kernel_matches_reference(shift, dtype, close, rows, leaves, tau, masked):
     q, k = rows(10, 6, seed=15, dtype=dtype), rows(10, 6, seed=16, dtype=dtype)
     queue = rows(40, 6, seed=17, dtype=dtype, grad=False)
     keep = None
@@ -159,7 +169,7 @@ def test_moco_kernel_matches_reference(dtype, close, rows, leaves, tau, masked):
 
 @pytest.mark.parametrize("beta", [None, 0.0, 0.5, 1.0, 2.0])
 @pytest.mark.parametrize("tau,tau_plus", [(0.5, 0.1), (0.2, 0.05), (0.5, 0.5)])
-def test_debiased_kernels_match_reference(dtype, close, rows, leaves, beta, tau, tau_plus):
+def test_debiased_kernels_match_reference(shift, dtype, close, rows, leaves, beta, tau, tau_plus):
     """In-batch DCL / HCL (``_InBatchLoss`` with the debiased head) and the score forms (the
     ``_DebiasedTail`` node), clamp inactive and (tau+ = 0.5) active."""
     z1, z2 = rows(8, 5, seed=19, dtype=dtype), rows(8, 5, seed=20, dtype=dtype)
@@ -174,7 +184,7 @@ def test_debiased_kernels_match_reference(dtype, close, rows, leaves, beta, tau,
 
 @pytest.mark.parametrize("t", [0.5, 2.0, 8.0])
 @pytest.mark.parametrize("unit", [True, False])
-def test_uniform_kernel_matches_reference(dtype, close, rows, leaves, t, unit):
+def test_uniform_kernel_matches_reference(shift, dtype, close, rows, leaves, t, unit):
     x = rows(11, 4, seed=21, dtype=dtype, unit=unit)
     (rx,) = leaves(x)
     agree(close, dtype, uniform(x, t), uniform_reference(rx, t), (x,), (rx,))
@@ -239,3 +249,47 @@ def test_bank_split_matches_reference(dtype, close, rows, leaves):
         (q,),
         (rq,),
     )
+
+
+@pytest.mark.parametrize("loss", ["nt_xent", "dcl", "hcl", "moco"])
+def test_kernels_stay_exact_where_the_bound_underflows(shift, close, leaves, loss):
+    """Rows of very unequal norms at tau = 0.01: the bound's shift is far above most rows'
+    maxima, so their sums underflow in float32 unless recomputed (bound) or shifted by their
+    own max (row max); both agree with the float64 reference."""
+    g = torch.Generator().manual_seed(31)
+    scale = torch.tensor([1.0, 0.05, 0.05, 0.2, 1.0, 0.05, 0.3, 0.05])
+    z1 = (torch.randn(8, 5, generator=g) * scale[:, None]).requires_grad_()
+    z2 = (torch.randn(8, 5, generator=g) * scale.flip(0)[:, None]).requires_grad_()
+    r1, r2 = leaves(z1, z2)
+    tau = 0.01
+    if loss == "nt_xent":
+        ours, ref = nt_xent(z1, z2, tau), nt_xent_reference(r1, r2, tau)
+    elif loss == "moco":
+        queue = torch.randn(30, 5, generator=g) * 3.0
+        ours, ref = (
+            moco_infonce(z1, z2.detach(), queue, tau),
+            moco_infonce_reference(r1, r2.detach(), queue.double(), tau),
+        )
+        agree(close, torch.float32, ours, ref, (z1,), (r1,))
+        return
+    else:
+        beta = None if loss == "dcl" else 1.0
+        ours = dcl(z1, z2, tau, 0.1) if beta is None else hcl(z1, z2, tau, 0.1, beta)
+        ref = dcl_reference(r1, r2, tau, 0.1, beta)
+    agree(close, torch.float32, ours, ref, (z1, z2), (r1, r2))
+
+
+def test_the_row_max_shift_reads_nothing_back_from_the_device(monkeypatch):
+    """NT-Xent and uniformity, forward and backward, as a CUDA step takes them: no host read
+    (counted by the same counter as the training step's reads)."""
+    from toolkit.training.syncs import SyncCounter
+
+    z1 = torch.nn.functional.normalize(torch.randn(16, 8), dim=1).requires_grad_()
+    z2 = torch.nn.functional.normalize(torch.randn(16, 8), dim=1).requires_grad_()
+    with SyncCounter() as bound:
+        (nt_xent(z1, z2, 0.1) + uniform(z1, 2.0)).backward()
+    assert sum(bound.calls.values()) == 2, dict(bound.calls)  # the two underflow guards, on the CPU path
+    monkeypatch.setattr(_kernel, "ROW_MAX_DEVICES", ("cuda", "cpu"))
+    with SyncCounter() as row_max:
+        (nt_xent(z1, z2, 0.1) + uniform(z1, 2.0)).backward()
+    assert not row_max.calls, dict(row_max.calls)

@@ -21,6 +21,7 @@ from torch.autograd.function import once_differentiable
 
 _NEG_INF = float("-inf")
 _LOG2E = 1.4426950408889634  # 1 / ln 2
+ROW_MAX_DEVICES = ("cuda",)  # devices whose logits are shifted by the row max (_shift_by_row_max)
 
 
 def _masked_exponentials(
@@ -59,6 +60,8 @@ def _masked_exponentials(
         raise ValueError("a keep-mask needs a single temperature scale")  # internal misuse
     c0 = _base_scale(scales)
     other = left if right is None else right
+    if _shift_by_row_max(left):
+        return _row_max_exponentials(left, other, right is None, scales, c0, partner_kept, keep)
     norms = torch.linalg.vector_norm(left, dim=1)
     other_max = (norms if right is None else torch.linalg.vector_norm(other, dim=1)).max()
     symmetric = right is None and keep is None
@@ -98,6 +101,55 @@ def _masked_exponentials(
         _exact_rows((smallest < floor).nonzero().flatten(), exps, sums, shift, left, right, scales, partner_kept, keep)
         symmetric = False
     return exps, sums, shift.squeeze(1), symmetric, keep
+
+
+def _shift_by_row_max(t: Tensor) -> bool:
+    """Which shift :func:`_masked_exponentials` takes for tensors on ``t``'s device: on CUDA each
+    row's max over its allowed entries (a reduction and a subtraction over the matrix more, and
+    no value read back to the host: the training step never waits for the device), on the CPU
+    the Cauchy-Schwarz bound (no pass over the matrix; its underflow guard reads one number
+    back, which costs nothing where the tensors already are). :data:`ROW_MAX_DEVICES` holds the
+    device types of the first kind (the tests add ``cpu`` to check that path here)."""
+    return t.device.type in ROW_MAX_DEVICES
+
+
+def _row_max_exponentials(
+    left: Tensor,
+    other: Tensor,
+    in_batch: bool,
+    scales: Sequence[float],
+    c0: float,
+    partner_kept: bool,
+    keep: Tensor | Callable[[Tensor], Tensor] | None,
+):
+    """:func:`_masked_exponentials` with the shift m_a = max over the allowed b of X_ab: every row
+    keeps a term equal to 1, so no sum can underflow and nothing is checked (no host read).
+    Dropped entries are written as -inf before the max; E is not symmetric (rows shift apart)."""
+    x = torch.mm(left, other.t()).mul_(c0 * _LOG2E)  # X log2(e): exp2 below, as the bound's path
+    if callable(keep):
+        keep = keep(x)  # a rank within each row: the same under any row shift
+    if in_batch:
+        half = x.shape[0] // 2
+        x.diagonal().fill_(_NEG_INF)
+        if not partner_kept:
+            x.diagonal(half).fill_(_NEG_INF)
+            x.diagonal(-half).fill_(_NEG_INF)
+    if keep is not None:
+        x.masked_fill_(keep.logical_not(), _NEG_INF)
+    top = x.amax(dim=1, keepdim=True)
+    x.sub_(top)
+    shift = top.div_(_LOG2E)  # natural units, as _lse reads it
+    if _squares(scales):
+        e = x.exp2_()
+        exps: list[Tensor | None] = [None, e]
+        sums = [torch.linalg.vector_norm(e, dim=1).square(), e.sum(dim=1)]
+    else:
+        exps = [x] * len(scales)
+        for i in range(1, len(scales)):
+            exps[i] = (x * (scales[i] / c0)).exp2_()
+        exps[0] = x.exp2_()
+        sums = [e.sum(dim=1) for e in exps]
+    return exps, sums, shift.squeeze(1), False, keep
 
 
 def _lse(scales: Sequence[float], sums: Sequence[Tensor], shift: Tensor, i: int) -> Tensor:

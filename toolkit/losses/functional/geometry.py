@@ -19,7 +19,7 @@ from torch.nn import functional as F
 
 from toolkit import checks
 
-from ._kernel import _LOG2E, _NEG_INF
+from ._kernel import _LOG2E, _NEG_INF, _shift_by_row_max
 from ._precision import full_precision
 from ._validation import _pair, _rows, _same_dtype
 
@@ -121,19 +121,25 @@ class _LogSumExpNegSqDists(torch.autograd.Function):
 
     one matmul in the backward, where autograd through distances and ``logsumexp`` needs a
     softmax pass and two matmuls. If S underflows (far-apart points, large t) the exponent is
-    recomputed shifted by its maximum. Plain-torch definition: :func:`uniform_reference`.
+    recomputed shifted by its maximum (on CUDA it is always shifted so, and nothing is read
+    back: :func:`._kernel._shift_by_row_max`). Plain-torch definition: :func:`uniform_reference`.
     """
 
     @staticmethod
     def forward(ctx, x, t):
         e = _neg_sq_dist_exponent(x, t)
-        r = e.exp2_().sum(dim=1)
-        total, shift = r.sum(), 0.0
-        if float(total) < torch.finfo(x.dtype).tiny * e.numel() / torch.finfo(x.dtype).eps:
-            e = _neg_sq_dist_exponent(x, t)  # underflow: again, shifted by the true max
-            shift = float(e.amax())
+        if _shift_by_row_max(x):  # CUDA: shifted by the max each time, nothing read back to the host
+            shift = e.amax()
             r = e.sub_(shift).exp2_().sum(dim=1)
             total = r.sum()
+        else:
+            r = e.exp2_().sum(dim=1)
+            total, shift = r.sum(), 0.0
+            if float(total) < torch.finfo(x.dtype).tiny * e.numel() / torch.finfo(x.dtype).eps:
+                e = _neg_sq_dist_exponent(x, t)  # underflow: again, shifted by the true max
+                shift = float(e.amax())
+                r = e.sub_(shift).exp2_().sum(dim=1)
+                total = r.sum()
         ctx.save_for_backward(x, e, r, total)
         ctx.t = t
         return total.log() + shift * math.log(2.0)
