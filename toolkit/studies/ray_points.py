@@ -192,6 +192,8 @@ def join(ray: Any, address: str, common: dict[str, Any]) -> None:
     with tempfile.TemporaryFile(mode="w+") as caught:
         try:
             with _stderr_to(caught):
+                if address != "auto":
+                    _ask_gcs(address)
                 ray.init(address=address, **({"_node_ip_address": host} if host else {}), **common)
         except Exception as exc:  # noqa: BLE001 - every way of failing to join is one message
             caught.seek(0)
@@ -201,6 +203,22 @@ def join(ray: Any, address: str, common: dict[str, Any]) -> None:
                 raise LaunchError(AUTH_FIX.format(address=address)) from None
             first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
             raise LaunchError(f"could not join the Ray cluster at {address}: {first[:300]}") from None
+
+
+def _ask_gcs(address: str) -> None:
+    """One call to the head's GCS before ``ray.init``: a cluster that refuses this process's token
+    says so at once here, where ``ray.init`` retries for 20 s before it gives up (Ray 2.60). Any
+    other outcome is left to ``ray.init`` (and a Ray without this client skips the question)."""
+    try:
+        from ray._raylet import GcsClient
+    except ImportError:
+        return
+    try:
+        GcsClient(address=address)
+    except Exception as exc:  # noqa: BLE001 - only a refused token is acted on here
+        if any(sign in f"{type(exc).__name__}: {exc}" for sign in _AUTH_SIGNS):
+            raise
+        return
 
 
 def _causes(exc: BaseException) -> list[BaseException]:
