@@ -23,7 +23,10 @@ The two steps, timed in alternating rounds (the median is printed):
   ``cudnn.benchmark``, fused SGD, autocast in the same precision, NT-Xent through
   ``F.cross_entropy`` on views made once by ctk's augmentation (no augmentation in its step).
   ``--compile`` compiles both (the recipe's ``compile: default``, ``torch.compile`` of the bare
-  model).
+  model). Without it the bare loop is eager and ctk's step follows the recipe's ``compile``,
+  ``auto`` by default (``toolkit.training.speed.choose_compile``: eager off CUDA; on CUDA
+  ``reduce-overhead`` where its timed trial finds it faster); what it chose, and why, is printed
+  for every round and on the ``ctk step`` line.
 
 Also printed: ctk's augmentation alone (the domain's ``make_views`` on a batch, timed apart) as
 a share of ctk's step, the ImageNet-100 epoch (126,689 images) and a 200-epoch run at each rate,
@@ -188,6 +191,15 @@ def bare_step(plan: runs.Plan, trainer, warmup: int, steps: int, compiled: bool)
     return (time.perf_counter() - start) / steps
 
 
+def _compile(trainer) -> str:
+    """What ctk's trainer chose for the recipe's ``compile``, and why (``auto``)."""
+    chosen = getattr(trainer, "speed", None)
+    if chosen is None:
+        return "ctk compile: a checkout from before the speed line"
+    why = getattr(chosen, "compile_reason", "")
+    return f"ctk compile: {trainer.recipe.compile} -> {chosen.compile}" + (f" ({why})" if why else "")
+
+
 def _hours(seconds: float) -> str:
     return f"{seconds / 3600:.1f} h" if seconds >= 3600 else f"{seconds / 60:.1f} min"
 
@@ -226,7 +238,10 @@ def main(argv: list[str] | None = None) -> int:
         bare.append(t_bare)
         aug.append(t_aug)
         b = recipe.budget.batch_size
-        print(f"  round {r + 1}: ctk {b / t_ctk:9.1f} images/s   bare {b / t_bare:9.1f} images/s", flush=True)
+        print(
+            f"  round {r + 1}: ctk {b / t_ctk:9.1f} images/s   bare {b / t_bare:9.1f} images/s   {_compile(trainer)}",
+            flush=True,
+        )
     b = recipe.budget.batch_size
     t_ctk, t_bare, t_aug = statistics.median(ctk), statistics.median(bare), statistics.median(aug)
     chose = trainer.speed.line() if hasattr(trainer, "speed") else "a checkout from before the speed line"

@@ -76,6 +76,8 @@ def test_a_run_with_set_validates_once_and_builds_its_objective_once(points_doma
     assert run.info.run_name == "nt_xent-s4-t0.3-s0"  # named after what --set changed, without a second load
     assert run.data.params["tracking.run_name"] == "nt_xent-s4-t0.3-s0"
     assert run.data.params["precision"] == "fp32" and run.data.params["measured.precision"] == "fp32"
+    # compile as set (the default, auto) and as chosen (eager on the CPU): a setting and a measurement
+    assert run.data.params["compile"] == "auto" and run.data.params["measured.compile"] == "off"
 
 
 def test_a_resume_asks_for_its_checkpoint_once(points_domain, points_recipe, counted):

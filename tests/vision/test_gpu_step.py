@@ -35,7 +35,10 @@ def test_tiny_run_prints_both_rates_their_ratio_and_what_ctk_chose(capsys):
     assert "resnet18 at 16 px, batch 8 x 2 views" in out
     assert out.count("ImageNet-100 at ") == 2 and "200 epochs" in out
     # the trainer said what it chose: a conv encoder in channels_last, LARS per parameter on a CPU
-    assert "[ctk] speed: encoder channels_last; optimizer lars per-parameter; not compiled" in err
+    assert "[ctk] speed: encoder channels_last; optimizer lars per-parameter; not compiled (auto: eager on cpu)" in err
+    # and the bench says what compile: auto chose, with the reason, for every round
+    assert "ctk compile: auto -> off (auto: eager on cpu)" in out.splitlines()[2]
+    assert "not compiled (auto: eager on cpu)" in re.search(r"ctk step .*", out).group(0)
 
 
 def test_the_bare_loop_computes_ctk_nt_xent():
@@ -87,7 +90,10 @@ def test_the_compile_switch_compiles_the_step_model_only():
     assert trainer.model._orig_mod is trainer.encoder
     assert not any(k.startswith("_orig_mod") for k in trainer.state_dict()["encoder"])
     assert _trainer(["compile=reduce-overhead"]).speed.compile.startswith("default (reduce-overhead's CUDA graphs")
-    plain = _trainer([])
+    plain = _trainer([])  # compile: auto, on the CPU: eager
     assert plain.model is plain.encoder and plain.speed.compile == "off"
+    assert plain.recipe.compile == "auto" and plain.speed.compile_reason == "auto: eager on cpu"
+    off = _trainer(["compile=off"])  # as stored recipes and runs of before auto say it
+    assert off.model is off.encoder and (off.speed.compile, off.speed.compile_reason) == ("off", "")
     with pytest.raises(RecipeError, match="compile"):
         _trainer(["compile=fast"])

@@ -225,10 +225,11 @@ class Common(Section):
     seed: int = Field(0, ge=0)
     device: Literal["auto", "cpu", "cuda"] = "auto"
     precision: Literal["auto", "fp32", "bf16", "fp16"] = "auto"  # auto: toolkit.training.precision
-    compile: Literal["off", "default", "reduce-overhead", "max-autotune"] = Field(
-        "off",
+    compile: Literal["auto", "off", "default", "reduce-overhead", "max-autotune"] = Field(
+        "auto",
         description="torch.compile the training step's model in this mode (toolkit.training.speed); "
-        "reduce-overhead adds CUDA graphs (CUDA only); true means default, false off",
+        "reduce-overhead adds CUDA graphs (CUDA only); auto: eager off CUDA, on CUDA reduce-overhead "
+        "where a timed trial finds it faster; true means default, false off",
     )
     distributed: DistributedSection = Field(default_factory=DistributedSection)
     objective: ObjectiveSection | None = None

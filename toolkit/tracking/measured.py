@@ -8,6 +8,7 @@
   ``measured.budget_steps_by``: ``run`` when the run calibrated it, ``sweep`` when its sweep
   did), the environment steps an RL run reached (``measured.budget_steps_reached``), the
   precision and device ``auto`` resolved to (``measured.precision``, ``measured.device``), the
+  compile mode the training step ran in (``measured.compile``: what ``compile: auto`` chose), the
   probe's chosen regularisation (``measured.evaluation.chosen.linear_c...``).
 * **environment** (``env.*``): the machine and code the run ran on: ``env.cpu_capability``
   (``torch.backends.cpu.get_cpu_capability()``), ``env.cpu_bf16`` (``native`` / ``not native``),

@@ -39,6 +39,7 @@ from tqdm import tqdm
 
 from toolkit import checkpoint as ckpt
 from toolkit import objective as objective_mod
+from toolkit.tracking.measured import MEASURED
 from toolkit.training import speed
 from toolkit.training.batches import Batches, DataStop, epoch_batches, epoch_orders
 from toolkit.training.budget import calibrate as calibrate_length
@@ -93,8 +94,6 @@ class Pretrainer(CheckpointedState, Evaluations, Trainer):
             from toolkit.training.distributed import ShuffledKeys
 
             self.key_encoder = ShuffledKeys(self.key_encoder, dist, self.shuffle_gen)
-        compile_mode = speed.compile_mode(recipe.compile, device)
-        self.model = speed.compiled(self.model, compile_mode)
         self._bad: tuple[torch.Tensor, torch.Tensor] | None = None  # (first non-finite step, its loss)
         self._rank_rng: list[Any] | None = None
 
@@ -105,9 +104,14 @@ class Pretrainer(CheckpointedState, Evaluations, Trainer):
         self.scheduler = build_scheduler(self.optimizer, recipe.schedule, lambda: self.total, self.steps_per_epoch)
         self.amp_dtype = autocast_dtype(recipe.precision)
         self.scaler = torch.amp.GradScaler(device.type, enabled=self.amp_dtype is torch.float16)
-        self.speed = speed.Speed(layout, device.type == "cuda", implementation(self.optimizer), compile_mode)
+        choice = self._choose_compile()
+        self.model = speed.compiled(self.model, choice.mode)
+        self.speed = speed.Speed(
+            layout, device.type == "cuda", implementation(self.optimizer), choice.mode, choice.reason
+        )
         if self.is_main:
             print(f"[ctk] {self.speed.line()}", file=sys.stderr, flush=True)
+            self.tracker.log_params({f"{MEASURED}compile": choice.measured})
         self.state = LoopState()
 
     @property
@@ -120,6 +124,34 @@ class Pretrainer(CheckpointedState, Evaluations, Trainer):
 
     def _generators(self) -> dict[str, torch.Generator]:
         return {"views": self.views_gen, "shuffle": self.shuffle_gen}
+
+    def _choose_compile(self) -> speed.CompileChoice:
+        """The recipe's ``compile`` resolved (:func:`~toolkit.training.speed.choose_compile`).
+        Under torchrun every rank times its own copies (a SyncBatchNorm copy needs every rank
+        in its passes) and rank 0's choice is taken by all, so every rank steps the same way."""
+        dist = self.options.distributed
+        choice = speed.choose_compile(self.recipe.compile, self.encoder, self.device, self._compile_trial())
+        return dist.broadcast_object(choice) if dist else choice
+
+    def _compile_trial(self) -> speed.Trial:
+        """One forward and backward pass of a model (a copy of the step model) on the first
+        batch's views, drawn from a generator of the trial's own, under the run's autocast; its
+        loss is the embeddings' sum, so no objective state (queue, bank) is touched. The batch
+        is read at the first pass: a run that times nothing reads nothing."""
+        held: dict[str, Any] = {}
+
+        def trial(model: torch.nn.Module) -> None:
+            if not held:
+                held["batch"] = to_device(next(iter(self.data.train)), self.device)
+                held["gen"] = torch.Generator(device=self.device).manual_seed(self.recipe.seed + 29)
+            model.zero_grad(set_to_none=True)
+            with self._autocast():
+                cb = self.domain.contrastive_batch(
+                    held["batch"], model, None, set(), self.recipe.objective.views, 0, held["gen"]
+                )
+            cb.views.float().sum().backward()
+
+        return trial
 
     def _output_dim(self) -> int:
         dim = getattr(self.encoder, "out_dim", None)
