@@ -10,6 +10,7 @@ when it ends, checked (``ray stop`` would stop every Ray on the machine: the nod
 
 from __future__ import annotations
 
+import collections
 import ipaddress
 import os
 import re
@@ -18,6 +19,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -38,7 +40,7 @@ class Cluster:
     """The test's processes: each started in its own session, stopped as a process tree."""
 
     def __init__(self, env: dict[str, str], temp: Path):
-        self.env, self.temp, self.procs, self.seen = env, temp, {}, set()
+        self.env, self.temp, self.procs, self.seen, self.tails = env, temp, {}, set(), {}
 
     def start(self, name: str, *cmd: str, env: dict[str, str] | None = None, cwd: Path | None = None):
         proc = subprocess.Popen(
@@ -53,6 +55,14 @@ class Cluster:
         )
         self.procs[name] = proc
         return proc
+
+    def drain(self, name: str) -> None:
+        """Read the rest of a started process's output in a thread (its last lines kept): a pipe
+        that nobody reads fills up (64 KiB), and the server's workers, writing their request log
+        into it, then block on the write and stop answering."""
+        proc, tail = self.procs[name], collections.deque(maxlen=200)
+        self.tails[name] = tail
+        threading.Thread(target=lambda: tail.extend(proc.stdout), daemon=True).start()
 
     def note_tree(self, name: str) -> None:
         self.seen.update(process_tree(self.procs[name].pid))
@@ -92,8 +102,8 @@ class Cluster:
                 pass
         for proc in self.procs.values():
             try:
-                proc.communicate(timeout=10)
-            except (subprocess.TimeoutExpired, ValueError):
+                proc.wait(timeout=10)  # its output is read by its drain thread (or by nobody now)
+            except subprocess.TimeoutExpired:
                 pass
         time.sleep(1)
         return [p for p in self.seen | set(self.ours()) if pid_alive(p) and not _zombie(p)]
@@ -154,6 +164,7 @@ def test_sweep_on_a_two_node_cluster_with_a_server_then_a_lost_node(ctk, tmp_pat
         )  # fmt: skip
         _line(head, r"Ray runtime started")
         say("head up")
+        cluster.drain("head")
         cluster.note_tree("head")
 
         # a shell without RAY_AUTH_MODE: one message with the fix, exit 2, nothing written
@@ -168,6 +179,7 @@ def test_sweep_on_a_two_node_cluster_with_a_server_then_a_lost_node(ctk, tmp_pat
         )
         _line(server, "MLFLOW_TRACKING_URI", timeout=90)
         say("server up")
+        cluster.drain("server")
         started = time.monotonic()
         refused = ctk("sweep", TOY, "--grid", "seed=0", *FAST, "--address", address, "--experiment", "refused")
         figures["refused_s"] = time.monotonic() - started
@@ -185,6 +197,7 @@ def test_sweep_on_a_two_node_cluster_with_a_server_then_a_lost_node(ctk, tmp_pat
         )  # fmt: skip
         _line(node, r"Ray runtime started")
         say("node up")
+        cluster.drain("node")
         cluster.note_tree("node")
 
         # four points on two nodes of one CPU each, logged to the server
