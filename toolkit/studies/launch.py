@@ -129,33 +129,71 @@ def run_sweep(
     echo: Callable[[str], None] = print,
 ) -> tuple[int, list[Outcome]]:
     """Plan, launch and summarise a sweep of :class:`toolkit.studies.sweeps.Point`; returns (exit code:
-    0, 1 when a point failed, 130 when stopped by Ctrl-C; the outcomes)."""
-    from toolkit.studies.sweeps import (
-        PARENT_TAG,
-        close_parent,
-        open_parent,
-        summary_table,
-    )
-    from toolkit.tracking.store import client_for, tracking_uri
+    0, 1 when a point failed, 130 when stopped by Ctrl-C; the outcomes). The steps: one point per
+    distinct recipe, everything it needs checked before anything is written, each point's action
+    decided from the store, the parent run opened, the points to run launched, the table."""
+    from toolkit.studies.budget_steps import fix_for_points
+    from toolkit.studies.sweeps import open_parent
+    from toolkit.tracking.store import client_for
 
+    points = _distinct(points, echo)
+    uri, address = _ready(points, address, echo)
+    client = client_for(uri)
+    existing = find_point_runs(client, experiment)
+    plan = _plan(points, existing, retry_failed, experiment, echo)
+    parent = open_parent(client, experiment, parent_name, points, grid, [rid for _, _, rid in plan if rid])
+    specs = _specs(plan, parent, uri, jobs, cpus, gpus, retry_failed)
+    try:
+        outcomes, interrupted = run_points(
+            specs,
+            lookup,
+            jobs=jobs,
+            address=address,
+            progress=progress,
+            echo=echo,
+            before=lambda alone: fix_for_points(client, parent, points, specs, alone, echo),
+        )
+    except KeyboardInterrupt:
+        outcomes, interrupted = [], True
+    except LaunchError:  # the cluster refused us (its token): nothing ran; the parent says so
+        client.set_terminated(parent, "KILLED")
+        raise
+    outcomes = _every_outcome(outcomes, plan, specs, points, existing)
+    return _summarise(client, parent, outcomes, interrupted, echo), outcomes
+
+
+def _distinct(points: list[Any], echo: Callable[[str], None]) -> list[Any]:
+    """One point per distinct recipe (a grid that names one recipe twice runs it once, said)."""
     unique: dict[str, Any] = {}
     for p in points:
         if p.key in unique:
             echo(f"note: {p.label} is the same recipe as {unique[p.key].label}; it runs once")
         unique.setdefault(p.key, p)
-    points = list(unique.values())
+    return list(unique.values())
+
+
+def _ready(points: list[Any], address: str | None, echo: Callable[[str], None]) -> tuple[str, str | None]:
+    """(tracking URI, Ray address) once the store answers, the head answers and every point's
+    data can be read: each a one-line error before anything is written (as ``ctk run``)."""
     from toolkit.tracking.health import check_store
+    from toolkit.tracking.store import tracking_uri
 
     uri = tracking_uri(points[0].recipe.tracking.uri)
-    check_store(uri, say=echo)  # one line naming the URI, before anything starts (as ctk run)
+    check_store(uri, say=echo)
     address = address or os.environ.get("RAY_ADDRESS") or None
     if address and address != "auto":
         check_answers(address)  # a head that does not answer: said within seconds, nothing written
     missing = data_problems(points)
     if missing:  # before the parent run exists: a sweep that cannot read its data leaves nothing
         raise LaunchError("the data of the sweep cannot be read (nothing was run):\n" + "\n".join(missing))
-    client = client_for(uri)
-    existing = find_point_runs(client, experiment)
+    return uri, address
+
+
+def _plan(
+    points: list[Any], existing: dict[str, Any], retry_failed: bool, experiment: str, echo: Callable[[str], None]
+) -> list[tuple[Any, str, str | None]]:
+    """(point, action, earlier run id) for every point (:func:`toolkit.studies.sweeps.decide`),
+    and the line that counts them."""
     plan = [(p, *decide(existing.get(p.key), retry_failed)) for p in points]
     count = {
         a: sum(1 for _, act, _ in plan if act == a)
@@ -167,7 +205,23 @@ def run_sweep(
         + (f", {count['failed']} failed earlier (not retried without --retry-failed)" if count["failed"] else "")
         + (f", {count['running']} running elsewhere" if count["running"] else "")
     )
-    parent = open_parent(client, experiment, parent_name, points, grid, [rid for _, _, rid in plan if rid])
+    return plan
+
+
+def _specs(
+    plan: list[tuple[Any, str, str | None]],
+    parent: str,
+    uri: str,
+    jobs: int,
+    cpus: float | None,
+    gpus: float | None,
+    retry_failed: bool,
+) -> list[PointSpec]:
+    """What each point to launch, resume or restart needs to run anywhere: its recipe, tags, the
+    cores and GPUs it asks for (``--cpus`` / ``--gpus``, else its recipe's ``resources``, else
+    the cores shared between the jobs) and the environment it runs in."""
+    from toolkit.studies.sweeps import PARENT_TAG
+
     local_cores = os.cpu_count() or 1
     specs = []
     for p, action, _ in plan:
@@ -189,25 +243,20 @@ def run_sweep(
                 os.getcwd(),
             )
         )
-    from toolkit.studies.budget_steps import fix_for_points
+    return specs
 
-    try:
-        outcomes, interrupted = run_points(
-            specs,
-            lookup,
-            jobs=jobs,
-            address=address,
-            progress=progress,
-            echo=echo,
-            before=lambda alone: fix_for_points(client, parent, points, specs, alone, echo),
-        )
-    except KeyboardInterrupt:
-        outcomes, interrupted = [], True
-    except LaunchError:  # the cluster refused us (its token): nothing ran; the parent says so
-        client.set_terminated(parent, "KILLED")
-        raise
+
+def _every_outcome(
+    outcomes: list[Outcome],
+    plan: list[tuple[Any, str, str | None]],
+    specs: list[PointSpec],
+    points: list[Any],
+    existing: dict[str, Any],
+) -> list[Outcome]:
+    """The launched points' outcomes with those of the points not launched (skipped, running
+    elsewhere, failed earlier) and of the ones Ctrl-C kept from starting, in the grid's order."""
     done = {o.label for o in outcomes}
-    outcomes += [
+    outcomes = outcomes + [
         Outcome(
             p.label,
             {"skip": "skipped"}.get(a, a),
@@ -220,7 +269,15 @@ def run_sweep(
     ]
     outcomes += [Outcome(s.label, "not run") for s in specs if s.label not in {o.label for o in outcomes}]
     order = {p.label: i for i, p in enumerate(points)}
-    outcomes.sort(key=lambda o: order.get(o.label, len(order)))
+    return sorted(outcomes, key=lambda o: order.get(o.label, len(order)))
+
+
+def _summarise(
+    client: Any, parent: str, outcomes: list[Outcome], interrupted: bool, echo: Callable[[str], None]
+) -> int:
+    """The table and the counts, printed and kept on the parent run (closed); the exit code."""
+    from toolkit.studies.sweeps import close_parent, summary_table
+
     table = summary_table(
         [(o.label, o.outcome, o.run_id or "-", f"{o.seconds:.0f}" if o.seconds else "-", o.note) for o in outcomes]
     )
@@ -228,8 +285,7 @@ def run_sweep(
     echo(table)
     echo("summary: " + ", ".join(f"{v} {k}" for k, v in counts.items()))
     close_parent(client, parent, table, {**counts, "killed": counts["killed"] + (1 if interrupted else 0)})
-    code = 130 if interrupted else 1 if counts["failed"] else 0
-    return code, outcomes
+    return 130 if interrupted else 1 if counts["failed"] else 0
 
 
 def sweep_grid(
