@@ -2,7 +2,8 @@
 is interrupted (SIGINT to the sweep, as a terminal's Ctrl-C reaches it) at a random moment of its
 life: Ray starting, a point's run being created, training, checkpointing, evaluating, finishing.
 After each interrupt no point run is FAILED, and a plain rerun (no --retry-failed) finishes every
-point. Each round is a new experiment, so every round has points to interrupt.
+point. Each round is a new experiment, so every round has points to interrupt. The moments are drawn
+over the life of one uninterrupted sweep timed first on the same machine.
 
 ``CTK_SOAK_ROUNDS`` (default 20) and ``CTK_SOAK_FIRST`` (default 0) choose the rounds, so the
 soak can be run in parts of a few minutes each (the moments come from the round's number)."""
@@ -33,7 +34,6 @@ ARGS = [
     "--jobs",
     "2",
 ]
-LATEST_S = 16.0  # about the sweep's end on a loaded 2-core machine: a few rounds hit its finish
 
 
 def _points(client, experiment):
@@ -45,8 +45,15 @@ def test_ctrl_c_at_random_moments_never_fails_a_point(ctk):
     first = int(os.environ.get("CTK_SOAK_FIRST", "0"))
     rounds = range(first, first + int(os.environ.get("CTK_SOAK_ROUNDS", "20")))
     client, outcomes, bad = ctk.store(), [], []
+    # the moments span the life of an uninterrupted sweep on this machine (a few past its end),
+    # so that a slower machine is interrupted while it trains and finishes, not only as Ray starts
+    started = time.monotonic()
+    whole = ctk("sweep", TOY, *ARGS, "--experiment", "uninterrupted", timeout=300)
+    latest = 1.05 * (time.monotonic() - started)
+    assert whole.returncode == 0, whole.stderr[-3000:]
+    print(f"an uninterrupted sweep took {latest / 1.05:.1f} s: moments drawn in [0.5, {latest:.1f}] s", flush=True)
     for i in rounds:
-        moment = random.Random(4800 + i).uniform(0.5, LATEST_S)
+        moment = random.Random(4800 + i).uniform(0.5, latest)
         experiment = f"int{i}"
         proc = ctk.popen("sweep", TOY, *ARGS, "--experiment", experiment)
         deadline = time.monotonic() + moment
