@@ -80,19 +80,10 @@ def _masked_exponentials(
         if not partner_kept:
             x.diagonal(half).fill_(_NEG_INF)
             x.diagonal(-half).fill_(_NEG_INF)
+    exps, sums = _exponentials(x, scales, c0, keep)
     if _squares(scales):
-        e = x.exp2_()
-        exps: list[Tensor | None] = [None, e]
-        sums = [torch.linalg.vector_norm(e, dim=1).square(), e.sum(dim=1)]
         smallest = sums[0]  # sum E^2 <= sum E, as E <= 1
     else:
-        exps = [x] * len(scales)
-        for i in range(1, len(scales)):
-            exps[i] = (x * (scales[i] / c0)).exp2_()
-        exps[0] = x.exp2_()
-        if keep is not None:
-            torch.where(keep, x, x.new_zeros(()), out=x)
-        sums = [e.sum(dim=1) for e in exps]
         smallest = sums[0] if len(sums) == 1 else torch.stack(sums).amin(dim=0)
     # terms below `tiny` add at most m * tiny: negligible (< eps relative) above this level
     floor = torch.finfo(x.dtype).tiny * x.shape[1] / torch.finfo(x.dtype).eps
@@ -138,18 +129,24 @@ def _row_max_exponentials(
         x.masked_fill_(keep.logical_not(), _NEG_INF)
     top = x.amax(dim=1, keepdim=True)
     x.sub_(top)
-    shift = top.div_(_LOG2E)  # natural units, as _lse reads it
+    exps, sums = _exponentials(x, scales, c0)  # dropped entries are -inf: exp2 makes them 0
+    return exps, sums, top.div_(_LOG2E).squeeze(1), False, keep  # the shift in natural units
+
+
+def _exponentials(x: Tensor, scales: Sequence[float], c0: float, keep: Tensor | None = None):
+    """E_c per scale from the shifted logits ``x`` (base 2, exponentiated in place) and their row
+    sums; with ``keep`` (single scale) the dropped entries are zeroed after the exp. For the
+    scales (2c, c) only E_c is kept: E_2c = E_c^2, its row sums the squared row norms."""
     if _squares(scales):
         e = x.exp2_()
-        exps: list[Tensor | None] = [None, e]
-        sums = [torch.linalg.vector_norm(e, dim=1).square(), e.sum(dim=1)]
-    else:
-        exps = [x] * len(scales)
-        for i in range(1, len(scales)):
-            exps[i] = (x * (scales[i] / c0)).exp2_()
-        exps[0] = x.exp2_()
-        sums = [e.sum(dim=1) for e in exps]
-    return exps, sums, shift.squeeze(1), False, keep
+        return [None, e], [torch.linalg.vector_norm(e, dim=1).square(), e.sum(dim=1)]
+    exps = [x] * len(scales)
+    for i in range(1, len(scales)):
+        exps[i] = (x * (scales[i] / c0)).exp2_()
+    exps[0] = x.exp2_()
+    if keep is not None:
+        torch.where(keep, x, x.new_zeros(()), out=x)
+    return exps, [e.sum(dim=1) for e in exps]
 
 
 def _lse(scales: Sequence[float], sums: Sequence[Tensor], shift: Tensor, i: int) -> Tensor:

@@ -120,10 +120,10 @@ def ring_nce(
                 stats["neg_sim"] = qd.mean(0) @ queue.mean(0)
             else:  # x = (q.Q / tau - shift) log2 e: shift = ||q_i|| max ||Q|| / tau (the bound), or 0
                 # where the kernel shifts by the row max (the ring is taken before that shift)
-                shift = torch.linalg.vector_norm(qd, dim=1) * torch.linalg.vector_norm(queue, dim=1).max()
-                if _shift_by_row_max(qd):
-                    shift = torch.zeros_like(shift)
-                stats["neg_sim"] = (ring.kept_x_sum / _LOG2E * tau + (hi - lo) * shift.sum()) / (len(qd) * (hi - lo))
+                shift = 0.0
+                if not _shift_by_row_max(qd):
+                    shift = (torch.linalg.vector_norm(qd, dim=1) * torch.linalg.vector_norm(queue, dim=1).max()).sum()
+                stats["neg_sim"] = (ring.kept_x_sum / _LOG2E * tau + (hi - lo) * shift) / (len(qd) * (hi - lo))
     return loss
 
 
