@@ -115,6 +115,10 @@ class Domain:
     # set to a reason to make ``precision: auto`` run fp32 on any hardware (a recipe may still
     # ask for bf16 / fp16 explicitly)
     auto_fp32: ClassVar[str | None] = None
+    # set to a reason when the training batches change shape from step to step (text pads each
+    # batch to its longest sentence): ``compile: auto`` then stays eager and says why, since every
+    # new shape would cost a recompile and, with CUDA graphs, a new graph (toolkit.training.speed)
+    variable_shapes: ClassVar[str | None] = None
 
     @classmethod
     def sections(cls) -> dict[str, type[Section]]:

@@ -148,6 +148,7 @@ class TextDomain(Domain):
         "quick-thought batches are scored by the domain (scores / positive_mask), which "
         "cannot be gathered across ranks yet"
     )
+    variable_shapes = "text batches are padded to their longest sentence (a recompile and a CUDA graph per width)"
 
     def __init__(self, recipe: Any) -> None:
         super().__init__(recipe)

@@ -105,7 +105,8 @@ class Pretrainer(CheckpointedState, Evaluations, Trainer):
         self.amp_dtype = autocast_dtype(recipe.precision)
         self.scaler = torch.amp.GradScaler(device.type, enabled=self.amp_dtype is torch.float16)
         choice = self._choose_compile()
-        self.model = speed.compiled(self.model, choice.mode)
+        # auto's trial hands over the model it compiled and warmed: the run compiles nothing again
+        self.model = choice.step_model or speed.compiled(self.model, choice.mode)
         self.speed = speed.Speed(
             layout, device.type == "cuda", implementation(self.optimizer), choice.mode, choice.reason
         )
@@ -126,30 +127,54 @@ class Pretrainer(CheckpointedState, Evaluations, Trainer):
         return {"views": self.views_gen, "shuffle": self.shuffle_gen}
 
     def _choose_compile(self) -> speed.CompileChoice:
-        """The recipe's ``compile`` resolved (:func:`~toolkit.training.speed.choose_compile`).
-        Under torchrun every rank times its own copies (a SyncBatchNorm copy needs every rank
-        in its passes) and rank 0's choice is taken by all, so every rank steps the same way."""
+        """The recipe's ``compile`` resolved (:func:`~toolkit.training.speed.choose_compile`) on
+        the run's own step model (DDP and SyncBatchNorm included), put back as it was. Under
+        torchrun every rank runs the trial and the ranks' outcomes are gathered before each
+        decision, so every rank takes the same one at the same point (the slowest rank's time,
+        any rank's failure). The run's length weighs the compile time: ``budget.steps`` or the
+        epochs, at most what ``budget.minutes`` holds."""
         dist = self.options.distributed
-        choice = speed.choose_compile(self.recipe.compile, self.encoder, self.device, self._compile_trial())
-        return dist.broadcast_object(choice) if dist else choice
+        return speed.choose_compile(
+            self.recipe.compile,
+            self.model,
+            self.device,
+            self._compile_trial(),
+            agree=dist.all_gather_object if dist else None,
+            steps=self.total,
+            minutes=self.recipe.budget.minutes,
+            variable_shapes=getattr(self.domain, "variable_shapes", None),
+        )
+
+    def _rank_batch(self, batch: Any) -> Any:
+        """This rank's part of a batch of the training data, as a step takes it: under torchrun an
+        in-memory global batch is sharded (a sharded loader hands each rank its own already)."""
+        dist = self.options.distributed
+        if dist and not (isinstance(self.data.train, Batches) and self.data.train.sharded):
+            return dist.shard(batch)
+        return batch
 
     def _compile_trial(self) -> speed.Trial:
-        """One forward and backward pass of a model (a copy of the step model) on the first
-        batch's views, drawn from a generator of the trial's own, under the run's autocast; its
-        loss is the embeddings' sum, so no objective state (queue, bank) is touched. The batch
-        is read at the first pass: a run that times nothing reads nothing."""
+        """One forward and backward pass of a step model on the views of the batch this rank
+        trains on first (sharded as a step shards it), drawn from a generator of the trial's own,
+        under the run's autocast; its loss is the sum of the embeddings (or of the domain's
+        scores), so no objective state (queue, bank) is touched. The batch is read at the first
+        pass: a run that times nothing reads nothing. A domain whose batch has neither raises,
+        and the trial leaves the run eager."""
         held: dict[str, Any] = {}
 
         def trial(model: torch.nn.Module) -> None:
             if not held:
-                held["batch"] = to_device(next(iter(self.data.train)), self.device)
+                held["batch"] = to_device(self._rank_batch(next(iter(self.data.train))), self.device)
                 held["gen"] = torch.Generator(device=self.device).manual_seed(self.recipe.seed + 29)
             model.zero_grad(set_to_none=True)
             with self._autocast():
                 cb = self.domain.contrastive_batch(
                     held["batch"], model, None, set(), self.recipe.objective.views, 0, held["gen"]
                 )
-            cb.views.float().sum().backward()
+            out = cb.views if cb.views is not None else cb.scores
+            if out is None:
+                raise ValueError(f"domain {self.domain.name!r} returned a batch with no views and no scores")
+            out.float().sum().backward()
 
         return trial
 
