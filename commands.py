@@ -204,6 +204,7 @@ def summary(run_id: str | None, recipe: Any, seconds: float, metrics: dict[str, 
     their baselines from the same run (with the difference), where its figures are and the
     commands to look further; every final metric with ``verbose``."""
     from toolkit.runs import record_metrics
+    from toolkit.tracking.servers import ui_route
     from toolkit.tracking.store import run_location
 
     lines = [f"run {run_id} ({recipe.run_name}) finished in {_duration(seconds)}"]
@@ -224,7 +225,7 @@ def summary(run_id: str | None, recipe: Any, seconds: float, metrics: dict[str, 
     if artifacts:
         lines.append(f"figures and files: {artifacts} (figures/)")
     if experiment_id:
-        lines.append(f"look further: ctk ui  (then http://127.0.0.1:5000/#/experiments/{experiment_id}/runs/{run_id})")
+        lines.append(f"look further: ctk ui  (then http://127.0.0.1:5000/{ui_route(experiment_id, run_id)})")
     lines.append(f"              ctk compare {recipe.tracking.experiment}")
     if verbose or not record:
         lines += ["all final metrics:", *(f"  {k}: {v:.4f}" for k, v in sorted(metrics.items()))]

@@ -52,3 +52,19 @@ def test_single_run_name_says_what_differs_from_the_file():
     changed = commands.load_for_run(TOY, ("objective.loss.temperature=0.3",), ["precision=fp32", "seed=2"], None).recipe
     assert "t0.3" in changed.run_name and "pfp32" in changed.run_name and changed.run_name.endswith("-s2")
     assert "t0.3" not in plain.run_name
+
+
+def test_the_run_link_opens_the_run_in_the_machine_learning_view(monkeypatch):
+    """mlflow 3.17 opens ``#/experiments/ID/runs/RUN`` in its GenAI navigation: the link ``ctk run``
+    ends with asks for the machine-learning view, as ``ctk ui``'s links do (one form, one function)."""
+    from toolkit.studies.ui_view import view_path
+    from toolkit.tracking import store
+    from toolkit.tracking.servers import ui_route
+
+    monkeypatch.setattr(store, "run_location", lambda uri, run_id: ("/tmp/art", "7"))
+    text = commands.summary("abc", commands.load(TOY), 1.0, {})
+    link = "http://127.0.0.1:5000/#/experiments/7/runs/abc?workflowType=machine_learning"
+    assert f"look further: ctk ui  (then {link})" in text.splitlines()
+    assert view_path("7") == ui_route("7", view="ctk-columns")
+    assert view_path("7") == "#/experiments/7/runs?workflowType=machine_learning&viewStateShareKey=ctk-columns"
+    assert ui_route("7", "abc", page="artifacts") == "#/experiments/7/runs/abc/artifacts?workflowType=machine_learning"

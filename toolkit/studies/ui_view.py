@@ -19,6 +19,7 @@ import json
 from typing import Any
 
 from toolkit.studies.runsets import eval_metrics, run_seed, split_parents, varying_params
+from toolkit.tracking.servers import ui_route
 
 KIND_TAG = "mlflow.experimentKind"
 ML_KIND = "custom_model_development"
@@ -29,8 +30,9 @@ _NOTE_MARK = "<!-- written by ctk -->"
 
 
 def view_path(experiment_id: str) -> str:
-    """The UI route that opens the experiment with ctk's columns."""
-    return f"#/experiments/{experiment_id}/runs?workflowType=machine_learning&viewStateShareKey={VIEW_KEY}"
+    """The UI route that opens the experiment with ctk's columns (the one form of ctk's links:
+    :func:`toolkit.tracking.servers.ui_route`)."""
+    return ui_route(experiment_id, view=VIEW_KEY)
 
 
 def view_state(metrics: list[str], params: list[str]) -> dict[str, Any]:

@@ -39,6 +39,7 @@ from toolkit.errors import CtkError
 __all__ = [
     "LOOPBACK",
     "UI_WORKERS",
+    "ui_route",
     "server_env",
     "server_workers",
     "is_loopback",
@@ -52,6 +53,17 @@ __all__ = [
 LOOPBACK = "127.0.0.1"
 UI_WORKERS = 1
 JOBS_ENV = "MLFLOW_SERVER_ENABLE_JOB_EXECUTION"
+
+
+def ui_route(experiment_id: str, run_id: str | None = None, page: str = "", view: str | None = None) -> str:
+    """The mlflow UI's route (what follows ``http://HOST:PORT/``) to an experiment's runs, or to
+    run ``run_id`` (and its tab ``page``, e.g. ``artifacts``), in the machine-learning view:
+    mlflow 3.17 opens an experiment or a run in its GenAI navigation unless the link asks for
+    ``workflowType=machine_learning``. ``view``: a saved columns view (``viewStateShareKey``,
+    :mod:`toolkit.studies.ui_view`). Every UI link ctk prints or writes is made here, so they all
+    have one form."""
+    path = f"#/experiments/{experiment_id}/runs" + (f"/{run_id}" if run_id else "") + (f"/{page}" if page else "")
+    return f"{path}?workflowType=machine_learning" + (f"&viewStateShareKey={view}" if view else "")
 
 
 def server_env() -> dict[str, str]:
