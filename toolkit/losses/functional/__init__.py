@@ -14,9 +14,9 @@ Submodules, one family each: ``infonce`` (score-level InfoNCE, NT-Xent, MoCo, CM
 Every submodule whose name does not start with ``_`` is imported when the package is, and the
 names in its ``__all__`` are re-exported here (``functional.nt_xent``, ``functional.byol``):
 adding a loss is adding a file, no list to edit. A submodule must declare ``__all__``, and two
-submodules may not export the same name (both are import errors, raised at once). Modules
-starting with ``_`` (``_kernel``, ``_precision``, ``_validation``, ``_repulsion``) are shared
-machinery, imported by the families that use them.
+submodules may not export the same name (both are import errors, raised at once). The private
+ones, whose names start with ``_`` (``_kernel``, ``_precision``, ``_validation``,
+``_repulsion``), are shared machinery, imported by the families that use them.
 
 Where a loss runs through a fused autograd kernel, its module also holds the formula in plain
 torch (``nt_xent_reference``, ``moco_infonce_reference``, ``dcl_reference``,
