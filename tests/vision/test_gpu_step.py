@@ -1,10 +1,13 @@
 """bench/gpu_step.py on the CPU (``--tiny``): ctk's step, built as ``ctk run`` builds it, beside a
-bare PyTorch loop that computes the same loss; and the speed choices a trainer makes and prints
-(channels_last for a conv encoder, the optimizer's form, the ``compile`` switch)."""
+bare PyTorch loop that computes the same loss with the same optimizer (built by the same code),
+compile mode, memory format and feeding, its targets made on the device; and the speed choices
+a trainer makes and prints (channels_last for a conv encoder, the optimizer's form, the
+``compile`` switch)."""
 
 from __future__ import annotations
 
 import importlib.util
+import json
 import re
 from pathlib import Path
 
@@ -21,8 +24,8 @@ def _bench():
     return module
 
 
-def test_tiny_run_prints_both_rates_their_ratio_and_what_ctk_chose(capsys):
-    assert _bench().main(["--tiny", "--device", "cpu"]) == 0
+def test_tiny_run_prints_both_rates_their_ratio_and_what_ctk_chose(capsys, tmp_path):
+    assert _bench().main(["--tiny", "--device", "cpu", "--json", str(tmp_path / "step.json")]) == 0
     out, err = capsys.readouterr()
     assert out.startswith("machine: ")
     ctk = float(re.search(r"ctk step +([\d.]+) images/s +\(([\d.]+) ms", out).group(2))
@@ -39,6 +42,15 @@ def test_tiny_run_prints_both_rates_their_ratio_and_what_ctk_chose(capsys):
     # and the bench says what compile: auto chose, with the reason, for every round
     assert "ctk compile: auto -> off (auto: eager on cpu)" in out.splitlines()[2]
     assert "not compiled (auto: eager on cpu)" in re.search(r"ctk step .*", out).group(0)
+    # the ratio line says what both sides ran: the compile mode auto chose, the optimizers, the feeding
+    line = re.search(r"ratio ctk / bare: .*", out).group(0)
+    assert "(both not compiled, as compile: auto, which chose it (auto: eager on cpu); " in line
+    assert "optimizer lars per-parameter / lars per-parameter; synthetic uint8 images in host memory;" in line
+    figures = json.loads((tmp_path / "step.json").read_text())
+    assert figures["ratio"] == pytest.approx(ratio, abs=0.006) and figures["ctk_ms"] == pytest.approx(ctk, abs=0.06)
+    assert (figures["compile"], figures["compile_reason"]) == ("off", "auto: eager on cpu")
+    assert figures["optimizer"] == {"ctk": "lars per-parameter", "bare": "lars per-parameter"}
+    assert set(figures["imagenet100_epoch_s"]) == {"ctk", "bare"} and 0 < figures["augmentation_share"] < 1
 
 
 def test_the_bare_loop_computes_ctk_nt_xent():
@@ -97,3 +109,65 @@ def test_the_compile_switch_compiles_the_step_model_only():
     assert off.model is off.encoder and (off.speed.compile, off.speed.compile_reason) == ("off", "")
     with pytest.raises(RecipeError, match="compile"):
         _trainer(["compile=fast"])
+
+
+def test_the_bare_loop_makes_its_targets_on_the_device():
+    """No host tensor copied to the device for the targets: on the meta device every op of the
+    loss runs there and nothing is copied across (the loop of before built them on the host)."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Ops(TorchDispatchMode):
+        def __init__(self) -> None:
+            super().__init__()
+            self.seen: list[tuple[str, set[str]]] = []
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            out = func(*args, **(kwargs or {}))
+            devices = {t.device.type for t in (out if isinstance(out, (tuple, list)) else [out]) if torch.is_tensor(t)}
+            self.seen.append((str(func), devices))
+            return out
+
+    z = torch.nn.functional.normalize(torch.randn(12, 16), dim=-1).to("meta")
+    with Ops() as ops:
+        _bench().nt_xent(z, 0.1)
+    assert ops.seen and all(devices <= {"meta"} for _, devices in ops.seen), ops.seen
+    assert not any("_to_copy" in name or "copy_" in name for name, _ in ops.seen)
+
+
+def test_the_synthetic_feed_has_the_real_epoch_and_hands_over_whole_batches():
+    """An epoch as long as the dataset's (ImageNet-100 at batch 8: 15,836 steps, what compile: auto
+    weighs), made of four distinct batches handed over in turn, images, labels and indices
+    together, never indexed per step; --resident puts them on the device (here: the CPU)."""
+    bench = _bench()
+    plan = bench.load(bench.RECIPE, [*bench.TINY, "budget.steps=2"], "cpu")
+    fed = bench.synthetic_domain(plan).build_data(plan.recipe).train
+    assert len(fed) == 126_689 // 8 and len(fed.batches) == bench.SYNTHETIC_BATCHES
+    batches = list(fed.iter_from(len(fed) - 5))
+    assert [b["x"].data_ptr() for b in batches] == [
+        fed.batches[(len(fed) - 5 + i) % 4]["x"].data_ptr() for i in range(5)
+    ]
+    assert set(batches[0]) == {"x", "y", "index"} and batches[0]["x"].dtype == torch.uint8
+    assert bench.feeding(torch.device("cuda"), False).endswith("from pinned host memory, copied by each step")
+    assert bench.feeding(torch.device("cuda"), True) == "synthetic uint8 images resident on the device"
+
+
+@pytest.mark.parametrize("sets", [[], ["optimizer.name=sgd"]], ids=["recipe's lars", "--sgd"])
+def test_the_bare_loop_runs_the_optimizer_and_compile_mode_ctk_runs(monkeypatch, sets):
+    from toolkit.training.trainer import RunOptions
+
+    bench = _bench()
+    modes = []
+    real = bench.speed.compiled
+
+    def compiled(model, mode):
+        modes.append(mode)
+        return real(model, "off")
+
+    monkeypatch.setattr(bench.speed, "compiled", compiled)
+    plan = bench.load(bench.RECIPE, [*bench.TINY, "budget.steps=2", *sets], "cpu")
+    trainer = bench.synthetic_domain(plan).trainer(plan.recipe, None, RunOptions(device=plan.device, progress=False))
+    trainer.speed = bench.speed.Speed("channels_last", False, "x", "default", "injected")
+    seconds, optimizer = bench.bare_step(plan, trainer, 0, 1)
+    assert seconds > 0 and modes[-1] == "default"  # the mode ctk's trainer has
+    assert optimizer == bench.implementation(trainer.optimizer)
+    assert optimizer == ("sgd fused" if sets else "lars per-parameter")
