@@ -165,11 +165,17 @@ class HeadConfig(Section):
 
 
 class EncoderConfig(Section):
-    arch: Literal["resnet18", "resnet50", "small_alexnet", "convnet"] = "convnet"
+    arch: Literal["resnet18", "resnet50", "small_alexnet", "convnet", "vit_tiny", "vit_small", "vit_base"] = "convnet"
     stem: Literal["cifar", "no_maxpool", "imagenet"] = Field("cifar", description="ResNet stem")
     feature: Literal["pooled", "prepool"] = Field("pooled", description="ResNet feature the probes read")
     width: int = Field(32, ge=1, description="convnet base width")
     blocks: int = Field(3, ge=2, le=4, description="convnet conv blocks (channels double from block to block)")
+    patch_size: int | None = Field(
+        None,
+        ge=1,
+        description="ViT patch side in px (the view size a multiple of it); default: 16 from 128 px views up, else 4",
+    )
+    depth: int | None = Field(None, ge=1, description="ViT transformer layers; default: the arch's 12")
     head: HeadConfig = Field(default_factory=HeadConfig)
     normalize: bool = Field(True, description="L2-normalise the projection")
 

@@ -26,6 +26,7 @@ from domains.vision.config import DataConfig, EncoderConfig, EvaluationConfig, M
 from domains.vision.dataset_table import entry
 from domains.vision.encoders import ProjectionHead, VisionEncoder, build_backbone
 from domains.vision.views import eval_augment, training_views, view_family
+from domains.vision.vit import VIT_CONFIGS, check_vit_size, default_patch_size
 
 __all__ = ["VisionDomain", "VisionEvalData", "storage"]
 
@@ -53,12 +54,12 @@ class VisionEvalData:
 
 class VisionDomain(Domain):
     """CIFAR-10/100, STL-10, MNIST and Fashion-MNIST with the papers' view families, ResNet /
-    small-AlexNet / conv-net encoders, linear probe, weighted kNN and geometry diagnostics."""
+    small-AlexNet / conv-net / ViT encoders, linear probe, weighted kNN and geometry diagnostics."""
 
     name = "vision"
     description = (
         "images: CIFAR-10/100, STL-10, (Fashion-)MNIST; batched SimCLR/MoCo-v2 views; "
-        "ResNet, small AlexNet, conv net; linear probe, weighted kNN, geometry"
+        "ResNet, small AlexNet, conv net, ViT; linear probe, weighted kNN, geometry"
     )
     DataConfig = DataConfig
     EncoderConfig = EncoderConfig
@@ -111,22 +112,39 @@ class VisionDomain(Domain):
     @classmethod
     def check(cls, raw: Mapping[str, Any], sections: Mapping[str, Any]) -> list[tuple[str, str]]:
         """Also: an evaluation size other than the view size needs an encoder that pools over
-        any input size (the small AlexNet's classifier is sized for the views)."""
+        any input size (the small AlexNet's classifier is sized for the views); a ViT's inputs are
+        multiples of its patch size, and ``patch_size`` / ``depth`` are a ViT's only."""
         problems = super().check(raw, sections)
         ev, enc, data = (sections.get(k) for k in ("evaluation", "encoder", "data"))
         if ev is not None and data is not None:
             problems += storage(data.dataset).check_sections(data, ev)
-        if ev is None or enc is None or data is None or ev.image_size is None:
+        if enc is None or data is None:
             return problems
-        view = view_family(data).spec.size
-        if ev.image_size != view and enc.arch == "small_alexnet":
-            problems.append(
-                (
-                    "evaluation.image_size",
-                    f"small_alexnet takes only its training view size ({view}), got {ev.image_size}; "
-                    f"leave it unset or use convnet / resnet18 / resnet50",
+        return problems + cls._encoder_sizes(enc, data, ev)
+
+    @staticmethod
+    def _encoder_sizes(enc: EncoderConfig, data: DataConfig, ev: EvaluationConfig | None) -> list[tuple[str, str]]:
+        """What :meth:`check` asks of the encoder against the recipe's input sizes."""
+        problems = []
+        view, vit = view_family(data).spec.size, enc.arch in VIT_CONFIGS
+        if not vit:
+            for key in ("patch_size", "depth"):
+                if getattr(enc, key) is not None:
+                    problems.append((f"encoder.{key}", f"applies to {', '.join(VIT_CONFIGS)}, got arch {enc.arch!r}"))
+        patch = (enc.patch_size or default_patch_size(view)) if vit else None
+        if vit and check_vit_size(view, patch):
+            return [*problems, ("data.augment.size", f"the view size of {enc.arch} {check_vit_size(view, patch)}")]
+        if ev is not None and ev.image_size is not None and ev.image_size != view:
+            if enc.arch == "small_alexnet":
+                problems.append(
+                    (
+                        "evaluation.image_size",
+                        f"small_alexnet takes only its training view size ({view}), got {ev.image_size}; "
+                        f"leave it unset or use convnet / resnet18 / resnet50",
+                    )
                 )
-            )
+            elif vit and check_vit_size(ev.image_size, patch):
+                problems.append(("evaluation.image_size", f"with {enc.arch} {check_vit_size(ev.image_size, patch)}"))
         return problems
 
     # -- data -------------------------------------------------------------------------------
@@ -158,7 +176,15 @@ class VisionDomain(Domain):
         channels = len(entry(data.dataset).normalization[0])
         size = (self.augment or view_family(data)).spec.size
         backbone, dim = build_backbone(
-            cfg.arch, channels, size, stem=cfg.stem, feature=cfg.feature, width=cfg.width, blocks=cfg.blocks
+            cfg.arch,
+            channels,
+            size,
+            stem=cfg.stem,
+            feature=cfg.feature,
+            width=cfg.width,
+            blocks=cfg.blocks,
+            patch_size=cfg.patch_size,
+            depth=cfg.depth,
         )
         head = ProjectionHead(dim, cfg.head.hidden, cfg.head.out_dim, cfg.head.batch_norm)
         enc = VisionEncoder(backbone, head, cfg.normalize)

@@ -16,6 +16,15 @@ Backbones (``features`` is what evaluation probes):
   2*``width``, 4*``width``, ... channels with BN and ReLU, 2x2 max-pools between them, global
   average pool; channels-last memory layout, ~30% faster on CPU); cheap enough for the CPU
   quickstart.
+* ``vit_tiny`` / ``vit_small`` / ``vit_base``: torchvision's ``VisionTransformer`` (randomly
+  initialised) with ``patch_size`` and optionally ``depth`` (``domains/vision/vit.py``); the
+  probes read the class token (192 / 384 / 768 values), and inputs of another size than the
+  views' (multi-crop's local crops, an evaluation size) resample the position embeddings.
+
+Input sizes other than the training views' (``data.local_crops``, ``evaluation.image_size``):
+``convnet``, the ResNets with ``feature: pooled`` and the ViTs (a multiple of the patch size)
+take them; ``small_alexnet`` and ``feature: prepool`` are sized for the views
+(:func:`size_problem`).
 
 Head: an MLP with ``hidden`` layer sizes (ReLU, optional BN) ending in ``out_dim``; SimCLR's
 2-layer head is ``hidden: [d]``. The output is L2-normalised (``normalize``), which every
@@ -31,10 +40,21 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from domains.base import Encoder
+from domains.vision.vit import VIT_CONFIGS, ViTBackbone, check_vit_size, default_patch_size
 
-__all__ = ["VisionEncoder", "ProjectionHead", "ResNetBackbone", "SmallAlexNet", "ConvNet", "build_backbone", "ARCHS"]
+__all__ = [
+    "VisionEncoder",
+    "ProjectionHead",
+    "ResNetBackbone",
+    "SmallAlexNet",
+    "ConvNet",
+    "ViTBackbone",
+    "build_backbone",
+    "size_problem",
+    "ARCHS",
+]
 
-ARCHS = ("resnet18", "resnet50", "small_alexnet", "convnet")
+ARCHS = ("resnet18", "resnet50", "small_alexnet", "convnet", *VIT_CONFIGS)
 
 
 class ResNetBackbone(nn.Module):
@@ -203,8 +223,11 @@ def build_backbone(
     feature: str = "pooled",
     width: int = 32,
     blocks: int = 3,
+    patch_size: int | None = None,
+    depth: int | None = None,
 ) -> tuple[nn.Module, int]:
-    """The backbone named ``arch`` and its feature size for ``image_size`` inputs."""
+    """The backbone named ``arch`` and its feature size for ``image_size`` inputs
+    (``patch_size`` and ``depth``: the ViTs')."""
     if arch in ("resnet18", "resnet50"):
         net = ResNetBackbone(18 if arch == "resnet18" else 50, in_channels, stem, feature)
         if feature == "prepool":
@@ -220,4 +243,32 @@ def build_backbone(
     if arch == "convnet":
         net = ConvNet(in_channels, width, blocks)
         return net, net.channels
+    if arch in VIT_CONFIGS:
+        net = ViTBackbone(arch, in_channels, image_size, patch_size, depth)
+        return net, net.channels
     raise ValueError(f"encoder arch must be one of {', '.join(ARCHS)}, got {arch!r}")
+
+
+def size_problem(
+    arch: str,
+    view_size: int,
+    size: int,
+    *,
+    feature: str = "pooled",
+    blocks: int = 3,
+    patch_size: int | None = None,
+) -> str | None:
+    """Why an encoder built for ``view_size`` views cannot take ``size x size`` inputs (None
+    when it can): what a recipe's other input sizes (local crops, the evaluation size) are
+    checked against before a run starts."""
+    if size == view_size:
+        return None
+    if arch == "small_alexnet":
+        return f"small_alexnet takes only its training view size ({view_size}), got {size}"
+    if arch in ("resnet18", "resnet50") and feature == "prepool":
+        return f"feature: prepool flattens the feature map of {view_size} px views; {size} px gives another size"
+    if arch == "convnet" and size < 2 ** (blocks - 1):
+        return f"convnet with {blocks} blocks needs inputs of at least {2 ** (blocks - 1)} px, got {size}"
+    if arch in VIT_CONFIGS:
+        return check_vit_size(size, default_patch_size(view_size) if patch_size is None else patch_size)
+    return None
