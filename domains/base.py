@@ -192,6 +192,14 @@ class Domain:
         """``[N, V, *input]`` augmented views of ``batch["x"]`` (on its device)."""
         raise NotImplementedError(f"domain {self.name!r} does not make views")  # pragma: no cover
 
+    def make_local_views(self, batch: Mapping[str, Any], generator: torch.Generator | None = None) -> Tensor | None:
+        """Multi-crop's local views (SwAV, DINO): ``[N, L, *local_input]``, smaller inputs than
+        the global views of :meth:`make_views`, drawn from the same ``generator`` after them (so a
+        run stays seeded and resumable); None when the domain makes none (the default).
+        :meth:`contrastive_batch` encodes them apart (another input size) and appends their
+        embeddings after the global views' along the view axis."""
+        return None
+
     def natural_view(self, batch: Mapping[str, Any]) -> Tensor:
         """The un-augmented input (CPCL's projection term); by default ``batch["x"]``."""
         return batch["x"]

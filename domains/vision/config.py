@@ -6,6 +6,7 @@ Every key has a default, so a recipe names only what differs (see ``recipes/visi
       dataset: fashion-mnist
       train_subset: 12000
       augment: {preset: grey}
+      local_crops: {number: 6}          # multi-crop (SwAV / DINO); default 0: off
     encoder: {arch: convnet, width: 32, head: {hidden: [128], out_dim: 64}}
     evaluation:
       linear: {solver: lbfgs, epochs: 100}
@@ -26,6 +27,7 @@ from toolkit.evaluation.probes import C_GRID
 
 __all__ = [
     "AugmentConfig",
+    "LocalCropsConfig",
     "LoaderConfig",
     "DataConfig",
     "HeadConfig",
@@ -35,6 +37,7 @@ __all__ = [
     "MonitorConfig",
     "DiagnosticsConfig",
     "EvaluationConfig",
+    "local_crop_size",
 ]
 
 
@@ -60,6 +63,42 @@ class AugmentConfig(Section):
         if self.preset is not None and self.preset not in PRESETS:
             raise ValueError(f"preset must be one of {', '.join(sorted(PRESETS))}, got {self.preset!r}")
         return self
+
+
+class LocalCropsConfig(Section):
+    """Multi-crop (SwAV, Caron et al. 2020; DINO, Caron et al. 2021): besides the ``objective.views``
+    global views, ``number`` small crops of each image at ``size`` px covering ``scale`` of its
+    area, drawn from the same view family (``data.augment``: ratio, flip, jitter, grayscale, blur)
+    and appended after the global views. The papers draw the global crops at scale (0.4, 1)
+    (DINO, SwAV's 2x224 + 6x96) or (0.14, 1) (SwAV's ImageNet runs): a recipe sets that itself,
+    ``data.augment.scale: [0.4, 1.0]``; the global views keep their family's scale otherwise."""
+
+    number: int = Field(0, ge=0, description="local crops per image (0: no multi-crop)")
+    size: int | None = Field(
+        None,
+        ge=1,
+        description="side of a local crop in px, at most the view size; default: the multiple of 4 "
+        "nearest 96/224 of the view size (DINO's 96 px at 224; 12 at 28 and 32 px)",
+    )
+    scale: tuple[float, float] = Field(
+        (0.05, 0.4), description="range of the area fraction a local crop covers (DINO's and SwAV's 0.05-0.4)"
+    )
+
+    @field_validator("scale")
+    @classmethod
+    def _scale(cls, scale: tuple[float, float]) -> tuple[float, float]:
+        lo, hi = scale
+        if not 0 < lo <= hi <= 1:
+            raise ValueError(f"scale must satisfy 0 < lo <= hi <= 1, got {list(scale)}")
+        return scale
+
+
+def local_crop_size(view_size: int) -> int:
+    """``data.local_crops.size`` left unset: the multiple of 4 nearest ``view_size * 96 / 224``
+    (at least 4, at most the view size; the nearest whole number below 8 px)."""
+    target = view_size * 96 / 224
+    size = 4 * round(target / 4) if target >= 8 else max(1, round(target))
+    return min(view_size, max(size, 1))
 
 
 class LoaderConfig(Section):
@@ -123,6 +162,7 @@ class DataConfig(Section):
     )
     imbalance_seed: int = Field(2021, ge=0, description="seed of the imbalanced subset (fixed once sampled)")
     augment: AugmentConfig = Field(default_factory=AugmentConfig)
+    local_crops: LocalCropsConfig = Field(default_factory=LocalCropsConfig)
     drop_last: bool = True
 
     @field_validator("dataset")
@@ -155,6 +195,30 @@ class DataConfig(Section):
                 if getattr(self, key) is not None:
                     streamed = ", ".join(dataset_table.streamed())
                     raise ValueError(f"data.{key} applies to {streamed}, got dataset {self.dataset!r}")
+        return self
+
+    @property
+    def view_size(self) -> int:
+        """The side of the global views: ``augment.size``, else the family's preset's."""
+        if self.augment.size is not None:
+            return self.augment.size
+        return PRESETS[self.augment.preset or dataset_table.entry(self.dataset).preset].size
+
+    @model_validator(mode="after")
+    def _local_size(self) -> DataConfig:
+        """The local crops' size filled in where the recipe leaves it (so the resolved recipe says
+        what runs), and refused above the view size."""
+        local = self.local_crops
+        if local.number == 0:
+            return self
+        view = self.view_size
+        if local.size is None:
+            local.size = local_crop_size(view)
+        elif local.size > view:
+            raise ValueError(
+                f"data.local_crops.size must be at most the view size ({view} px, data.augment.size): "
+                f"local crops are the small ones, got {local.size}"
+            )
         return self
 
 

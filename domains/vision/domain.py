@@ -7,6 +7,12 @@ per image (``make_views``; K positives = V - 1 for CMC / CACR), the un-augmented
 bank slots; the MoCo queue and the momentum encoder are the toolkit's). Training batches are
 ``{"x": uint8 [N, C, H, W], "y": [N], "index": [N]}``; augmentation runs on the batch, on the
 device the loop moved it to.
+
+Multi-crop (``data.local_crops``, SwAV / DINO): ``make_local_views`` gives ``L`` small crops per
+image (``[N, L, C, s, s]``), drawn from the same generator after the global views: in memory the
+batched view family at the local size and scale; streamed, the workers' crops (the batch's
+``x_local``, uint8 ``[N, L, C, s, s]``) finished on the device. Without local crops it returns
+None and draws nothing.
 """
 
 from __future__ import annotations
@@ -24,7 +30,7 @@ from domains.vision import memory_storage, stream_storage
 from domains.vision.augment import BatchAugment
 from domains.vision.config import DataConfig, EncoderConfig, EvaluationConfig, MonitorConfig
 from domains.vision.dataset_table import entry
-from domains.vision.encoders import ProjectionHead, VisionEncoder, build_backbone
+from domains.vision.encoders import ProjectionHead, VisionEncoder, build_backbone, size_problem
 from domains.vision.views import eval_augment, training_views, view_family
 from domains.vision.vit import VIT_CONFIGS, check_vit_size, default_patch_size
 
@@ -53,12 +59,13 @@ class VisionEvalData:
 
 
 class VisionDomain(Domain):
-    """CIFAR-10/100, STL-10, MNIST and Fashion-MNIST with the papers' view families, ResNet /
-    small-AlexNet / conv-net / ViT encoders, linear probe, weighted kNN and geometry diagnostics."""
+    """CIFAR-10/100, STL-10, MNIST and Fashion-MNIST with the papers' view families (multi-crop
+    included), ResNet / small-AlexNet / conv-net / ViT encoders, linear probe, weighted kNN and
+    geometry diagnostics."""
 
     name = "vision"
     description = (
-        "images: CIFAR-10/100, STL-10, (Fashion-)MNIST; batched SimCLR/MoCo-v2 views; "
+        "images: CIFAR-10/100, STL-10, (Fashion-)MNIST; batched SimCLR/MoCo-v2 views, multi-crop; "
         "ResNet, small AlexNet, conv net, ViT; linear probe, weighted kNN, geometry"
     )
     DataConfig = DataConfig
@@ -68,6 +75,7 @@ class VisionDomain(Domain):
     def __init__(self, recipe: Any) -> None:
         super().__init__(recipe)
         self.augment: BatchAugment | None = None
+        self.local_augment: BatchAugment | None = None
 
     @classmethod
     def result_metrics(cls, recipe: Any) -> dict[str, str]:
@@ -112,8 +120,9 @@ class VisionDomain(Domain):
     @classmethod
     def check(cls, raw: Mapping[str, Any], sections: Mapping[str, Any]) -> list[tuple[str, str]]:
         """Also: an evaluation size other than the view size needs an encoder that pools over
-        any input size (the small AlexNet's classifier is sized for the views); a ViT's inputs are
-        multiples of its patch size, and ``patch_size`` / ``depth`` are a ViT's only."""
+        any input size (the small AlexNet's classifier is sized for the views), and so do local
+        crops (through the projection head too: no ResNet ``feature: prepool``); a ViT's inputs
+        are multiples of its patch size, and ``patch_size`` / ``depth`` are a ViT's only."""
         problems = super().check(raw, sections)
         ev, enc, data = (sections.get(k) for k in ("evaluation", "encoder", "data"))
         if ev is not None and data is not None:
@@ -126,7 +135,7 @@ class VisionDomain(Domain):
     def _encoder_sizes(enc: EncoderConfig, data: DataConfig, ev: EvaluationConfig | None) -> list[tuple[str, str]]:
         """What :meth:`check` asks of the encoder against the recipe's input sizes."""
         problems = []
-        view, vit = view_family(data).spec.size, enc.arch in VIT_CONFIGS
+        view, vit = data.view_size, enc.arch in VIT_CONFIGS
         if not vit:
             for key in ("patch_size", "depth"):
                 if getattr(enc, key) is not None:
@@ -145,6 +154,19 @@ class VisionDomain(Domain):
                 )
             elif vit and check_vit_size(ev.image_size, patch):
                 problems.append(("evaluation.image_size", f"with {enc.arch} {check_vit_size(ev.image_size, patch)}"))
+        local = data.local_crops
+        if not local.number or local.size is None:
+            return problems
+        why = size_problem(enc.arch, view, local.size, feature=enc.feature, blocks=enc.blocks, patch_size=patch)
+        if why:
+            problems.append(
+                (
+                    "data.local_crops.size",
+                    f"local crops of {local.size} px through encoder.arch {enc.arch}: {why}; set another "
+                    f"size, or an encoder that takes any size (convnet, resnet18 / resnet50 with feature: "
+                    f"pooled, a ViT at a multiple of its patch size)",
+                )
+            )
         return problems
 
     # -- data -------------------------------------------------------------------------------
@@ -166,6 +188,7 @@ class VisionDomain(Domain):
     def build_data(self, recipe: Any) -> DataBundle:
         views = training_views(recipe)
         self.augment = views.device
+        self.local_augment = views.local
         train, n = storage(recipe.data.dataset).training_batches(recipe, views)
         return DataBundle(train=train, num_instances=n, eval=self.load_eval(recipe), sampler=train)
 
@@ -211,6 +234,27 @@ class VisionDomain(Domain):
         rep = x.unsqueeze(1).expand(n, num_views, *x.shape[1:]).reshape(n * num_views, *x.shape[1:])
         views = self._aug()(rep, generator)
         return views.view(n, num_views, *views.shape[1:])
+
+    def make_local_views(self, batch: Mapping[str, Any], generator: torch.Generator | None = None) -> Tensor | None:
+        """``[N, L, C, s, s]``: the ``data.local_crops.number`` local crops of each image, or None
+        without local crops (nothing drawn). In memory, the view family at the local size and
+        scale applied to ``batch["x"]``; streamed, the workers' ``batch["x_local"]`` finished on
+        the device. Draws from ``generator`` (after the global views, when called after
+        :meth:`make_views`)."""
+        number = self.recipe.data.local_crops.number
+        if number == 0:
+            return None
+        if self.local_augment is None:
+            raise ValueError("VisionDomain.make_local_views needs build_data(recipe) first (it sets the view family)")
+        x = batch.get("x_local")  # streamed: cropped by a worker at the local size
+        if x is None:
+            x = batch["x"]
+            if x.dim() != 4:
+                raise ValueError(f"a streamed batch brings its local crops as 'x_local', got none (x {tuple(x.shape)})")
+            x = x.unsqueeze(1).expand(x.shape[0], number, *x.shape[1:])
+        n, count = x.shape[:2]
+        views = self.local_augment(x.reshape(n * count, *x.shape[2:]), generator)
+        return views.view(n, count, *views.shape[1:])
 
     def natural_view(self, batch: Mapping[str, Any]) -> Tensor:
         """The un-augmented image, resized to the view size and normalised (CPCL's x-bar)."""

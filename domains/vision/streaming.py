@@ -13,6 +13,12 @@ what differs from torchvision's per-image pipeline: the crop is resampled from t
 image (PIL's reducing decode, then an antialiased resize) rather than from the full-resolution
 decode, and the flip is drawn on the device.
 
+Multi-crop (``CropSpec.local_views``, ``data.local_crops``): the worker also cuts each image's
+local crops (their boxes drawn after the global views' from the same stream, at the local scale),
+resized to the local size, in the same decode (its DCT scale chosen for the larger need of the
+two); the batch carries them as ``x_local`` (uint8 ``[N, L, 3, s, s]``) and the device does the
+rest of the family on them too (``VisionDomain.make_local_views``).
+
 Determinism: the random draws of an image depend only on ``(seed, epoch, position in the
 epoch)``; an epoch is one seeded permutation of the dataset, so the checkpointed ``(epoch,
 batch)`` of the training loop fixes every worker's stream: a resumed run reads and crops
@@ -44,7 +50,16 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from domains.vision.decode import CropSpec, crop_boxes, decode_on_device, decode_views
+from domains.vision.decode import (
+    CropSpec,
+    crop_boxes,
+    crop_images,
+    decode_crops,
+    decode_images,
+    decode_on_device,
+    decode_views,
+    draw_boxes,
+)
 from domains.vision.image_folders import FolderSplit
 from toolkit.training.batches import Batches, DataStop
 
@@ -110,20 +125,23 @@ class StreamedImages(torch.utils.data.Dataset):
             try:
                 if self.raw:
                     return dict(self._raw(path, rng), y=int(self.split.labels[index]), index=index, bad=bad)
-                views, natural = decode_views(path, self.spec, rng)
+                views, natural, local = decode_crops(path, self.spec, rng)
             except READ_ERRORS as err:
                 bad.append((path, f"{type(err).__name__}: {err}"))
                 continue
             out = {"x": views, "y": int(self.split.labels[index]), "index": index, "bad": bad}
             if natural is not None:
                 out["natural_x"] = natural
+            if local is not None:
+                out["x_local"] = local
             return out
         raise DataStop(
             f"{_REDRAWS + 1} images in a row could not be read: " + "; ".join(f"{p} ({why})" for p, why in bad)
         )
 
     def _raw(self, path: str, rng: np.random.Generator) -> dict[str, Any]:
-        """The file's bytes and the crop boxes on its full-size pixels (decoded on the device)."""
+        """The file's bytes and the crop boxes on its full-size pixels (decoded on the device),
+        the local crops' boxes apart."""
         from PIL import Image
 
         with Image.open(path) as im:
@@ -131,8 +149,11 @@ class StreamedImages(torch.utils.data.Dataset):
             im.verify()
         with open(path, "rb") as fh:
             data = fh.read()
-        boxes = crop_boxes(width, height, self.spec, rng)
-        return {"bytes": np.frombuffer(data, dtype=np.uint8).copy(), "boxes": np.asarray(boxes, dtype=np.float32)}
+        boxes, local_boxes = draw_boxes(width, height, self.spec, rng)
+        out = {"bytes": np.frombuffer(data, dtype=np.uint8).copy(), "boxes": np.asarray(boxes, dtype=np.float32)}
+        if local_boxes:
+            out["local_boxes"] = np.asarray(local_boxes, dtype=np.float32)
+        return out
 
 
 def _collate(items: list[dict[str, Any]]) -> dict[str, Any]:
@@ -143,11 +164,11 @@ def _collate(items: list[dict[str, Any]]) -> dict[str, Any]:
     }
     if "x" in items[0]:
         out["x"] = torch.from_numpy(np.stack([it["x"] for it in items]))
-    if "natural_x" in items[0]:
-        out["natural_x"] = torch.from_numpy(np.stack([it["natural_x"] for it in items]))
+    for key in ("natural_x", "x_local", "boxes", "local_boxes"):
+        if key in items[0]:
+            out[key] = torch.from_numpy(np.stack([it[key] for it in items]))
     if "bytes" in items[0]:
         out["bytes"] = [torch.from_numpy(it["bytes"]) for it in items]
-        out["boxes"] = torch.from_numpy(np.stack([it["boxes"] for it in items]))
     return out
 
 
@@ -306,8 +327,10 @@ class StreamBatches(Batches):
             self._read_epoch += len(batch["y"])
             self._note_bad(batch.pop("bad"))
             if "bytes" in batch:
-                batch["x"] = decode_on_device(batch, self.spec.size, self.device)
-                del batch["bytes"], batch["boxes"]
+                images = decode_images(batch.pop("bytes"), self.device)
+                batch["x"] = crop_images(images, batch.pop("boxes"), self.spec.size)
+                if "local_boxes" in batch:
+                    batch["x_local"] = crop_images(images, batch.pop("local_boxes"), self.spec.local_size)
             yield batch
 
     def _note_bad(self, bad: Sequence[tuple[str, str]]) -> None:

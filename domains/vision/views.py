@@ -7,6 +7,11 @@ streamed dataset's workers draw the family's ``RandomResizedCrop`` (its scale an
 file's own pixels) and the device does the rest of the same family (:func:`crop_rest`: flip,
 jitter, grayscale, blur, normalisation). Both read the one family, so the two paths cannot draw
 different crops.
+
+Multi-crop (``data.local_crops``, SwAV / DINO): :func:`local_family` is the same family at the
+local size and scale. In memory the device applies it whole to the batch's images; streamed, the
+workers cut the local crops with the rest of an image's crops (``CropSpec.local_views``) and the
+device does the rest of the local family (``TrainingViews.local``).
 """
 
 from __future__ import annotations
@@ -15,21 +20,32 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from domains.vision.augment import AugmentSpec, BatchAugment, preset
-from domains.vision.config import DataConfig, EvaluationConfig
+from domains.vision.config import DataConfig, EvaluationConfig, local_crop_size
 from domains.vision.dataset_table import entry
 from domains.vision.decode import CropSpec
 
-__all__ = ["TrainingViews", "view_family", "training_views", "crop_rest", "eval_augment", "needs_natural"]
+__all__ = [
+    "TrainingViews",
+    "view_family",
+    "local_family",
+    "training_views",
+    "crop_rest",
+    "eval_augment",
+    "needs_natural",
+]
 
 
 @dataclass(frozen=True)
 class TrainingViews:
     """Who draws which part of the view family: ``device`` is applied to a training batch on the
-    training device; ``crop`` is what the streamed workers cut from each file (None in memory)."""
+    training device; ``crop`` is what the streamed workers cut from each file (None in memory);
+    ``local`` is applied to the local crops on the device (the whole local family in memory, its
+    rest once the workers cropped; None without local crops)."""
 
     family: BatchAugment
     device: BatchAugment
     crop: CropSpec | None = None
+    local: BatchAugment | None = None
 
 
 def view_family(cfg: DataConfig) -> BatchAugment:
@@ -39,6 +55,17 @@ def view_family(cfg: DataConfig) -> BatchAugment:
     spec = preset(a.preset or e.preset, **a.model_dump(exclude={"preset"}))
     mean, std = e.normalization
     return BatchAugment(spec, mean, std)
+
+
+def local_family(cfg: DataConfig) -> BatchAugment | None:
+    """Multi-crop's local crops: the recipe's view family at ``local_crops.size`` and ``scale``
+    (None when ``local_crops.number`` is 0)."""
+    local = cfg.local_crops
+    if local.number == 0:
+        return None
+    family = view_family(cfg)
+    size = local.size if local.size is not None else local_crop_size(cfg.view_size)
+    return BatchAugment(replace(family.spec, size=size, scale=tuple(local.scale)), family.mean, family.std)
 
 
 def crop_rest(spec: AugmentSpec) -> AugmentSpec:
@@ -59,13 +86,22 @@ def needs_natural(recipe: Any) -> bool:
 def training_views(recipe: Any) -> TrainingViews:
     """The recipe's view family split between the workers and the device (module doc)."""
     family = view_family(recipe.data)
+    local = local_family(recipe.data)
     if entry(recipe.data.dataset).storage == "memory":
-        return TrainingViews(family, family)
+        return TrainingViews(family, family, local=local)
     spec = family.spec
     crop = CropSpec(
-        spec.size, views=recipe.objective.views, scale=spec.scale, ratio=spec.ratio, natural=needs_natural(recipe)
+        spec.size,
+        views=recipe.objective.views,
+        scale=spec.scale,
+        ratio=spec.ratio,
+        natural=needs_natural(recipe),
+        local_views=recipe.data.local_crops.number,
+        local_size=local.spec.size if local is not None else 0,
+        local_scale=local.spec.scale if local is not None else (0.05, 0.4),
     )
-    return TrainingViews(family, BatchAugment(crop_rest(spec), family.mean, family.std), crop)
+    rest = None if local is None else BatchAugment(crop_rest(local.spec), local.mean, local.std)
+    return TrainingViews(family, BatchAugment(crop_rest(spec), family.mean, family.std), crop, rest)
 
 
 def eval_augment(train: BatchAugment, ev: EvaluationConfig) -> BatchAugment:
