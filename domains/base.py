@@ -225,8 +225,24 @@ class Domain:
         if key_encoder is not None:
             with torch.no_grad():
                 keys = key_encoder(flat).view(n, v, -1)
+        local = self.make_local_views(batch, generator)  # multi-crop: encoded apart (another size)
+        if local is not None:
+            z = torch.cat([z, encoder(local.flatten(0, 1)).view(n, local.shape[1], -1)], dim=1)
         natural = encoder(self.natural_view(batch)) if "natural" in needs else None
-        return ContrastiveBatch(views=z, keys=keys, natural=natural, indices=batch.get("index"), step=step)
+        labels = None
+        if "labels" in needs:
+            if batch.get("y") is None:
+                raise ValueError(f"the loss uses labels as positives, but domain {self.name!r} gives no labels ('y')")
+            labels = batch["y"]
+        return ContrastiveBatch(
+            views=z,
+            keys=keys,
+            natural=natural,
+            indices=batch.get("index"),
+            labels=labels,
+            global_views=v if local is not None else None,
+            step=step,
+        )
 
     def evaluate(self, encoder: Encoder, data: DataBundle, recipe: Any) -> Evaluation:
         return Evaluation()  # pragma: no cover - overridden by every real domain

@@ -121,7 +121,10 @@ def test_the_methods_index_is_what_the_registries_generate():
         "objective.selector.name",
         "objective.selector.schedule.name",
     }
-    assert len(rows) == len(LOSSES) + len(REGULARIZERS) + len(SELECTORS) + len(SELECTOR_SCHEDULES) + 3
+    from toolkit.recipe import Negatives
+
+    sources = len(Negatives.model_fields["source"].annotation.__args__)  # in_batch, queue, memory_bank, support_set
+    assert len(rows) == len(LOSSES) + len(REGULARIZERS) + len(SELECTORS) + len(SELECTOR_SCHEDULES) + sources
     by_key = {key.strip("`"): rest for key, *rest in rows}
     assert by_key["objective.loss.name: nt_xent"] == [
         "`toolkit.losses.modules.infonce.NTXent`",

@@ -14,6 +14,7 @@ as a negative). Queue, bank and key encoder are submodules: ``state_dict`` check
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import torch
@@ -21,7 +22,8 @@ from torch import Tensor, nn
 
 from toolkit import recipe as rc
 from toolkit.checks import ArgumentError
-from toolkit.losses.base import LOSSES, ContrastiveBatch, ContrastiveLoss, LossOutput, Regularizer
+from toolkit.heads import MLPHead
+from toolkit.losses.base import LOSSES, ContrastiveBatch, ContrastiveLoss, LossOutput, Regularizer, RunLength
 from toolkit.registry import constructor_args
 from toolkit.regularizers import REGULARIZERS
 from toolkit.samplers import SELECTORS, ScheduledSelector, build_selector
@@ -29,7 +31,10 @@ from toolkit.samplers.sources import MemoryBank, MoCoQueue, MomentumEncoder
 
 
 class Objective(nn.Module):
-    """A loss with weighted regularizers, a negative source and a selector."""
+    """A loss with weighted regularizers, a negative source and a selector; for the
+    non-contrastive family also a predictor (an MLP on the online embeddings) and a target
+    network (an EMA copy of the encoder with a momentum schedule, or SimSiam's stopped
+    gradient)."""
 
     def __init__(
         self,
@@ -37,6 +42,8 @@ class Objective(nn.Module):
         regularizers: list[tuple[str, float, Regularizer]] | None = None,
         negatives: rc.Negatives | None = None,
         selector: ScheduledSelector | None = None,
+        predictor: rc.PredictorSection | None = None,
+        target: rc.TargetSection | None = None,
     ) -> None:
         super().__init__()
         self.loss = loss
@@ -47,9 +54,14 @@ class Objective(nn.Module):
         self.negatives = negatives or rc.Negatives()
         self.selector = selector
         loss.attach_selector(selector)
+        self.predictor_section = predictor
+        self.target = target
+        self.length = RunLength()
         self.queue: MoCoQueue | None = None
         self.bank: MemoryBank | None = None
+        self.support: MoCoQueue | None = None
         self.key_encoder: MomentumEncoder | None = None
+        self.predictor: nn.Module | None = None
 
     # -- set-up ---------------------------------------------------------------------------
     @property
@@ -61,22 +73,62 @@ class Objective(nn.Module):
 
     @property
     def uses_key_encoder(self) -> bool:
+        if self.target is not None:
+            return self.target.momentum > 0
         mode = self.negatives.key_encoder
         return mode == "momentum" or (mode == "auto" and self.negatives.source == "queue")
 
     def attach(
-        self, encoder: nn.Module, dim: int, num_instances: int, generator: torch.Generator | None = None
+        self,
+        encoder: nn.Module,
+        dim: int,
+        num_instances: int,
+        generator: torch.Generator | None = None,
+        length: RunLength | None = None,
     ) -> None:
-        """Create the stateful parts for an encoder with output size ``dim``."""
+        """Create the stateful parts for an encoder with output size ``dim``: the queue, bank or
+        support set, the key encoder / target network, the predictor and the loss's own parts
+        (SwAV's prototypes, DINO's centre). ``length`` drives the schedules that follow the run
+        (the target's momentum, DINO's teacher temperature)."""
         src = self.negatives
+        self.length = length or RunLength()
         if src.source == "queue":
             self.queue = MoCoQueue(src.size, dim, generator)
         elif src.source == "memory_bank":
             self.bank = MemoryBank(num_instances, dim, src.bank_momentum, generator)
+        elif src.source == "support_set":
+            self.support = MoCoQueue(src.size, dim, generator)
         if self.uses_key_encoder:
-            self.key_encoder = MomentumEncoder(encoder, src.momentum)
+            momentum = self.target.momentum if self.target is not None else src.momentum
+            self.key_encoder = MomentumEncoder(encoder, momentum)
+        if self.predictor_section is not None:
+            p = self.predictor_section
+            self.predictor = (
+                nn.Identity()
+                if p.identity
+                else MLPHead(dim, p.hidden, p.out_dim or dim, p.batch_norm, p.last_batch_norm)
+            )
+        self.loss.attach(dim, self.length)
         device = next(encoder.parameters()).device
         self.to(device)
+
+    def trainable_parameters(self) -> list[nn.Parameter]:
+        """The objective's own parameters the optimizer trains with the encoder (the predictor,
+        SwAV's prototypes); the target network's are frozen."""
+        return [p for p in self.parameters() if p.requires_grad]
+
+    def target_momentum(self, step: int) -> float | None:
+        """The target network's momentum at ``step`` (None: the key encoder's constant one).
+        Cosine (BYOL Sec. 3.2): ``tau_k = 1 - (1 - tau_0) (cos(pi k / K) + 1) / 2`` rising
+        from ``momentum`` to ``final_momentum`` over the run's K steps."""
+        t = self.target
+        if t is None:
+            return None
+        if t.schedule == "constant":
+            return t.momentum
+        total = max(int(self.length.total()), 1)
+        progress = min(max(step / total, 0.0), 1.0)
+        return t.final_momentum - (t.final_momentum - t.momentum) * (math.cos(math.pi * progress) + 1) / 2
 
     def get_extra_state(self) -> Any:
         return {"selector": self.selector.state_dict() if self.selector is not None else None}
@@ -91,9 +143,17 @@ class Objective(nn.Module):
             batch.negatives = self.queue.rows()
         elif self.bank is not None:
             batch.negatives = self.bank.rows()
+        elif self.support is not None:
+            batch.negatives = self.support.rows()
         return batch
 
     def forward(self, batch: ContrastiveBatch) -> LossOutput:
+        if self.predictor is not None and batch.views is not None:
+            n, v = batch.views.shape[:2]
+            batch.predictions = self.predictor(batch.views.flatten(0, 1)).view(n, v, -1)
+        if self.target is not None and batch.keys is None and batch.views is not None:
+            online = batch.views[:, : batch.num_global]  # SimSiam: the stopped gradient (or its ablation)
+            batch.keys = online.detach() if self.target.stop_gradient else online
         out = self.loss(batch)
         total = out.loss
         records: dict[str, Tensor | float] = {"contrastive": out.loss.detach()}
@@ -109,11 +169,14 @@ class Objective(nn.Module):
     @torch.no_grad()
     def after_step(self, batch: ContrastiveBatch, encoder: nn.Module) -> None:
         if self.key_encoder is not None:
-            self.key_encoder.update(encoder)
+            self.key_encoder.update(encoder, self.target_momentum(batch.step + 1))
         if self.queue is not None and batch.keys is not None:
             self.queue.enqueue(batch.keys[:, 1 if batch.keys.shape[1] > 1 else 0])
         if self.bank is not None and batch.views is not None and batch.indices is not None:
             self.bank.update(batch.indices, batch.views[:, 0])
+        if self.support is not None and batch.views is not None:
+            self.support.enqueue(batch.views[:, 0])
+        self.loss.after_step(batch)
 
 
 # ---------------------------------------------------------------------------------------
@@ -202,7 +265,7 @@ def _build(obj: rc.ObjectiveSection, path: str) -> tuple[Objective | None, list[
     if parts is None:
         return None, problems
     loss, regs, selector = parts
-    return Objective(loss, regs, obj.negatives, selector), []
+    return Objective(loss, regs, obj.negatives, selector, obj.predictor, obj.target), []
 
 
 def _parts(obj: rc.ObjectiveSection, path: str) -> tuple[tuple[Any, list[Any], Any] | None, list[tuple[str, str]]]:
@@ -241,12 +304,34 @@ def _parts(obj: rc.ObjectiveSection, path: str) -> tuple[tuple[Any, list[Any], A
         problems.append(
             (
                 f"{path}.negatives.source",
-                f"loss {obj.loss.name} needs negatives from a queue or a memory bank, got 'in_batch'",
+                f"loss {obj.loss.name} needs negatives from a queue, a memory bank or a support set, got 'in_batch'",
             )
         )
-    if "keys" in need and not (src == "queue" or obj.negatives.key_encoder == "momentum"):
+    if "keys" in need and not (src == "queue" or obj.negatives.key_encoder == "momentum" or obj.target is not None):
+        if "predictions" in need or "target" in loss.parts:
+            problems.append(
+                (
+                    f"{path}.target",
+                    f"loss {obj.loss.name} compares with a target network: add objective.target "
+                    "(e.g. {momentum: 0.996, schedule: cosine}; momentum 0 for SimSiam's stopped gradient)",
+                )
+            )
+        else:
+            problems.append(
+                (f"{path}.negatives.source", f"loss {obj.loss.name} needs momentum-encoder keys: use source: queue")
+            )
+    if "target" in loss.parts and obj.target is None and "keys" not in need:
+        problems.append((f"{path}.target", f"loss {obj.loss.name} needs objective.target (a target network)"))
+    if "predictions" in need and obj.predictor is None:
         problems.append(
-            (f"{path}.negatives.source", f"loss {obj.loss.name} needs momentum-encoder keys: use source: queue")
+            (
+                f"{path}.predictor",
+                f"loss {obj.loss.name} reads a predictor's output: add objective.predictor (e.g. {{hidden: [512]}})",
+            )
+        )
+    if src == "support_set" and "negatives" not in need:
+        problems.append(
+            (f"{path}.negatives.source", f"loss {obj.loss.name} does not read a support set; expected in_batch")
         )
     if obj.views < loss.min_views:
         problems.append(

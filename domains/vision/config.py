@@ -223,9 +223,26 @@ class DataConfig(Section):
 
 
 class HeadConfig(Section):
+    """The projection head. ``mlp``: Linear [-> BatchNorm] -> ReLU per hidden size, then a
+    Linear to ``out_dim`` (``last_batch_norm``: a BatchNorm1d without affine after it, MoCo v3's
+    projector). ``dino``: DINO's head (:class:`toolkit.heads.DINOHead`): GELU MLP through
+    ``hidden`` to ``bottleneck``, L2 normalisation, a weight-normalised layer to ``out_dim``
+    (65,536 in the paper), frozen for ``freeze_last_layer_steps``."""
+
+    kind: Literal["mlp", "dino"] = "mlp"
     hidden: list[int] = Field(default_factory=lambda: [512], description="hidden layer sizes ([] = linear head)")
     out_dim: int = Field(128, ge=1)
     batch_norm: bool = False
+    last_batch_norm: bool = Field(False, description="mlp: BatchNorm1d(affine=False) on the output (MoCo v3)")
+    bottleneck: int = Field(256, ge=1, description="dino: the bottleneck before the weight-normalised layer")
+    norm_last_layer: bool = Field(True, description="dino: the last layer's weight norm fixed at 1")
+    freeze_last_layer_steps: int = Field(0, ge=0, description="dino: steps without updates of the last layer")
+
+    @model_validator(mode="after")
+    def _dino_needs_a_hidden_size(self) -> HeadConfig:
+        if self.kind == "dino" and not self.hidden:
+            raise ValueError("a dino head needs at least one hidden size (hidden: [2048] in the paper), got []")
+        return self
 
 
 class EncoderConfig(Section):

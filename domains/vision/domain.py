@@ -30,13 +30,30 @@ from domains.vision import memory_storage, stream_storage
 from domains.vision.augment import BatchAugment
 from domains.vision.config import DataConfig, EncoderConfig, EvaluationConfig, MonitorConfig
 from domains.vision.dataset_table import entry
-from domains.vision.encoders import ProjectionHead, VisionEncoder, build_backbone, size_problem
+from domains.vision.encoders import VisionEncoder, build_backbone, size_problem
 from domains.vision.views import eval_augment, training_views, view_family
 from domains.vision.vit import VIT_CONFIGS, check_vit_size, default_patch_size
+from toolkit.heads import DINOHead, MLPHead
 
 __all__ = ["VisionDomain", "VisionEvalData", "storage"]
 
 STORAGES = {"memory": memory_storage, "stream": stream_storage}
+
+
+def build_head(cfg: Any, dim: int) -> torch.nn.Module:
+    """The recipe's projection head on ``dim`` features (``encoder.head``)."""
+    if cfg.kind == "dino":
+        return DINOHead(
+            dim,
+            cfg.out_dim,
+            hidden=cfg.hidden[0],
+            bottleneck=cfg.bottleneck,
+            layers=len(cfg.hidden) + 1,
+            batch_norm=cfg.batch_norm,
+            norm_last_layer=cfg.norm_last_layer,
+            freeze_last_layer_steps=cfg.freeze_last_layer_steps,
+        )
+    return MLPHead(dim, cfg.hidden, cfg.out_dim, cfg.batch_norm, cfg.last_batch_norm)
 
 
 def storage(dataset: str) -> Any:
@@ -209,7 +226,7 @@ class VisionDomain(Domain):
             patch_size=cfg.patch_size,
             depth=cfg.depth,
         )
-        head = ProjectionHead(dim, cfg.head.hidden, cfg.head.out_dim, cfg.head.batch_norm)
+        head = build_head(cfg.head, dim)
         enc = VisionEncoder(backbone, head, cfg.normalize)
         enc.out_dim = cfg.head.out_dim
         return enc

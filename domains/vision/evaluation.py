@@ -29,6 +29,7 @@ import torch
 from domains.base import Evaluation
 from domains.vision.config import EvaluationConfig, MonitorConfig
 from domains.vision.probes import extract, minibatch_linear_probe
+from toolkit.evaluation.collapse import collapse_figures
 from toolkit.evaluation.knn import knn_score_sets, knn_scores, topk_accuracy
 from toolkit.evaluation.probes import linear_probes
 
@@ -153,6 +154,9 @@ def evaluate(domain: Any, encoder: torch.nn.Module, data: Any, recipe: Any) -> E
             )
     else:
         _probe_in_memory(domain, encoder, data, recipe, dev, result)
+        with torch.no_grad():
+            feats = extract(encoder.features, data.test.images[:COLLAPSE_SAMPLES], aug.natural, cfg.batch_size, dev)
+        result.metrics.update(_collapse(encoder, feats, dev))
     if cfg.diagnostics.enabled:
         from domains.vision.diagnostics import geometry
 
@@ -220,5 +224,21 @@ def monitor(encoder: torch.nn.Module, data: Any, cfg: MonitorConfig | None = Non
     scores = knn_scores(
         tr, data.probe_train.labels[itr], te, data.num_classes, k=cfg.k, temperature=cfg.temperature, device=dev
     ).cpu()
+    out = {"knn_top1": topk_accuracy(scores, data.test.labels[ite], 1)}
+    out.update(_collapse(encoder, te, dev))
     encoder.train(was_training)
-    return {"knn_top1": topk_accuracy(scores, data.test.labels[ite], 1)}
+    return out
+
+
+COLLAPSE_SAMPLES = 2000  # test images whose embedding the collapse figures are computed on
+
+
+def _collapse(encoder: torch.nn.Module, features: torch.Tensor, dev: torch.device) -> dict[str, float]:
+    """The embedding's collapse figures (:mod:`toolkit.evaluation.collapse`) on the projection of
+    the first ``COLLAPSE_SAMPLES`` evaluation features (what the loss sees, un-augmented)."""
+    project = getattr(encoder, "project", None)
+    if project is None or features.shape[0] < 2:
+        return {}
+    with torch.no_grad():
+        z = project(features[:COLLAPSE_SAMPLES].to(dev)).float().cpu()
+    return collapse_figures(z)

@@ -12,6 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import ClassVar
 
+import torch
 from torch import Tensor, nn
 
 from toolkit.registry import Registry
@@ -36,6 +37,12 @@ class ContrastiveBatch:
     valid_mask:     ``[N, C]`` bool, which candidates take part at all (False for the anchor
                     itself); ``None`` means all.
     indices:        ``[N]`` dataset indices (memory bank slots).
+    labels:         ``[N]`` class labels where the loss uses them as positives (SupCon).
+    predictions:    ``[N, V, d']`` the objective's predictor on ``views`` (BYOL, SimSiam,
+                    MoCo v3, NNCLR), set by the objective before the loss.
+    global_views:   how many of the V views are global crops (the first ones; the rest are
+                    multi-crop's local crops, which the target network never sees); ``None``:
+                    all of them.
     step:           global optimisation step (drives selector schedules).
     """
 
@@ -47,7 +54,26 @@ class ContrastiveBatch:
     positive_mask: Tensor | None = None
     valid_mask: Tensor | None = None
     indices: Tensor | None = None
+    labels: Tensor | None = None
+    predictions: Tensor | None = None
+    global_views: int | None = None
     step: int = 0
+
+    @property
+    def num_global(self) -> int:
+        """The number of global views (all of them unless multi-crop added local ones)."""
+        assert self.views is not None
+        return self.views.shape[1] if self.global_views is None else self.global_views
+
+
+@dataclass
+class RunLength:
+    """How long the run is, for schedules that follow training (EMA momentum, DINO's teacher
+    temperature): ``total()`` steps (a callable: ``budget.minutes`` fixes it after a
+    calibration) and ``steps_per_epoch``."""
+
+    total: Callable[[], int] = lambda: 1
+    steps_per_epoch: int = 1
 
 
 @dataclass
@@ -69,10 +95,22 @@ class ContrastiveLoss(nn.Module):
     needs: ClassVar[tuple[str, ...]] = ("views",)
     accepts_selector: ClassVar[bool] = False
     min_views: ClassVar[int] = 2
+    # the parts of the objective the loss reads (validated against the recipe): "predictor",
+    # "target" (a target network, or SimSiam's stopped gradient)
+    parts: ClassVar[tuple[str, ...]] = ()
 
     def __init__(self) -> None:
         super().__init__()
         self.selector: SelectorFn | None = None
+
+    def attach(self, dim: int, length: RunLength) -> None:
+        """Build the loss's own state for embeddings of size ``dim`` (SwAV's prototypes, DINO's
+        centre) and keep the run's length for its schedules. Default: nothing to build."""
+
+    @torch.no_grad()
+    def after_step(self, batch: ContrastiveBatch) -> None:
+        """Update the loss's own state after the optimizer step (normalise prototypes, move the
+        centre, enqueue). Default: nothing."""
 
     def attach_selector(self, selector: SelectorFn | None) -> None:
         if selector is not None and not self.accepts_selector:

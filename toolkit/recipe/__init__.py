@@ -30,10 +30,12 @@ from toolkit.recipe.sections import (
     ObjectiveSection,
     Optimizer,
     Paper,
+    PredictorSection,
     Regularizer,
     Resources,
     Section,
     SelectorSection,
+    TargetSection,
     Tracking,
 )
 
@@ -45,6 +47,8 @@ __all__ = [
     "LRScheduleSection",
     "Negatives",
     "ObjectiveSection",
+    "PredictorSection",
+    "TargetSection",
     "Optimizer",
     "Paper",
     "Recipe",

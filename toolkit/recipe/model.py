@@ -22,6 +22,8 @@ from toolkit.recipe.sections import (
     ObjectiveSection,
     Optimizer,
     Paper,
+    PredictorSection,
+    TargetSection,
     Tracking,
 )
 
@@ -161,6 +163,8 @@ def section_models() -> dict[str, type[BaseModel]]:
         "": Common,
         "objective": ObjectiveSection,
         "objective.negatives": Negatives,
+        "objective.predictor": PredictorSection,
+        "objective.target": TargetSection,
         "distributed": DistributedSection,
         "optimizer": Optimizer,
         "schedule": LRScheduleSection,

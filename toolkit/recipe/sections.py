@@ -59,9 +59,12 @@ class Negatives(Section):
     queue:        a FIFO of ``size`` keys from a momentum encoder (MoCo), EMA ``momentum``.
     memory_bank:  one slot per dataset index (instance discrimination), slots updated with
                   ``bank_momentum`` (new = m * old + (1 - m) * z, renormalised).
+    support_set:  a FIFO of ``size`` past online embeddings of the first view (NNCLR's support
+                  set: the queue's mechanism, filled with ``views[:, 0]`` after the loss, no
+                  momentum encoder).
     """
 
-    source: Literal["in_batch", "queue", "memory_bank"] = "in_batch"
+    source: Literal["in_batch", "queue", "memory_bank", "support_set"] = "in_batch"
     size: int = Field(65536, ge=1)
     momentum: float = Field(0.999, ge=0, le=1)
     bank_momentum: float = Field(0.5, ge=0, lt=1)
@@ -82,6 +85,53 @@ class DistributedSection(Section):
     shuffle_bn: bool = False
 
 
+class PredictorSection(Section):
+    """``objective.predictor``: an MLP on the online embeddings (BYOL, SimSiam, MoCo v3, NNCLR),
+    trained with the encoder; the losses that read ``predictions`` compare its output with the
+    target's embeddings. ``out_dim`` null: the embedding's size. BYOL: hidden [4096] (ImageNet) /
+    [512] (CIFAR) with batch norm; SimSiam: a [512] bottleneck with batch norm; MoCo v3: [4096]
+    with batch norm and a batch norm after the last layer (``last_batch_norm``, without affine)."""
+
+    hidden: list[int] = Field(default_factory=lambda: [512], description="hidden layer sizes")
+    out_dim: int | None = Field(None, ge=1, description="output size (null: the embedding's)")
+    batch_norm: bool = True
+    last_batch_norm: bool = Field(False, description="MoCo v3: BatchNorm1d(affine=False) on the output")
+    identity: bool = Field(
+        False, description="no predictor at all (p = z): the papers' ablation (SimSiam Table 1, BYOL Table 5)"
+    )
+
+    @field_validator("hidden")
+    @classmethod
+    def _sizes(cls, hidden: list[int]) -> list[int]:
+        if any(h < 1 for h in hidden):
+            raise ValueError(f"hidden sizes must be >= 1, got {hidden}")
+        return hidden
+
+
+class TargetSection(Section):
+    """``objective.target``: the target network the online one is compared with (BYOL, MoCo v3,
+    DINO's teacher): an exponential moving average of the encoder and its head, with no gradient,
+    its momentum following ``schedule`` from ``momentum`` to ``final_momentum`` over the run
+    (BYOL's cosine: tau_k = 1 - (1 - tau_0) (cos(pi k / K) + 1) / 2). ``momentum: 0`` is SimSiam:
+    no copy at all, the target is the online embedding of the same pass with its gradient
+    stopped."""
+
+    momentum: float = Field(0.996, ge=0, le=1)
+    final_momentum: float = Field(1.0, ge=0, le=1)
+    schedule: Literal["cosine", "constant"] = "cosine"
+    stop_gradient: bool = Field(
+        True, description="momentum 0 only: false lets the gradient through the target (SimSiam Fig. 2's ablation)"
+    )
+
+    @model_validator(mode="after")
+    def _ablation_needs_momentum_zero(self) -> TargetSection:
+        if not self.stop_gradient and self.momentum > 0:
+            raise ValueError(
+                f"stop_gradient: false needs momentum: 0 (an EMA target has no gradient to let through), got momentum {self.momentum}"
+            )
+        return self
+
+
 class ObjectiveSection(Section):
     """``objective``: what :func:`toolkit.objective.from_recipe` builds into an ``Objective`` (in the trainer)."""
 
@@ -90,6 +140,8 @@ class ObjectiveSection(Section):
     negatives: Negatives = Field(default_factory=Negatives)
     selector: SelectorSection = Field(default_factory=SelectorSection)
     views: int = Field(2, ge=1, le=32)
+    predictor: PredictorSection | None = None
+    target: TargetSection | None = None
 
 
 class Optimizer(Section):

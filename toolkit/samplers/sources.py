@@ -130,8 +130,10 @@ class MomentumEncoder(nn.Module):
             p.requires_grad_(False)
 
     @torch.no_grad()
-    def update(self, encoder: nn.Module) -> None:
-        m = self.momentum
+    def update(self, encoder: nn.Module, momentum: float | None = None) -> None:
+        """One EMA step with the constant ``momentum`` or, when given, this step's ``momentum``
+        (a schedule's value: BYOL's cosine from 0.996 to 1)."""
+        m = self.momentum if momentum is None else momentum
         for pk, pq in zip(self.module.parameters(), encoder.parameters()):
             pk.mul_(m).add_(pq.detach(), alpha=1 - m)
         for bk, bq in zip(self.module.buffers(), encoder.buffers()):

@@ -194,6 +194,7 @@ class Context:
             natural=all_gather_with_grad(batch.natural) if batch.natural is not None else None,
             keys=all_gather_no_grad(batch.keys) if batch.keys is not None else None,
             indices=all_gather_no_grad(batch.indices) if batch.indices is not None else None,
+            labels=all_gather_no_grad(batch.labels) if batch.labels is not None else None,
         )
 
     def any_rank(self, flag: bool) -> bool:

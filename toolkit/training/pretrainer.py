@@ -39,6 +39,8 @@ from tqdm import tqdm
 
 from toolkit import checkpoint as ckpt
 from toolkit import objective as objective_mod
+from toolkit.heads import cancel_gradients
+from toolkit.losses.base import RunLength
 from toolkit.tracking.measured import MEASURED
 from toolkit.training import speed
 from toolkit.training.batches import Batches, DataStop, epoch_batches, epoch_orders
@@ -84,7 +86,8 @@ class Pretrainer(CheckpointedState, Evaluations, Trainer):
         layout = speed.prepare(self.encoder, device)  # before the objective copies it (a key encoder)
         self.objective = objective_mod.from_recipe(recipe)
         init_gen = torch.Generator().manual_seed(recipe.seed + 17)
-        self.objective.attach(self.encoder, self._output_dim(), self.data.num_instances, init_gen)
+        length = RunLength(lambda: self.total, len(self.data.train))  # total: fixed below (or by calibration)
+        self.objective.attach(self.encoder, self._output_dim(), self.data.num_instances, init_gen, length)
         self.views_gen = torch.Generator(device=device).manual_seed(self._views_seed())
         # one permutation stream for every rank (shuffle-BN needs the same permutation everywhere)
         self.shuffle_gen = torch.Generator().manual_seed(recipe.seed + 23)
@@ -100,7 +103,8 @@ class Pretrainer(CheckpointedState, Evaluations, Trainer):
         budget = recipe.budget
         self.steps_per_epoch = len(self.data.train)
         self.total = budget.steps or int(math.ceil(budget.epochs * self.steps_per_epoch))
-        self.optimizer = build_optimizer(self.encoder.parameters(), recipe.optimizer, budget.batch_size)
+        trained = [*self.encoder.parameters(), *self.objective.trainable_parameters()]  # + predictor, prototypes
+        self.optimizer = build_optimizer(trained, recipe.optimizer, budget.batch_size)
         self.scheduler = build_scheduler(self.optimizer, recipe.schedule, lambda: self.total, self.steps_per_epoch)
         self.amp_dtype = autocast_dtype(recipe.precision)
         self.scaler = torch.amp.GradScaler(device.type, enabled=self.amp_dtype is torch.float16)
@@ -290,6 +294,7 @@ class Pretrainer(CheckpointedState, Evaluations, Trainer):
         self._note_finite(out.loss.detach())
         self.optimizer.zero_grad(set_to_none=True)
         self.scaler.scale(out.loss).backward()
+        cancel_gradients(state.step, self.encoder, objective)  # parts frozen for the first steps
         self.scaler.step(self.optimizer)
         self.scaler.update()
         self.scheduler.step()

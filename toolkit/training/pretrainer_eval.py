@@ -5,7 +5,11 @@ encoder in eval mode and puts it back in training mode."""
 
 from __future__ import annotations
 
+import sys
+
 import torch
+
+from toolkit.evaluation.collapse import collapse_warning
 
 __all__ = ["Evaluations"]
 
@@ -25,7 +29,9 @@ class Evaluations:
         self.encoder.train()
         if online:
             self.tracker.log_metrics(online, self.state.step)
-            self._progress(online)
+            self._progress({k: v for k, v in online.items() if not _is_collapse_figure(k)})
+            if self.state.step > 0:  # the untrained encoder is not judged (see toolkit.evaluation.collapse)
+                self._say_collapse(online, "online_", f"at step {self.state.step}")
 
     def _evaluate(self) -> dict[str, float]:
         if not self.is_main:
@@ -40,7 +46,18 @@ class Evaluations:
             self.tracker.log_params({f"measured.evaluation.chosen.{k}": v for k, v in result.settings.items()})
         metrics = {k: float(v) for k, v in result.metrics.items()}
         self.tracker.log_metrics(metrics, self.state.step)
+        self._say_collapse(metrics, "", f"at step {self.state.step} (evaluation)")
         return metrics
+
+    def _say_collapse(self, metrics: dict[str, float], prefix: str, where: str) -> None:
+        """One ``[ctk] collapse`` line when the domain's collapse figures say so (once a run per
+        kind: the monitor's, the evaluation's)."""
+        line = collapse_warning(metrics, prefix, where)
+        said = getattr(self, "_collapse_said", set())
+        if line is not None and prefix not in said:
+            print(line, file=sys.stderr, flush=True)
+            said.add(prefix)
+            self._collapse_said = said
 
     def _progress(self, metrics: dict[str, float]) -> None:
         """Remember metrics against the training wall time (the time-to-accuracy plot)."""
@@ -63,3 +80,7 @@ class Evaluations:
             if periodic:
                 self.tracker.log_figure(time_to_accuracy_figure(periodic), "time_to_accuracy")
         return self.state.metrics
+
+
+def _is_collapse_figure(name: str) -> bool:
+    return name.endswith(("embedding_std", "embedding_std_ratio", "effective_rank"))

@@ -12,6 +12,13 @@ the functional core computed anyway. Recipes name them (``loss: {name: cacr, t_n
 * ``wang_liu``  wl_contrastive, wl_simple, wl_hard, wl_hard_simple
 * ``cacr``      cacr, cacr_multiview, cacr_moco
 * ``ring``      ring_nce, ir_nce, ir_ring
+* ``byol``      byol, simsiam (a predictor against a target network or a stopped gradient)
+* ``moco_v3``   moco_v3 (in-batch momentum keys, no queue)
+* ``redundancy`` barlow_twins, vicreg (batch statistics, no negatives)
+* ``swav``      swav (Sinkhorn codes over prototypes, multi-crop, optional queue)
+* ``dino``      dino (centred, sharpened momentum teacher, multi-crop)
+* ``supcon``    supcon (labels as positives)
+* ``nnclr``     nnclr (nearest neighbour in a support set)
 * ``batch_io``  what they all read from the batch (views, domain scores) and the records they return
 
 Which embeddings go where (V views per instance, ``views[:, 0]`` is the query view):
@@ -25,35 +32,21 @@ Which embeddings go where (V views per instance, ``views[:, 0]`` is the query vi
   ``negatives``, the anchor's own slot (``indices``) being the positive.
 """
 
-from toolkit.losses.base import LOSSES
-from toolkit.losses.modules.cacr import CACR, CACRMoCo, CACRMultiview
-from toolkit.losses.modules.debiased import DCL, HCL
-from toolkit.losses.modules.geometry import ACA, CPCLA, AlignUniform, CPCLFull, Spectral
-from toolkit.losses.modules.infonce import CMC, InfoNCE, MoCoInfoNCE, NTXent
-from toolkit.losses.modules.ring import IRNCE, IRRing, RingNCE
-from toolkit.losses.modules.wang_liu import WLContrastive, WLHard, WLHardSimple, WLSimple
+import importlib
+import inspect
+import pkgutil
 
-__all__ = [
-    "LOSSES",
-    "NTXent",
-    "InfoNCE",
-    "MoCoInfoNCE",
-    "CMC",
-    "DCL",
-    "HCL",
-    "AlignUniform",
-    "Spectral",
-    "CPCLA",
-    "CPCLFull",
-    "ACA",
-    "WLContrastive",
-    "WLSimple",
-    "WLHard",
-    "WLHardSimple",
-    "CACR",
-    "CACRMultiview",
-    "CACRMoCo",
-    "RingNCE",
-    "IRNCE",
-    "IRRing",
-]
+from toolkit.losses.base import LOSSES, ContrastiveLoss
+
+__all__ = ["LOSSES"]
+
+# Every submodule is imported (its classes register themselves where they are defined), and its
+# loss classes are exported here: adding a loss is adding a file, no list to keep.
+for _info in pkgutil.iter_modules(__path__):
+    if _info.name.startswith("_") or _info.name == "batch_io":
+        continue
+    _module = importlib.import_module(f"{__name__}.{_info.name}")
+    for _name, _obj in inspect.getmembers(_module, inspect.isclass):
+        if issubclass(_obj, ContrastiveLoss) and _obj.__module__ == _module.__name__:
+            globals()[_name] = _obj
+            __all__.append(_name)

@@ -45,3 +45,15 @@ class Records:
 
     def out(self, loss: Tensor) -> LossOutput:
         return LossOutput(loss, dict(self.d))
+
+
+def predicted_pairs(batch: ContrastiveBatch, owner: str) -> tuple[tuple[Tensor, Tensor], tuple[Tensor, Tensor]]:
+    """``((p1, p2), (k1, k2))``: the predictor's output on the first two (global) views and the
+    target's embeddings of the same views (the momentum encoder's, or the stopped online ones)."""
+    require(batch, owner, "views", "predictions", "keys")
+    p, k = batch.predictions, batch.keys
+    if p.dim() != 3 or p.shape[1] < 2 or k.dim() != 3 or k.shape[1] < 2:
+        raise ValueError(
+            f"{owner} needs predictions and keys of shape [N, V>=2, d], got {tuple(p.shape)} and {tuple(k.shape)}"
+        )
+    return (p[:, 0], p[:, 1]), (k[:, 0], k[:, 1])

@@ -1,0 +1,97 @@
+"""SwAV: swapped prediction of Sinkhorn-Knopp codes over learned prototypes
+(:func:`toolkit.losses.functional.swav`), with multi-crop and the optional feature queue."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as nnf
+from torch import Tensor
+
+from toolkit import checks
+from toolkit.heads import Prototypes
+from toolkit.losses import functional as F
+from toolkit.losses.base import LOSSES, ContrastiveBatch, ContrastiveLoss, LossOutput, RunLength
+from toolkit.losses.modules.batch_io import batch_views
+from toolkit.samplers.sources import MoCoQueue
+
+
+@LOSSES.register("swav", description="SwAV: predict one view's Sinkhorn codes over prototypes from another view")
+class SwAV(ContrastiveLoss):
+    """SwAV (Caron et al. 2020, Sec. 3.1, Eq. 3): for every global view ``i`` the codes
+    ``q_i = Sinkhorn(scores_i)`` (on detached scores, equal partition over ``prototypes`` rows),
+    predicted from every other view ``v`` by ``softmax(scores_v / temperature)``; the mean over
+    the pairs. With two views it is exactly :func:`toolkit.losses.functional.swav`. Multi-crop's
+    local views predict, never give codes. The prototypes are trained with the encoder,
+    normalised after every step and frozen for ``freeze_prototypes_steps`` steps. With
+    ``queue_size`` > 0 the codes are computed over the batch and the last ``queue_size`` global
+    embeddings (from step ``queue_start_step``), for small batches (the paper's queue of 3840
+    from epoch 15)."""
+
+    def __init__(
+        self,
+        prototypes: int = 3000,
+        temperature: float = 0.1,
+        epsilon: float = 0.05,
+        iterations: int = 3,
+        freeze_prototypes_steps: int = 313,
+        queue_size: int = 0,
+        queue_start_step: int = 0,
+    ) -> None:
+        super().__init__()
+        if not isinstance(prototypes, int) or prototypes < 2:
+            raise checks.ArgumentError("prototypes", f"prototypes must be an integer >= 2, got {prototypes!r}")
+        self.count = prototypes
+        self.temperature = checks.positive("temperature", temperature)
+        self.epsilon = checks.positive("epsilon", epsilon)
+        if not isinstance(iterations, int) or iterations < 1:
+            raise checks.ArgumentError("iterations", f"iterations must be an integer >= 1, got {iterations!r}")
+        self.iterations = iterations
+        for name, value in (
+            ("freeze_prototypes_steps", freeze_prototypes_steps),
+            ("queue_size", queue_size),
+            ("queue_start_step", queue_start_step),
+        ):
+            if not isinstance(value, int) or value < 0:
+                raise checks.ArgumentError(name, f"{name} must be an integer >= 0, got {value!r}")
+        self.freeze_prototypes_steps = freeze_prototypes_steps
+        self.queue_size = queue_size
+        self.queue_start_step = queue_start_step
+        self.prototypes: Prototypes | None = None
+        self.queue: MoCoQueue | None = None
+
+    def attach(self, dim: int, length: RunLength) -> None:
+        self.prototypes = Prototypes(dim, self.count, self.freeze_prototypes_steps)
+        if self.queue_size:
+            self.queue = MoCoQueue(self.queue_size, dim)
+
+    def _codes(self, scores: Tensor, step: int) -> Tensor:
+        """Sinkhorn codes of one view's detached scores (with the queue's rows where it is on)."""
+        with torch.no_grad():
+            s = scores.detach().float()
+            if self.queue is not None and step >= self.queue_start_step and self.prototypes is not None:
+                s = torch.cat([self.prototypes(self.queue.rows()).float(), s])
+            codes = F.sinkhorn_knopp(s, epsilon=self.epsilon, iterations=self.iterations)
+            return codes[-scores.shape[0] :]
+
+    def forward(self, batch: ContrastiveBatch) -> LossOutput:
+        if self.prototypes is None:
+            raise RuntimeError("swav: attach(dim) builds the prototypes before the first step")
+        z = nnf.normalize(batch_views(batch, "swav").float(), dim=-1)
+        n, v = z.shape[:2]
+        scores = self.prototypes(z.flatten(0, 1)).view(n, v, -1)
+        log_p = torch.log_softmax(scores / self.temperature, dim=-1)
+        total, pairs = scores.new_zeros(()), 0
+        for i in range(batch.num_global):
+            q = self._codes(scores[:, i], batch.step)
+            for j in range(v):
+                if j != i:
+                    total = total - (q * log_p[:, j]).sum(-1).mean()
+                    pairs += 1
+        return LossOutput(total / pairs)
+
+    @torch.no_grad()
+    def after_step(self, batch: ContrastiveBatch) -> None:
+        if self.prototypes is not None:
+            self.prototypes.normalize_()
+        if self.queue is not None and batch.views is not None:
+            self.queue.enqueue(nnf.normalize(batch.views[:, 0].float(), dim=-1))
