@@ -56,10 +56,11 @@ class _NullTracker(RunLog):
     """Keeps nothing (the declared face's defaults)."""
 
 
-def load_recipe(overrides: list[str]) -> rc.Recipe:
-    """The quickstart recipe under ``overrides``, without its wall-time budget: a benchmark times
-    steps, and ``budget.minutes`` would spend the first ones calibrating a step count."""
-    raw = rc.apply_overrides(rc.load_yaml(ROOT / "recipes/vision/quickstart.yaml"), ["budget.minutes=null", *overrides])
+def load_recipe(overrides: list[str], path: Path = ROOT / "recipes/vision/quickstart.yaml") -> rc.Recipe:
+    """The quickstart recipe (or the vision recipe at ``path``) under ``overrides``, without its
+    wall-time budget: a benchmark times steps, and ``budget.minutes`` would spend the first ones
+    calibrating a step count."""
+    raw = rc.apply_overrides(rc.load_yaml(path), ["budget.minutes=null", *overrides])
     # `auto` as `ctk run` resolves it on this machine (the bare loop needs the resolved value too)
     choice = precision_choice(rc.get_path(raw, "precision", "auto"), "cpu", VisionDomain)
     raw = rc.apply_overrides(raw, [f"precision={choice.value}"])

@@ -198,7 +198,17 @@ def test_evaluate_reports_probes_baselines_and_geometry(fmnist_root):
     assert m["uniformity"] == pytest.approx(-m["neg_uniformity"])
     assert m["cond_entropy"] <= math.log(31) + 1e-9  # at most log(M - 1), M = 32
     online = dom.monitor(enc, data)
-    assert set(online) == {"knn_top1"} and 0.0 <= online["knn_top1"] <= 100.0
+    assert set(online) == {"knn_top1", "embedding_std", "embedding_std_ratio", "effective_rank"}
+    assert 0.0 <= online["knn_top1"] <= 100.0
+    # the collapse figures are those of the projection of the evaluation images (here: the test split)
+    from toolkit.evaluation.collapse import collapse_figures
+
+    with torch.no_grad():
+        z = enc(ev_data.augment.natural(ev_data.test.images[:2000]))
+    expected = collapse_figures(z)
+    assert m["effective_rank"] == pytest.approx(expected["effective_rank"], rel=1e-4)
+    assert m["embedding_std_ratio"] == pytest.approx(expected["embedding_std_ratio"], rel=1e-4)
+    assert 0 < m["embedding_std_ratio"] <= 1.0 + 1e-9 and 1.0 <= m["effective_rank"] <= z.shape[1]
 
 
 def test_config_errors_name_the_key(fmnist_root):

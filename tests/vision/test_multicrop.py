@@ -219,3 +219,16 @@ def test_streamed_local_crops_are_seeded_and_at_their_scale(photo_folder):
     on_device = next(dev.iter_from(3))
     assert on_device["x_local"].shape == one[0].shape and on_device["x_local"].dtype == torch.uint8
     assert (on_device["x_local"].float() - one[0].float()).abs().mean() < 6.0  # two resamplers, the same boxes
+
+
+def test_the_contrastive_batch_appends_the_local_embeddings(fmnist_root):
+    recipe = _validate(_memory(fmnist_root, {"number": 4}))
+    dom = VisionDomain(recipe)
+    batch = next(iter(dom.build_data(recipe).train))
+    enc = dom.build_encoder(recipe)
+    cb = dom.contrastive_batch(batch, enc, None, {"views"}, 2, 0, torch.Generator().manual_seed(0))
+    assert cb.views.shape == (16, 2 + 4, 8)
+    assert cb.global_views == 2 and cb.num_global == 2
+    # the global views' embeddings are those of the global views alone
+    alone = dom.contrastive_batch(batch, enc, None, {"views"}, 2, 0, torch.Generator().manual_seed(0))
+    assert torch.equal(alone.views[:, :2], cb.views[:, :2])
