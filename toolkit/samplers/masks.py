@@ -51,6 +51,12 @@ __all__ = [
 RING_DEFAULT_THRESHOLDS = (0.1, 0.1)
 RING_DEFAULT = (90.0, 99.0)
 
+# Devices on which the samplers read values back freely, as reading a CPU tensor waits for nothing:
+# the ring mask's NumPy cut there, the memory bank's index check. Every other device takes the
+# read-free branches (``topk``; indexing's own bounds check); ``toolkit.training.syncs.cuda_branches``
+# empties it to check those on the CPU.
+HOST_READ_DEVICES = ("cpu",)
+
 # Products such as 0.29 * 100 are 28.999... in binary floating point; a plain int() / ceil()
 # would then be off by one. Quantile positions are computed with this slack instead.
 _EPS = 1e-9
@@ -187,7 +193,7 @@ def _ring(sims: Tensor, lower: float, upper: float, sums: bool):
     lo, hi = ring_bounds(m, lower, upper)
     if lo == 0 and hi == m:
         return torch.ones((n, m), dtype=torch.bool, device=sims.device), (sims.sum(1) if sums else None)
-    if sims.device.type != "cpu" or sims.dtype not in (torch.float32, torch.float64):
+    if sims.device.type not in HOST_READ_DEVICES or sims.dtype not in (torch.float32, torch.float64):
         mask = _ring_mask_topk(sims, lo, hi)
         return mask, (torch.where(mask, sims, sims.new_zeros(())).sum(1) if sums else None)
     cut_lo, cut_hi, redo, kept_sums = _ring_cuts(sims.detach().numpy(), lo, hi, sums)
