@@ -120,3 +120,73 @@ def test_lars_is_multi_tensor_on_cuda_and_per_parameter_on_the_cpu():
     assert implementation(LARS(_net(0).parameters(), lr=0.1, foreach=True)) == "lars multi-tensor"
     if torch.cuda.is_available():
         assert implementation(LARS(_net(0).cuda().parameters(), lr=0.1)) == "lars multi-tensor"
+
+
+def test_lars_step_is_the_simclr_trust_ratio():
+    """One step from rest, momentum 0: w <- w - lr * tc ||w|| / ||g + wd w|| * (g + wd w), the
+    norm of the decayed gradient (SimCLR's form; You et al.'s ||g|| + wd ||w|| differs here)."""
+    for foreach in (False, True):
+        w = torch.tensor([[3.0, 4.0]], requires_grad=True)  # ||w|| = 5
+        opt = LARS([w], lr=0.5, momentum=0.0, weight_decay=0.2, trust_coefficient=0.01, foreach=foreach)
+        w.grad = torch.tensor([[0.4, -2.2]])
+        d = w.grad + 0.2 * w.detach()  # [1.0, -1.4]
+        expected = w.detach() - 0.5 * (0.01 * 5.0 / float(d.norm())) * d
+        paper = w.detach() - 0.5 * (0.01 * 5.0 / (float(w.grad.norm()) + 0.2 * 5.0)) * d
+        opt.step()
+        torch.testing.assert_close(w.detach(), expected, rtol=1e-6, atol=1e-7)
+        assert not torch.allclose(w.detach(), paper, rtol=1e-6, atol=1e-7)
+
+
+class _Kernels(torch.utils._python_dispatch.TorchDispatchMode):
+    """Every operator call that is not a view, and whether each multi-tensor call of two or more tensor lists
+    could take CUDA's fast path (ATen's ``can_use_fast_route``: one device and dtype, and in
+    each position tensors of one size and stride, dense); otherwise CUDA runs it as one kernel
+    per tensor."""
+
+    def __init__(self):
+        super().__init__()
+        self.calls, self.slow = [], []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        name = func.overloadpacket.__name__
+        if not func.is_view and not name.startswith("_record_function"):  # views launch nothing
+            self.calls.append(name)
+        lists = [a for a in args if isinstance(a, (list, tuple)) and a and isinstance(a[0], torch.Tensor)]
+        if name.startswith("_foreach_") and len(lists) > 1:
+            for column in zip(*lists, strict=True):
+                first = column[0]
+                alike = all(
+                    t.shape == first.shape and t.stride() == first.stride() and t.dtype == first.dtype
+                    for t in column
+                )
+                if not alike or not first.is_contiguous():
+                    self.slow.append((name, [tuple(t.shape) for t in column]))
+        return func(*args, **(kwargs or {}))
+
+
+def _mlp(layers: int) -> nn.Module:
+    torch.manual_seed(0)
+    return nn.Sequential(*[nn.Sequential(nn.Linear(6, 6), nn.LayerNorm(6)) for _ in range(layers)])
+
+
+@pytest.mark.parametrize("weight_decay", [0.0, 1e-4])
+def test_multi_tensor_lars_is_a_few_kernels_whatever_the_parameter_count(weight_decay):
+    """The multi-tensor step runs as many operators for 3 layers as for 12 (none per parameter
+    beyond the first step's buffers) and every multi-tensor call can take CUDA's fast path (the
+    0-dim trust ratios of before sent _foreach_mul to one kernel per parameter)."""
+    counted = {}
+    for layers in (3, 12):
+        net = _mlp(layers)
+        opt = LARS(net.parameters(), lr=0.1, weight_decay=weight_decay, foreach=True)
+        x = torch.randn(4, 6, generator=torch.Generator().manual_seed(1))
+        for step in range(2):
+            opt.zero_grad(set_to_none=True)
+            net(x).square().mean().backward()
+            if step == 0:
+                opt.step()  # the first step clones a buffer per parameter
+                continue
+            with _Kernels() as kernels:
+                opt.step()
+        assert not kernels.slow, kernels.slow
+        counted[layers] = kernels.calls
+    assert counted[3] == counted[12], (counted[3], counted[12])

@@ -13,19 +13,30 @@ from torch.optim.lr_scheduler import LambdaLR
 
 from toolkit import recipe as rc
 
+# Devices where LARS takes its multi-tensor update by default (``foreach=None``);
+# ``toolkit.training.syncs.cuda_branches`` adds ``cpu`` to check that path here.
+FOREACH_DEVICES = ("cuda",)
+
 
 class LARS(Optimizer):
-    """LARS (You et al. 2017) as used by SimCLR: SGD with momentum whose per-layer step is
-    scaled by ``trust * ||w|| / (||g|| + wd * ||w||)``. Parameters with ``ndim <= 1``
-    (biases, batch-norm) get neither weight decay nor the trust ratio.
+    """LARS (You et al. 2017) as SimCLR uses it: SGD with momentum on the decayed gradient
+    d = g + wd * w scaled per layer by the trust ratio ``trust * ||w|| / ||d||`` (1 where
+    either norm is 0): the norm of the decayed gradient, SimCLR's form, not You et al.'s
+    ``||g|| + wd * ||w||``. Parameters with ``ndim <= 1`` (biases, batch-norm) get neither weight
+    decay nor the trust ratio.
 
     ``foreach`` (default: on CUDA): each step is a handful of ``torch._foreach_*`` kernels over
     all the parameters of a device and dtype (a ResNet-50 has 161) instead of a dozen small
-    kernels per parameter, the trust ratios computed as one vector; nothing is read back to the
-    host. On the CPU, where a kernel launch costs nothing, the per-parameter loop is faster (it
-    works on one parameter while it is in cache: ResNet-18 at 16 px, batch 8, a 2-core Xeon:
-    103 against 112 ms a step), so it stays there. ``tests/core/test_optim.py`` holds the two
-    forms equal to 1e-6."""
+    kernels per parameter, nothing read back to the host. The trust ratios are one vector, and
+    they reach the parameters as one vector too, spread to one factor per element
+    (``repeat_interleave`` with the output size given: no read of the counts) and viewed in each
+    parameter's shape: torch's multi-tensor kernels take a list of per-tensor factors only in
+    the parameters' own shapes (a 0-dim factor per tensor sends ``_foreach_mul`` to its loop of
+    one kernel per tensor), at the price of a temporary factor (and int64 index) per element of
+    the wide parameters, freed within the step. On the CPU, where a kernel launch costs
+    nothing, the per-parameter loop is faster (it works on one parameter while it is in cache:
+    ResNet-18 at 16 px, batch 8, a 2-core Xeon: 103 against 112 ms a step), so it stays there.
+    ``tests/core/test_optim.py`` holds the two forms equal to 1e-6."""
 
     def __init__(
         self,
@@ -40,6 +51,7 @@ class LARS(Optimizer):
             params, dict(lr=lr, momentum=momentum, weight_decay=weight_decay, trust_coefficient=trust_coefficient)
         )
         self.foreach = foreach
+        self._counts: dict[tuple, Tensor] = {}  # element counts of a list of wide parameters, on their device
 
     @torch.no_grad()
     def step(self, closure=None):  # type: ignore[override]
@@ -50,7 +62,7 @@ class LARS(Optimizer):
                 if p.grad is not None:
                     kinds.setdefault((p.device, p.dtype), []).append(p)
             for (device, _), params in kinds.items():
-                if self.foreach or (self.foreach is None and device.type == "cuda"):
+                if self.foreach or (self.foreach is None and device.type in FOREACH_DEVICES):
                     self._step(params, group)
                 else:
                     self._step_each(params, group)
@@ -89,7 +101,7 @@ class LARS(Optimizer):
             trust = torch.where(
                 (w_norm > 0) & (d_norm > 0), group["trust_coefficient"] * w_norm / d_norm, torch.ones_like(w_norm)
             )
-            for i, scaled in zip(wide, torch._foreach_mul(d, list(trust.unbind(0))), strict=True):
+            for i, scaled in zip(wide, torch._foreach_mul(d, self._per_element(trust, w)), strict=True):
                 steps[i] = scaled
         bufs: list[Tensor] = []
         old: list[Tensor] = []
@@ -106,6 +118,17 @@ class LARS(Optimizer):
             torch._foreach_mul_(old, group["momentum"])
             torch._foreach_add_(old, new)
         torch._foreach_add_(params, bufs, alpha=-group["lr"])
+
+    def _per_element(self, factors: Tensor, tensors: list[Tensor]) -> list[Tensor]:
+        """``factors[i]`` repeated over every element of ``tensors[i]``, one vector of the
+        tensors' dtype, as views in their shapes (the multi-tensor kernels' operands)."""
+        sizes = [t.numel() for t in tensors]
+        key = (factors.device, *sizes)
+        counts = self._counts.get(key)
+        if counts is None:  # copied to the device once: no host-to-device copy in later steps
+            counts = self._counts[key] = torch.tensor(sizes, device=factors.device)
+        flat = factors.to(tensors[0].dtype).repeat_interleave(counts, output_size=sum(sizes))
+        return [part.view(t.shape) for part, t in zip(flat.split(sizes), tensors, strict=True)]
 
 
 def build_optimizer(params: Iterable[nn.Parameter], cfg: rc.Optimizer, batch_size: int) -> Optimizer:
@@ -148,7 +171,7 @@ def implementation(optimizer: Optimizer) -> str:
     name = type(optimizer).__name__.lower()
     if isinstance(optimizer, LARS):
         devices = {p.device.type for group in optimizer.param_groups for p in group["params"]}
-        multi = optimizer.foreach or (optimizer.foreach is None and devices == {"cuda"})
+        multi = optimizer.foreach or (optimizer.foreach is None and bool(devices) and devices <= set(FOREACH_DEVICES))
         return f"{name} {'multi-tensor' if multi else 'per-parameter'}"
     return f"{name} fused" if optimizer.defaults.get("fused") else name
 
