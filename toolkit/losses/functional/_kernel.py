@@ -13,6 +13,7 @@ functions, and the tests hold the kernels to them: ``infonce.nt_xent_reference``
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 
 import torch
@@ -81,12 +82,7 @@ def _masked_exponentials(
             x.diagonal(half).fill_(_NEG_INF)
             x.diagonal(-half).fill_(_NEG_INF)
     exps, sums = _exponentials(x, scales, c0, keep)
-    if _squares(scales):
-        smallest = sums[0]  # sum E^2 <= sum E, as E <= 1
-    else:
-        smallest = sums[0] if len(sums) == 1 else torch.stack(sums).amin(dim=0)
-    # terms below `tiny` add at most m * tiny: negligible (< eps relative) above this level
-    floor = torch.finfo(x.dtype).tiny * x.shape[1] / torch.finfo(x.dtype).eps
+    smallest, floor = _smallest_sums(sums, scales), _floor(x)
     if float(smallest.amin()) < floor:
         shift = shift.contiguous()
         _exact_rows((smallest < floor).nonzero().flatten(), exps, sums, shift, left, right, scales, partner_kept, keep)
@@ -95,13 +91,22 @@ def _masked_exponentials(
 
 
 def _shift_by_row_max(t: Tensor) -> bool:
-    """Which shift :func:`_masked_exponentials` takes for tensors on ``t``'s device: on CUDA each
-    row's max over its allowed entries (a reduction and a subtraction over the matrix more, and
-    no value read back to the host: the training step never waits for the device), on the CPU
-    the Cauchy-Schwarz bound (no pass over the matrix; its underflow guard reads one number
-    back, which costs nothing where the tensors already are). :data:`ROW_MAX_DEVICES` holds the
-    device types of the first kind (the tests add ``cpu`` to check that path here)."""
+    """Which shift :func:`_masked_exponentials` takes for tensors on ``t``'s device: on CUDA the
+    max over the allowed entries (a reduction and a subtraction over the matrix more, and no
+    value read back to the host: the training step never waits for the device), on the CPU the
+    Cauchy-Schwarz bound (no pass over the matrix; its underflow guard reads one number back,
+    which costs nothing where the tensors already are). :data:`ROW_MAX_DEVICES` holds the device
+    types of the first kind, the devices whose steps read nothing back: the losses' checks that
+    need a device value are left to the records there (:func:`_checks_read`); the tests add
+    ``cpu`` to check those paths here (``toolkit.training.syncs.cuda_branches``)."""
     return t.device.type in ROW_MAX_DEVICES
+
+
+def _checks_read(t: Tensor) -> bool:
+    """Whether a check that needs a value of ``t`` (an anchor left without negatives, an index
+    out of range) reads it inside the loss: off :data:`ROW_MAX_DEVICES`, where reading costs
+    no synchronisation. Elsewhere the check is left to the step's records, read at log steps."""
+    return not _shift_by_row_max(t)
 
 
 def _row_max_exponentials(
@@ -113,9 +118,22 @@ def _row_max_exponentials(
     partner_kept: bool,
     keep: Tensor | Callable[[Tensor], Tensor] | None,
 ):
-    """:func:`_masked_exponentials` with the shift m_a = max over the allowed b of X_ab: every row
-    keeps a term equal to 1, so no sum can underflow and nothing is checked (no host read).
-    Dropped entries are written as -inf before the max; E is not symmetric (rows shift apart)."""
+    """:func:`_masked_exponentials` with the shift taken from the max over the allowed entries
+    (dropped entries are written as -inf before it), nothing read back to the host.
+
+    With a keep-mask, against keys, or where one shift could underflow: each row's own max,
+    m_a = max_b X_ab. Every row keeps a term equal to 1, so no sum can underflow and nothing is
+    checked; E is not symmetric (rows shift apart), and the in-batch backward takes two GEMMs.
+
+    In-batch without a mask, when unit rows cannot underflow under it: one shift for all rows,
+    the largest allowed logit m = max_a m_a, so E stays symmetric and the backward is one GEMM
+    as on the bound's path. A row's largest term is then e^{rho (m_a - m)} (rho = the largest
+    scale over the GEMM's, 2 for HCL at beta = 1) and m - m_a <= 2 c0 for unit rows, so the
+    sums stay above the underflow floor whenever 2 c0 rho <= ln(1 / floor) (float32: ~71 - ln n,
+    i.e. tau >= ~0.035 at n = 8192): decided on the host from c0, n and the dtype, before the
+    product. Rows far from unit norm can still fall below the floor, where the bound's path
+    recomputes them exactly; here, with no read, their sums are set to NaN: the loss is NaN and
+    the trainer's non-finite check stops the run at its next log step, never an inexact value."""
     x = torch.mm(left, other.t()).mul_(c0 * _LOG2E)  # X log2(e): exp2 below, as the bound's path
     if callable(keep):
         keep = keep(x)  # a rank within each row: the same under any row shift
@@ -128,9 +146,29 @@ def _row_max_exponentials(
     if keep is not None:
         x.masked_fill_(keep.logical_not(), _NEG_INF)
     top = x.amax(dim=1, keepdim=True)
+    symmetric = in_batch and keep is None and 2.0 * max(scales) <= -math.log(_floor(x))
+    if symmetric:
+        top = top.amax().expand_as(top)  # one shift: E = exp(X - m) is symmetric
     x.sub_(top)
     exps, sums = _exponentials(x, scales, c0)  # dropped entries are -inf: exp2 makes them 0
-    return exps, sums, top.div_(_LOG2E).squeeze(1), False, keep  # the shift in natural units
+    if symmetric:
+        lost = _smallest_sums(sums, scales) < _floor(x)
+        sums = [s.masked_fill(lost, math.nan) for s in sums]
+    return exps, sums, (top / _LOG2E).squeeze(1), symmetric, keep  # the shift in natural units
+
+
+def _smallest_sums(sums: Sequence[Tensor], scales: Sequence[float]) -> Tensor:
+    """Per row, the smallest of the sums of every E_c (all entries <= 1 under the shift)."""
+    if _squares(scales):
+        return sums[0]  # sum E^2 <= sum E, as E <= 1
+    return sums[0] if len(sums) == 1 else torch.stack(sums).amin(dim=0)
+
+
+def _floor(x: Tensor) -> float:
+    """The row sum below which a row may have lost precision to underflow: terms below ``tiny``
+    add at most n * tiny, negligible (< eps relative) above this level."""
+    info = torch.finfo(x.dtype)
+    return info.tiny * x.shape[1] / info.eps
 
 
 def _exponentials(x: Tensor, scales: Sequence[float], c0: float, keep: Tensor | None = None):
