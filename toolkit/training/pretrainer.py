@@ -146,7 +146,7 @@ class Pretrainer(CheckpointedState, Evaluations, Trainer):
             agree=dist.all_gather_object if dist else None,
             steps=self.total,
             minutes=self.recipe.budget.minutes,
-            variable_shapes=getattr(self.domain, "variable_shapes", None),
+            variable_shapes=self.domain.variable_shapes,
         )
 
     def _rank_batch(self, batch: Any) -> Any:
