@@ -1,8 +1,10 @@
 """What only a GPU can check (``pytest -m gpu``; skipped where torch sees no CUDA device):
 every loss under bf16 and fp16 autocast on CUDA against its fp32 value, a 50-step bf16 vision
 run, a checkpoint written on the GPU resumed on the CPU, geometry metrics on CUDA tensors, nvJPEG
-against the CPU workers (and, in tests/core/test_streamed_probes.py, the streamed probes on CUDA
-against the CPU, as counts of correct test rows).
+against the CPU workers, LARS's multi-tensor update against its per-parameter one (and, in
+tests/core/test_streamed_probes.py, the streamed probes on CUDA against the CPU, as counts of
+correct test rows; in tests/gpu/test_compile.py, ``compile: auto``'s trial and compiled training).
+The runs here set ``compile: off``: compiling is not their subject.
 
 What is compared with what: counts where the quantity is a count (histogram bins, correct
 predictions), and a tolerance, with its reason beside it, where two devices round floats
@@ -77,7 +79,10 @@ def test_fifty_step_vision_run_in_bf16(workdir):
     from toolkit.tracking.store import client_for
 
     r = load_recipe(
-        QUICKSTART, [*TINY, "budget.steps=50", "budget.log_every=10", "device=cuda", "precision=bf16"], installed.get
+        QUICKSTART,
+        # not a test of compiling: compile: auto would run its trial and compile (tests/gpu/test_compile.py)
+        [*TINY, "budget.steps=50", "budget.log_every=10", "device=cuda", "precision=bf16", "compile=off"],
+        installed.get,
     )
     run_id, metrics = execute(r, progress=False)
     losses = [m.value for m in client_for().get_metric_history(run_id, "train/loss")]
@@ -93,7 +98,7 @@ def test_checkpoint_written_on_the_gpu_resumes_on_the_cpu(workdir):
     from toolkit.runs import execute, load_recipe
     from toolkit.tracking.store import client_for
 
-    sets = [*TINY, "budget.checkpoint_every=2"]
+    sets = [*TINY, "budget.checkpoint_every=2", "compile=off"]  # not a test of compiling
     gpu = load_recipe(QUICKSTART, [*sets, "device=cuda", "precision=bf16"], installed.get)
     with pytest.raises(Stop):
         execute(gpu, progress=False, hooks=[_stop_at(4)])
@@ -158,3 +163,27 @@ def test_jpeg_decoding_on_cuda_matches_the_cpu_workers(tmp_path):
     assert (gpu["x"].float().cpu() - cpu["x"].float()).abs().mean() < 6.0
     choice, why = choose_decode("auto", CUDA, split, spec, 2)
     assert choice in ("cpu", "device") and "measured" in why
+
+
+def test_lars_multi_tensor_equals_its_per_parameter_update_on_cuda():
+    """The ``torch._foreach_*`` update (CUDA's default) against the per-parameter loop, five steps
+    on the same gradients, weight decay and momentum on; fp32 on the same device, the two differ
+    only in how the kernels group the same arithmetic, hence 1e-6."""
+    from toolkit.training.optim import LARS
+
+    g = torch.Generator(device=CUDA).manual_seed(0)
+    shapes = [(64, 32, 3, 3), (64,), (64,), (128, 64), (128,), (10, 128)]  # conv, BN, linear, bias
+    start = [torch.randn(s, device=CUDA, generator=g) for s in shapes]
+    grads = [[torch.randn(s, device=CUDA, generator=g) for s in shapes] for _ in range(5)]
+    params = {}
+    for foreach in (True, False):
+        ps = [torch.nn.Parameter(t.clone()) for t in start]
+        opt = LARS(ps, lr=0.3, momentum=0.9, weight_decay=1e-6, foreach=foreach)
+        for step in grads:
+            for p, grad in zip(ps, step):
+                p.grad = grad.clone()
+            opt.step()
+        params[foreach] = ps
+    for multi, single in zip(params[True], params[False]):
+        torch.testing.assert_close(multi, single, rtol=1e-6, atol=1e-6)
+    assert not all(torch.equal(p, s) for p, s in zip(params[False], start))  # the steps moved them
