@@ -63,7 +63,7 @@ GPU_TESTS = "tests/gpu tests/core/test_streamed_probes.py::test_streamed_probes_
 # name, seconds at most, what it measures, command ({py}: this Python; {out}: the report's folder)
 PARTS = [
     ("cuda-tests", 120, "the CUDA tests: tests/gpu and the streamed probes on the GPU",
-     f"{{py}} -m pytest -n 0 -p no:cacheprovider -q -m gpu {GPU_TESTS} --junitxml {{out}}/cuda-tests.xml"),
+     f"{{py}} -m pytest -n 0 -p no:cacheprovider -q {GPU_TESTS} --junitxml {{out}}/cuda-tests.xml"),
     ("r50", 75, "ResNet-50 SimCLR step against the bare loop, both as compile: auto chose",
      f"{STEP} --steps 10 --warmup 3 --rounds 2 --json {{out}}/r50.json"),
     ("quickstart-synthetic", 55, "the quickstart's step on synthetic images resident on the GPU; what auto chose",
