@@ -64,13 +64,14 @@ GPU_TESTS = "tests/gpu tests/core/test_streamed_probes.py::test_streamed_probes_
 PARTS = [
     ("cuda-tests", 120, "the CUDA tests: tests/gpu and the streamed probes on the GPU",
      f"{{py}} -m pytest -n 0 -p no:cacheprovider -q {GPU_TESTS} --junitxml {{out}}/cuda-tests.xml"),
-    ("r50", 75, "ResNet-50 SimCLR step against the bare loop, both as compile: auto chose",
+    ("r50", 70, "ResNet-50 SimCLR step against the bare loop, both as compile: auto chose",
      f"{STEP} --steps 10 --warmup 3 --rounds 2 --json {{out}}/r50.json"),
-    ("quickstart-synthetic", 55, "the quickstart's step on synthetic images resident on the GPU; what auto chose",
-     f"{STEP} --recipe {QUICKSTART} --resident --steps 50 --warmup 10 --rounds 3 --json {{out}}/quickstart-synthetic.json"),
-    ("quickstart-fed", 70, "the quickstart's calibrated ms/step, fed from Fashion-MNIST as ctk run feeds it",
+    # one round: each round builds a trainer, and compile: auto's trial may compile the conv net (tens of s)
+    ("quickstart-synthetic", 60, "the quickstart's step on synthetic images resident on the GPU; what auto chose",
+     f"{STEP} --recipe {QUICKSTART} --resident --steps 100 --warmup 20 --rounds 1 --json {{out}}/quickstart-synthetic.json"),
+    ("quickstart-fed", 75, "the quickstart's calibrated ms/step, fed from Fashion-MNIST as ctk run feeds it",
      f"{{py}} bench/budget_calibration.py --one --recipe {QUICKSTART} --set device=cuda"),
-    ("r50-compiled", 150, "ResNet-50 SimCLR step against the bare loop, both under torch.compile (compile: default)",
+    ("r50-compiled", 145, "ResNet-50 SimCLR step against the bare loop, both under torch.compile (compile: default)",
      f"{STEP} --compile --steps 10 --warmup 3 --rounds 1 --json {{out}}/r50-compiled.json"),
 ]  # fmt: skip
 # what --dry-run runs for real: the step benchmark on the CPU, through the same runner and reader
