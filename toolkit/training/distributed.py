@@ -86,11 +86,29 @@ def launch(nproc: int, script: str, args: list[str], **nodes: Any) -> int:
             return 130
 
 
+class _ContiguousGrad(torch.autograd.Function):
+    """The identity, whose backward hands on a contiguous gradient."""
+
+    @staticmethod
+    def forward(ctx: Any, x: Tensor) -> Tensor:
+        return x.view_as(x)
+
+    @staticmethod
+    def backward(ctx: Any, grad: Tensor) -> Tensor:
+        return grad.contiguous()
+
+
 def all_gather_with_grad(x: Tensor) -> Tensor:
-    """Concatenate ``x`` from every rank along dim 0, in rank order, keeping gradients."""
+    """Concatenate ``x`` from every rank along dim 0, in rank order, keeping gradients.
+
+    Each gathered part's gradient is made contiguous before torch's backward sees it: the gloo
+    path of ``torch.distributed.nn.functional.all_gather``'s backward (torch 2.x) receives into
+    ``empty_like`` buffers of the incoming gradients and fills them as if contiguous, so a
+    strided gradient (a loss that transposes the views, as DINO's ``[V, B, K]``) came back with
+    its entries scrambled."""
     from torch.distributed.nn.functional import all_gather
 
-    return torch.cat(all_gather(x.contiguous()), dim=0)
+    return torch.cat([_ContiguousGrad.apply(part) for part in all_gather(x.contiguous())], dim=0)
 
 
 @torch.no_grad()
