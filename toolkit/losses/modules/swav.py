@@ -15,6 +15,11 @@ from toolkit.losses.modules.batch_io import batch_views
 from toolkit.samplers.sources import MoCoQueue
 
 
+def _wide(x: Tensor) -> Tensor:
+    """``x`` in float32 at least: half precision up, float64 kept (as the functional core does)."""
+    return x if x.dtype == torch.float64 else x.float()
+
+
 @LOSSES.register("swav", description="SwAV: predict one view's Sinkhorn codes over prototypes from another view")
 class SwAV(ContrastiveLoss):
     """SwAV (Caron et al. 2020, Sec. 3.1, Eq. 3): for every global view ``i`` the codes
@@ -67,16 +72,16 @@ class SwAV(ContrastiveLoss):
     def _codes(self, scores: Tensor, step: int) -> Tensor:
         """Sinkhorn codes of one view's detached scores (with the queue's rows where it is on)."""
         with torch.no_grad():
-            s = scores.detach().float()
+            s = _wide(scores.detach())
             if self.queue is not None and step >= self.queue_start_step and self.prototypes is not None:
-                s = torch.cat([self.prototypes(self.queue.rows()).float(), s])
+                s = torch.cat([_wide(self.prototypes(self.queue.rows())), s])
             codes = F.sinkhorn_knopp(s, epsilon=self.epsilon, iterations=self.iterations)
             return codes[-scores.shape[0] :]
 
     def forward(self, batch: ContrastiveBatch) -> LossOutput:
         if self.prototypes is None:
             raise RuntimeError("swav: attach(dim) builds the prototypes before the first step")
-        z = nnf.normalize(batch_views(batch, "swav").float(), dim=-1)
+        z = nnf.normalize(_wide(batch_views(batch, "swav")), dim=-1)
         n, v = z.shape[:2]
         scores = self.prototypes(z.flatten(0, 1)).view(n, v, -1)
         log_p = torch.log_softmax(scores / self.temperature, dim=-1)
