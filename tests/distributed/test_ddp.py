@@ -88,3 +88,59 @@ def test_each_rank_draws_its_own_views(two_ranks):
     assert v0.shape == v1.shape
     torch.testing.assert_close(v0, worker.run_views(None), rtol=0, atol=0)
     assert (v0 - v1).abs().mean() > 0.01
+
+
+@pytest.fixture(scope="module")
+def family_reference():
+    return worker.run_family()
+
+
+def _close(a, b, what):
+    if a is None or b is None:
+        assert a is None and b is None, f"{what}: a gradient on one side only"
+    else:
+        torch.testing.assert_close(a, b, rtol=1e-6, atol=1e-9, msg=what)
+
+
+@pytest.mark.parametrize("label", [label for label, _, _ in worker.FAMILY])
+def test_family_objective_matches_one_process_on_the_global_batch(two_ranks, family_reference, label):
+    """The whole objective of a family method (loss, predictor, target network, prototypes and
+    their queue, centre, support set) over three steps: at every step the loss, the encoder's
+    gradients after DDP's averaging and the objective's own gradients (predictor, prototypes:
+    outside DDP, computed by every rank from the gathered batch) equal one process's on the global
+    batch (to 1e-6); after the steps and ``after_step`` the encoder and every objective state
+    (target network, predictor's BN statistics, DINO's centre, SwAV's normalised prototypes and
+    queue, NNCLR's support set) is bitwise the same on both ranks and equals one process's."""
+    ref_steps, ref_state = family_reference[label]
+    for rank in range(2):
+        steps, state = two_ranks[rank]["family"][label]
+        for s, ((loss, grads), (ref_loss, ref_grads)) in enumerate(zip(steps, ref_steps, strict=True)):
+            assert abs(loss - ref_loss) <= 1e-6 * max(1.0, abs(ref_loss)), (rank, s, loss, ref_loss)
+            assert grads.keys() == ref_grads.keys()
+            for name, g in ref_grads.items():
+                _close(grads[name], g, f"rank {rank} step {s} grad {name}")
+        assert state.keys() == ref_state.keys()
+        for name, t in ref_state.items():
+            _close(state[name], t, f"rank {rank} state {name}")
+    s0, s1 = two_ranks[0]["family"][label][1], two_ranks[1]["family"][label][1]
+    assert all(torch.equal(s0[k], s1[k]) for k in s0), [k for k in s0 if not torch.equal(s0[k], s1[k])]
+
+
+def _differs(got, ref):
+    (steps, state), (ref_steps, ref_state) = got, ref
+    far = lambda a, b: a is not None and b is not None and not torch.allclose(a, b, rtol=1e-4, atol=1e-7)  # noqa: E731
+    return (
+        any(abs(loss - ref_loss) > 1e-4 * max(1.0, abs(ref_loss)) for (loss, _), (ref_loss, _) in zip(steps, ref_steps))
+        or any(far(grads[k], ref_grads[k]) for (_, grads), (_, ref_grads) in zip(steps, ref_steps) for k in ref_grads)
+        or any(far(state[k], ref_state[k]) for k in ref_state if state[k].shape == ref_state[k].shape)
+    )
+
+
+@pytest.mark.parametrize("label", [label for label, _, _ in worker.FAMILY])
+def test_family_without_the_gather_is_not_the_global_batch(two_ranks, family_reference, label):
+    """The comparison above can fail: each rank computing the objective on its own slice (no
+    gather; DDP still averages the encoder's gradients) gives other losses, gradients or state
+    for every method of the family, the batch statistics, codes, centre, predictor BN, support
+    set and the objective's own gradients being per-rank."""
+    for rank in range(2):
+        assert _differs(two_ranks[rank]["family_per_rank"][label], family_reference[label]), rank
