@@ -274,9 +274,7 @@ class Pretrainer(CheckpointedState, Evaluations, Trainer):
 
     def _train_step(self, batch: Any, index: int) -> None:
         state, dist, objective = self.state, self.options.distributed, self.objective
-        if dist and not (isinstance(self.data.train, Batches) and self.data.train.sharded):
-            batch = dist.shard(batch)
-        batch = to_device(batch, self.device)
+        batch = to_device(self._rank_batch(batch), self.device)
         with self._autocast():
             cb = self.domain.contrastive_batch(
                 batch,
