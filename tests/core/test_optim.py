@@ -156,8 +156,7 @@ class _Kernels(torch.utils._python_dispatch.TorchDispatchMode):
             for column in zip(*lists, strict=True):
                 first = column[0]
                 alike = all(
-                    t.shape == first.shape and t.stride() == first.stride() and t.dtype == first.dtype
-                    for t in column
+                    t.shape == first.shape and t.stride() == first.stride() and t.dtype == first.dtype for t in column
                 )
                 if not alike or not first.is_contiguous():
                     self.slow.append((name, [tuple(t.shape) for t in column]))

@@ -13,6 +13,7 @@ import torch.nn.functional as nnf
 from torch import Tensor, nn
 
 from toolkit import checks
+from toolkit.samplers import masks
 
 
 def _random_unit_rows(rows: int, dim: int, generator: torch.Generator | None = None) -> Tensor:
@@ -96,7 +97,11 @@ class MemoryBank(nn.Module):
             raise checks.ArgumentError(
                 "indices", f"indices must be [N] matching z [N, d], got {tuple(indices.shape)} and {tuple(z.shape)}"
             )
-        if int(indices.max()) >= self.bank.shape[0] or int(indices.min()) < 0:
+        # the range reads the indices: checked where that waits for nothing (HOST_READ_DEVICES);
+        # on a GPU the indexing below checks it on the device
+        if indices.device.type in masks.HOST_READ_DEVICES and (
+            int(indices.max()) >= self.bank.shape[0] or int(indices.min()) < 0
+        ):
             raise checks.ArgumentError(
                 "indices",
                 f"indices must lie in [0, {self.bank.shape[0]}), got range "

@@ -10,6 +10,8 @@ from torch import Tensor
 
 from toolkit import checks
 
+from ._kernel import _checks_read
+
 
 def _rows(name: str, x: Tensor, min_rows: int = 1) -> None:
     """A floating ``[n, d]`` tensor with n >= min_rows and d >= 1."""
@@ -50,7 +52,10 @@ def _score_masks(
     masks as given and ``rows`` ``[N]`` bool, the anchors with at least one positive.
 
     Every positive must be valid (it stays in the denominator) and at least one anchor must
-    have a positive."""
+    have a positive. Those two checks read values of the masks, so they run where reading costs
+    nothing (the CPU, :func:`._kernel._checks_read`); on a GPU the score forms leave them to the
+    loss, which is then not finite (a positive outside the partition, or no anchor to average),
+    and the trainer's non-finite check stops the run at its next log step."""
     checks.tensor("scores", scores, dim=2)
     shape = tuple(scores.shape)
     if scores.shape[1] < 1:
@@ -59,12 +64,14 @@ def _score_masks(
     if pos is None:
         raise ValueError("positive_mask must be a bool tensor, got None")
     valid = _bool_mask("valid_mask", valid_mask, shape)
+    rows = pos.any(dim=1)
+    if not _checks_read(scores):
+        return pos, valid, rows
     if valid is not None and (pos & ~valid).any():
         raise ValueError(
             "positive_mask marks candidates that valid_mask excludes; every "
             "positive must be valid (it stays in the denominator)"
         )
-    rows = pos.any(dim=1)
     if not rows.any():
         raise ValueError(
             f"positive_mask has no positive in any of its {shape[0]} rows; expected at least one anchor with a positive"

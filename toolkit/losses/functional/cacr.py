@@ -268,8 +268,9 @@ def cacr_multiview(
         with torch.no_grad():
             off_diag = ~torch.eye(n, dtype=torch.bool, device=views.device)
             dots = torch.bmm(views, views.transpose(1, 2))  # [N, V, V]
-            pos_sim = dots.masked_select(not_self).mean()
-            neg = [(views[:, x] @ views[:, y].T).masked_select(off_diag).mean() for x, y in pairs]
+            # means over masks without selecting (a selection's size is read back to the host)
+            pos_sim = torch.where(not_self, dots, 0.0).sum() / (n * v * (v - 1))
+            neg = [torch.where(off_diag, views[:, x] @ views[:, y].T, 0.0).sum() / (n * (n - 1)) for x, y in pairs]
             _record(
                 stats, weight_entropy=torch.stack(entropies).mean(), pos_sim=pos_sim, neg_sim=torch.stack(neg).mean()
             )
@@ -360,7 +361,8 @@ def cacr_moco(
     loss = (a * attraction * v + b * repulsion) / v
     if stats is not None:
         with torch.no_grad():
-            pos_sim = torch.bmm(q_views, k_views.transpose(1, 2)).masked_select(not_self).mean()
+            dots = torch.bmm(q_views, k_views.transpose(1, 2))  # a mean over the mask, not a selection
+            pos_sim = torch.where(not_self, dots, 0.0).sum() / (n * v * (v - 1))
             neg_sim = (q_views.mean(dim=(0, 1)) * queue.mean(dim=0)).sum()
             _record(stats, weight_entropy=torch.stack(entropies).mean(), pos_sim=pos_sim, neg_sim=neg_sim)
     return loss

@@ -10,7 +10,9 @@ class:
 with R = sum of the N negatives e^{s/tau} (DCL) or their importance-weighted sum (HCL). Every
 quantity is evaluated in log space (log Ng = log R + log(1 - tau+ N pos / R) - log(1 - tau+)),
 so large 1/tau or non-unit inputs neither overflow nor produce NaN: where the estimate is not
-positive the clamp bound takes over (``clamp=False`` then raises instead of returning NaN).
+positive the clamp bound takes over (``clamp=False`` then raises instead of returning NaN, on
+the CPU; on a GPU that check would read the estimate back, so the loss is NaN there, and the
+trainer's non-finite check reports it at its next log step). Records are device tensors.
 
 Limit identities (tested): with ``tau_plus=0``, and with ``beta=0`` for HCL, both reduce to
 :func:`~toolkit.losses.functional.nt_xent`. With the clamp on this holds whenever the clamp is
@@ -31,7 +33,7 @@ from torch.nn import functional as F
 
 from toolkit import checks
 
-from ._kernel import _NEG_INF, _InBatchLoss
+from ._kernel import _NEG_INF, _checks_read, _InBatchLoss
 from ._precision import full_precision
 from ._validation import _pair, _score_masks
 from .infonce import _in_batch_neg_sim
@@ -54,10 +56,12 @@ def _tail(
     tau_plus: float,
     clamp: bool,
     stats: dict | None,
+    pairs: Tensor | None = None,
 ) -> tuple[Tensor, Tensor, Tensor]:
     """Per-pair -log(pos / (pos + Ng)) and its derivatives, from a = log pos = ``pos_logit`` and
-    L = log R = ``log_r`` (vectors over the positive pairs; ``log_n`` = log N, a float or a
-    matching vector). With r = log(tau+ N) + a - L (the estimate is positive iff r < 0):
+    L = log R = ``log_r`` (tensors over the positive pairs, or over every entry with ``pairs``
+    marking the positive pairs among them; ``log_n`` = log N, a float or a broadcastable
+    tensor). With r = log(tau+ N) + a - L (the estimate is positive iff r < 0):
 
         log Ng = max( L + log(1 - e^r) - log(1 - tau+),  log N - 1/tau )      (clamp)
         loss   = softplus(log Ng - a)
@@ -65,16 +69,22 @@ def _tail(
     and, with p = sigmoid(log Ng - a), k = [not clamped], q = k / (1 - e^r):
     d loss / d L = p q and d loss / d a = p (k - 1 - q), i.e. -p q where the estimate is kept
     and -p where the clamp holds. Returns (loss, d/da, d/dL).
+
+    ``clamp_active`` (the fraction of pairs clamped) goes to ``stats`` as a device tensor. The
+    ``clamp=False`` check reads the estimate, so it raises on the CPU only; on a GPU a pair
+    with no positive estimate makes the loss NaN (its log), which the trainer's non-finite
+    check reports at its next log step.
     """
     if tau_plus == 0.0:
         log_est, keep_share = log_r, None
     else:
         r = (pos_logit - log_r).add_(math.log(tau_plus) + log_n)
         keep_share = torch.rsub(r.exp_(), 1.0)  # 1 - e^r = estimate / R (negative: no estimate)
-        if not clamp and bool((keep_share <= 0).any()):
+        bad = keep_share <= 0 if pairs is None else (keep_share <= 0) & pairs
+        if not clamp and _checks_read(bad) and bool(bad.any()):
             raise ValueError(
                 f"clamp=False but the debiased estimate Ng = (R - tau_plus*N*pos)/"
-                f"(1-tau_plus) is <= 0 for {int((keep_share <= 0).sum())} positive pair(s) "
+                f"(1-tau_plus) is <= 0 for {int(bad.sum())} positive pair(s) "
                 f"(tau_plus={tau_plus!r}); its log is undefined: use clamp=True (the "
                 "papers' default) or a smaller tau_plus"
             )
@@ -85,8 +95,10 @@ def _tail(
         bound = log_n - 1.0 / tau
         kept = log_est >= bound  # False at NaN
         log_est = torch.where(kept, log_est, bound)
-        if stats is not None:
-            stats["clamp_active"] = 1.0 - float(kept.float().mean())
+        if stats is not None:  # a device tensor: read with the records, at log steps
+            with torch.no_grad():
+                clamped = ~kept if pairs is None else ~kept & pairs
+                stats["clamp_active"] = clamped.sum() / (clamped.numel() if pairs is None else pairs.sum())
     u = log_est - pos_logit
     p = torch.sigmoid(u)
     grad_l = p if keep_share is None else p / keep_share
@@ -103,8 +115,8 @@ class _DebiasedTail(torch.autograd.Function):
     ``_InBatchLoss``). Plain-torch definition: :func:`debiased_scores_reference`."""
 
     @staticmethod
-    def forward(ctx, pos_logit, log_r, log_n, tau, tau_plus, clamp, stats):
-        loss, grad_a, grad_l = _tail(pos_logit, log_r, log_n, tau, tau_plus, clamp, stats)
+    def forward(ctx, pos_logit, log_r, log_n, tau, tau_plus, clamp, stats, pairs):
+        loss, grad_a, grad_l = _tail(pos_logit, log_r, log_n, tau, tau_plus, clamp, stats, pairs)
         ctx.save_for_backward(grad_a, grad_l)
         return loss
 
@@ -112,7 +124,7 @@ class _DebiasedTail(torch.autograd.Function):
     @once_differentiable
     def backward(ctx, grad):
         grad_a, grad_l = ctx.saved_tensors
-        return grad * grad_a, grad * grad_l, None, None, None, None, None
+        return grad * grad_a, grad * grad_l, None, None, None, None, None, None
 
 
 def _in_batch(
@@ -166,9 +178,10 @@ def dcl(
         temperature: tau > 0.
         tau_plus: class prior tau+ in [0, 1).
         clamp: clamp Ng at N e^{-1/tau} (on in the authors' code); with ``clamp=False`` a
-            non-positive estimate raises ``ValueError`` instead of returning NaN.
+            non-positive estimate raises ``ValueError`` instead of returning NaN (on the CPU;
+            a NaN loss on a GPU, see the module docstring).
         stats: optional dict receiving ``pos_sim``, ``neg_sim``, ``clamp_active`` (fraction
-            of anchors whose Ng is clamped).
+            of anchors whose Ng is clamped), device tensors.
     """
     tau, tp = _check_common(temperature, tau_plus)
     return _in_batch(z1, z2, tau, tp, None, bool(clamp), stats)
@@ -222,32 +235,39 @@ def _scores_form(
     stats: dict | None,
 ) -> Tensor:
     pos, valid, rows = _score_masks(scores, positive_mask, valid_mask)
-    pos = pos[rows]
-    neg = ~pos if valid is None else (valid[rows] & ~pos)
+    neg = (~pos if valid is None else valid & ~pos) & rows.unsqueeze(1)  # of the counted anchors
     n_neg = neg.sum(dim=1)
-    if (n_neg == 0).any():
-        bad = rows.nonzero().flatten()[n_neg == 0]
+    lacking = (n_neg == 0) & rows  # anchors with positives and no negative
+    if _checks_read(scores) and lacking.any():
+        bad = lacking.nonzero().flatten()
         raise ValueError(
             f"anchor(s) {bad[:8].tolist()} have positives but no negative "
             "(valid and not positive); the debiased estimate needs N >= 1"
         )
-    logits = scores[rows] / tau  # entries outside pos | neg are masked out or never read
+    logits = scores / tau  # entries outside pos | neg are masked out or never read
     neg_logits = logits.masked_fill(~neg, _NEG_INF)
-    log_n = n_neg.to(logits.dtype).log()
+    # anchors without a positive weigh 0; their statistics are set finite (0) so that no NaN
+    # reaches the backward through the masked entries. An anchor with positives and no negative
+    # (raised above on the CPU) makes the loss NaN below: the clamp would quietly give it 0.
+    log_n = torch.where(rows, n_neg.to(logits.dtype).log(), 0.0)
     if beta is None or beta == 0.0:
         log_r = torch.logsumexp(neg_logits, dim=1)
     else:
         log_r = torch.logsumexp((1.0 + beta) * neg_logits, dim=1) - torch.logsumexp(beta * neg_logits, dim=1) + log_n
-    # the per-pair formula on the P positive pairs only
-    anchor, col = pos.nonzero(as_tuple=True)
-    per_pair = _DebiasedTail.apply(logits[anchor, col], log_r[anchor], log_n[anchor], tau, tau_plus, clamp, stats)
-    per_anchor = logits.new_zeros(pos.shape[0]).index_add(0, anchor, per_pair)
-    per_anchor = per_anchor / pos.sum(dim=1)
+    log_r = torch.where(rows, log_r, 0.0).unsqueeze(1)
+    log_n = log_n.unsqueeze(1)
+    # the per-pair formula on every entry, the positive pairs kept: no pair is selected by a
+    # mask, so nothing is read back. The other entries get a = L - log N (r = log tau+ < 0: a
+    # positive estimate), finite whatever the scores hold there, and weigh 0.
+    a = torch.where(pos, logits, log_r - log_n)
+    per_pair = _DebiasedTail.apply(a, log_r, log_n, tau, tau_plus, clamp, stats, pos)
+    n_pos = pos.sum(dim=1)
+    per_anchor = torch.where(pos, per_pair, 0.0).sum(dim=1) / n_pos.clamp_min(1)
     if stats is not None:
         with torch.no_grad():
-            stats["pos_sim"] = logits[anchor, col].mean() * tau
-            stats["neg_sim"] = logits[neg].mean() * tau
-    return per_anchor.mean()
+            stats["pos_sim"] = torch.where(pos, scores, 0.0).sum() / n_pos.sum()
+            stats["neg_sim"] = torch.where(neg, scores, 0.0).sum() / n_neg.sum()
+    return (per_anchor.sum() / rows.sum()).masked_fill(lacking.any(), math.nan)
 
 
 @full_precision
@@ -267,7 +287,10 @@ def dcl_scores(
     number; for each positive p: pos = e^{s_ap/tau}, Ng as in :func:`dcl` with N = N_a and the
     same clamp N_a e^{-1/tau}, l_ap = -log(pos / (pos + Ng)). Per anchor the mean over its
     positives, then the mean over the anchors with at least one positive. On the SimCLR score
-    matrix (valid = not self, positive = other view) this equals :func:`dcl`.
+    matrix (valid = not self, positive = other view) this equals :func:`dcl`. Every entry is
+    computed and the pairs weighted, none selected, so nothing is read back on a GPU; the mask
+    checks raise on the CPU only (an anchor with positives and no negative: a NaN loss on a GPU;
+    see :func:`~toolkit.losses.functional.info_nce_scores` for the others).
 
     Args:
         scores: ``[N, C]`` similarities; positive_mask, valid_mask: ``[N, C]`` bool.

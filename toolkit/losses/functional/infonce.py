@@ -15,10 +15,17 @@ CPU). The queue backward is the bound's matmul with the per-row softmax factors 
 ``[n, d]`` operands, never to the ``[n, m]`` matrix; the in-batch backward is one matmul with
 the symmetrised gradient matrix (two with a keep-mask). Peak memory is one to three
 ``[n, m]`` matrices; nothing of shape ``[n, m, d]`` is ever built.
+
+Host reads. On a GPU nothing is read back: the records are device tensors (the trainer reads
+them at log steps), and the checks that need a value of the inputs (an anchor whose mask keeps
+no negative, the score forms' masks) run on the CPU only, where reading costs nothing; on a
+GPU a failed check makes the loss NaN or infinite, which the trainer's non-finite check
+reports at its next log step (``_kernel._checks_read``).
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 import torch
@@ -27,7 +34,7 @@ from torch.nn import functional as F
 
 from toolkit import checks
 
-from ._kernel import _NEG_INF, _in_batch_partner, _InBatchLoss, _RowLogSumExp
+from ._kernel import _NEG_INF, _checks_read, _in_batch_partner, _InBatchLoss, _RowLogSumExp
 from ._precision import full_precision
 from ._validation import _bool_mask, _pair, _rows, _same_dtype, _score_masks
 
@@ -35,16 +42,34 @@ __all__ = ["info_nce_scores", "nt_xent", "moco_infonce", "cmc"]
 
 
 # ----------------------------------------------------------------------------- checks
-def _no_empty_rows(name: str, kept: Tensor) -> None:
-    """``kept`` a bool ``[n, m]`` mask of kept negatives: every row needs one (the uint8 row
-    max is ~25x faster than a bool ``any`` / ``sum`` on CPU)."""
-    empty = (kept.view(torch.uint8).amax(dim=1) == 0).nonzero().flatten()
-    if empty.numel():
+def _empty_rows(name: str, kept: Tensor) -> Tensor | None:
+    """``kept`` a bool ``[n, m]`` mask of kept negatives: every row needs one (the uint8 row max
+    is ~25x faster than a bool ``any`` / ``sum`` on CPU). Where a check may read (the CPU,
+    :func:`._kernel._checks_read`) a row without one raises here, naming it; elsewhere nothing
+    is read: the number of such rows is returned as a device tensor, for :func:`_poison` and the
+    records (``anchors_without_negatives``)."""
+    empty = kept.view(torch.uint8).amax(dim=1) == 0
+    if not _checks_read(kept):
+        return empty.sum()
+    rows = empty.nonzero().flatten()
+    if rows.numel():
         raise ValueError(
             f"{name} keeps no candidate negative for anchor(s) "
-            f"{empty[:8].tolist()}{' ...' if empty.numel() > 8 else ''}; "
+            f"{rows[:8].tolist()}{' ...' if rows.numel() > 8 else ''}; "
             "expected at least one kept negative per anchor"
         )
+    return None
+
+
+def _poison(loss: Tensor, empty: Tensor | None, stats: dict | None) -> Tensor:
+    """The loss, NaN where :func:`_empty_rows` counted an anchor without negatives (on a GPU the
+    trainer's non-finite check then stops the run at its next log step, the count in the
+    records it prints), the gradient untouched."""
+    if empty is None:
+        return loss
+    if stats is not None:
+        stats["anchors_without_negatives"] = empty
+    return loss.masked_fill(empty > 0, math.nan)
 
 
 def _in_batch_neg_sim(z1: Tensor, z2: Tensor) -> Tensor:
@@ -88,25 +113,39 @@ def info_nce_scores(
         valid_mask: ``[N, C]`` bool, the candidates in the partition; ``None`` = all.
         temperature: tau > 0 (default 1, the quick-thought / CURL setting).
         stats: optional dict receiving ``pos_sim`` and ``neg_sim`` (mean score of positives
-            and of valid non-positives of the counted anchors).
+            and of valid non-positives of the counted anchors; without any such negative,
+            left out on the CPU and NaN on a GPU, where leaving it out would read the count).
+
+    The checks of the masks read them, so they raise on the CPU only (``_score_masks``); on a
+    GPU a positive outside ``valid_mask`` makes the loss infinite and no anchor with a
+    positive makes it NaN (0 / 0), which the trainer's non-finite check reports.
     """
     pos, valid, rows = _score_masks(scores, positive_mask, valid_mask)
     tau = checks.positive("temperature", temperature)
-    pos = pos[rows]
-    logits = scores[rows] / tau
-    if valid is not None:
-        valid = valid[rows]
-        logits = logits.masked_fill(~valid, _NEG_INF)
-    # l_a = -mean_{p in P(a)} log softmax_V(a)(s_a / tau)_p   (one fused log-softmax)
+    logits = scores / tau
+    if valid is not None:  # rows without a positive keep every column: finite, and weighted 0
+        logits = logits.masked_fill(~(valid | ~rows.unsqueeze(1)), _NEG_INF)
+    # l_a = -mean_{p in P(a)} log softmax_V(a)(s_a / tau)_p   (one fused log-softmax); every row
+    # is computed and the anchors without a positive weigh 0: no row is selected by a mask, so
+    # nothing is read back to the host
     log_p = torch.log_softmax(logits, dim=1)
-    per_anchor = -torch.where(pos, log_p, 0.0).sum(dim=1) / pos.sum(dim=1)
+    n_pos = pos.sum(dim=1)
+    per_anchor = -torch.where(pos, log_p, 0.0).sum(dim=1) / n_pos.clamp_min(1)
     if stats is not None:
         with torch.no_grad():
-            neg = ~pos if valid is None else (valid & ~pos)
-            stats["pos_sim"] = logits[pos].mean() * tau
-            if neg.any():
-                stats["neg_sim"] = logits[neg].mean() * tau
-    return per_anchor.mean()
+            neg = (~pos if valid is None else (valid & ~pos)) & rows.unsqueeze(1)
+            stats["pos_sim"] = _masked_mean(scores, pos)
+            n_neg = neg.sum()
+            if not _checks_read(scores):
+                stats["neg_sim"] = _masked_mean(scores, neg, n_neg)  # NaN without any negative
+            elif n_neg:
+                stats["neg_sim"] = _masked_mean(scores, neg, n_neg)
+    return per_anchor.sum() / rows.sum()  # 0 / 0 (NaN) where no anchor has a positive, off the CPU
+
+
+def _masked_mean(x: Tensor, mask: Tensor, count: Tensor | None = None) -> Tensor:
+    """The mean of ``x`` over ``mask`` without selecting (no read of the mask's count)."""
+    return torch.where(mask, x, 0.0).sum() / (mask.sum() if count is None else count)
 
 
 @full_precision
@@ -128,33 +167,36 @@ def nt_xent(
         temperature: tau > 0.
         neg_mask: optional ``[2B, 2B]`` bool keep-mask over candidate negatives (a hard or
             ring selector's output). Self is always excluded and the positive always kept,
-            whatever the mask says there; every anchor must keep at least one negative.
+            whatever the mask says there; every anchor must keep at least one negative: a
+            ``ValueError`` on the CPU; on a GPU, where the check would read the mask back, the
+            loss is NaN (see :func:`_empty_rows`).
         stats: optional dict receiving ``pos_sim``, ``neg_sim`` (mean over the 2B(2B-2)
             candidate negatives, before any selection: free from sum vectors, whereas a mean
             over the kept ones would cost a pass over the matrix) and ``neg_kept`` (fraction
-            of the candidate negatives the mask keeps).
+            of the candidate negatives the mask keeps), device tensors; with a mask on a GPU
+            also ``anchors_without_negatives``.
     """
     _pair("z1", z1, "z2", z2, min_rows=2)
     tau = checks.positive("temperature", temperature)
     b = z1.shape[0]
     n = 2 * b
     keep = _bool_mask("neg_mask", neg_mask, (n, n))
-    kept_negatives = n_kept = None
+    kept_negatives = n_kept = empty = None
     if keep is not None:
         rows = torch.arange(n, device=z1.device)
         partner = _in_batch_partner(b, z1.device)
         kept_negatives = keep.clone()
         kept_negatives.diagonal().fill_(False)
         kept_negatives[rows, partner] = False
-        _no_empty_rows("neg_mask", kept_negatives)
-        n_kept = int(torch.count_nonzero(kept_negatives))
+        empty = _empty_rows("neg_mask", kept_negatives)
+        n_kept = torch.count_nonzero(kept_negatives)
         kept_negatives[rows, partner] = True  # the positive stays in the partition
     loss = _InBatchLoss.apply(z1, z2, 1.0 / tau, (1.0 / tau,), True, kept_negatives, _nt_xent_head)
     if stats is not None:
         stats["pos_sim"] = torch.linalg.vecdot(z1.detach(), z2.detach()).mean()
         stats["neg_sim"] = _in_batch_neg_sim(z1, z2)
         stats["neg_kept"] = 1.0 if n_kept is None else n_kept / (n * (n - 2))
-    return loss
+    return _poison(loss, empty, stats)
 
 
 def _nt_xent_head(pos_logit: Tensor, lse: Tensor):
@@ -185,9 +227,11 @@ def moco_infonce(
         queue: ``[M, d]`` negative keys stored as rows.
         temperature: tau > 0.
         neg_mask: optional ``[N, M]`` bool keep-mask over the queue (hard / ring selectors);
-            the positive is always kept; every query must keep at least one queue row.
+            the positive is always kept; every query must keep at least one queue row (as in
+            :func:`nt_xent`: a ``ValueError`` on the CPU, a NaN loss on a GPU).
         stats: optional dict receiving ``pos_sim``, ``neg_sim`` (mean over the whole queue,
-            before any selection: q_mean . Q_mean, free) and ``neg_kept``.
+            before any selection: q_mean . Q_mean, free) and ``neg_kept``; with a mask on a GPU
+            also ``anchors_without_negatives``.
     """
     _pair("q", q, "k", k)
     _rows("queue", queue)
@@ -195,8 +239,7 @@ def moco_infonce(
     _same_dtype("q", q, "queue", queue)
     tau = checks.positive("temperature", temperature)
     keep = _bool_mask("neg_mask", neg_mask, (q.shape[0], queue.shape[0]))
-    if keep is not None:
-        _no_empty_rows("neg_mask", keep)
+    empty = None if keep is None else _empty_rows("neg_mask", keep)
     k, queue = k.detach(), queue.detach()
     lse_neg = _RowLogSumExp.apply(q, queue, 1.0 / tau, keep)
     pos = (q * k).sum(dim=1)
@@ -205,8 +248,8 @@ def moco_infonce(
     if stats is not None:
         stats["pos_sim"] = pos.detach().mean()
         stats["neg_sim"] = q.detach().mean(0) @ queue.mean(0)
-        stats["neg_kept"] = 1.0 if keep is None else int(torch.count_nonzero(keep)) / keep.numel()
-    return loss
+        stats["neg_kept"] = 1.0 if keep is None else torch.count_nonzero(keep) / keep.numel()
+    return _poison(loss, empty, stats)
 
 
 @full_precision
@@ -256,11 +299,11 @@ def cmc(
             logits = vs[i] @ vs[j].t() / tau
             total = total + F.cross_entropy(logits, target) + F.cross_entropy(logits.t(), target)
             n_pairs += 1
-            if stats is not None:
+            if stats is not None:  # device tensors: read with the records, at log steps
                 with torch.no_grad():
                     diag = logits.diagonal().sum() * tau
-                    pos_acc += float(diag) / n
-                    neg_acc += float(logits.sum() * tau - diag) / (n * (n - 1))
+                    pos_acc = pos_acc + diag / n
+                    neg_acc = neg_acc + (logits.sum() * tau - diag) / (n * (n - 1))
     if stats is not None:
         stats["pos_sim"] = pos_acc / n_pairs
         stats["neg_sim"] = neg_acc / n_pairs

@@ -38,7 +38,7 @@ from toolkit.samplers.masks import (
     ring_percentiles_to_official_thresholds,
 )
 
-from ._kernel import _LOG2E, _RowLogSumExp, _shift_by_row_max
+from ._kernel import _LOG2E, _checks_read, _RowLogSumExp, _shift_by_row_max
 from ._precision import full_precision
 
 __all__ = [
@@ -63,7 +63,8 @@ def _check_index(name: str, idx: Tensor, dim: int, rows: int, high: int) -> None
         raise ValueError(f"{name} must be an integer tensor, got {getattr(idx, 'dtype', type(idx).__name__)}")
     if idx.dim() != dim or idx.shape[0] != rows:
         raise ValueError(f"{name} must have {dim} dimension(s) and {rows} rows, got shape {tuple(idx.shape)}")
-    if idx.numel() and (int(idx.min()) < 0 or int(idx.max()) >= high):
+    # the range reads the indices: checked where that is free; on a GPU indexing checks it
+    if idx.numel() and _checks_read(idx) and (int(idx.min()) < 0 or int(idx.max()) >= high):
         raise ValueError(f"{name} values must lie in [0, {high}), got range [{int(idx.min())}, {int(idx.max())}]")
 
 

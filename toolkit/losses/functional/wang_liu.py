@@ -29,6 +29,7 @@ from torch import Tensor
 from toolkit import checks
 from toolkit.samplers.masks import hard_mask
 
+from ._kernel import _checks_read
 from ._precision import full_precision
 
 __all__ = ["wl_contrastive", "wl_simple", "wl_hard", "wl_hard_simple", "wl_sims_from_bank", "wl_gradient_ratio"]
@@ -112,7 +113,7 @@ def wl_simple(
     total = neg.sum(dim=1)
     if lam is None:
         count = torch.full_like(total, s_neg.shape[1]) if neg_mask is None else neg_mask.sum(dim=1).to(total.dtype)
-        if bool((count == 0).any()):
+        if _checks_read(count) and bool((count == 0).any()):  # elsewhere: 0 / 0, a NaN loss
             raise ValueError("lam=None needs at least one kept negative in every row of neg_mask; pass an explicit lam")
         repulsion = total / count
     else:
@@ -210,7 +211,7 @@ def wl_sims_from_bank(q: Tensor, bank: Tensor, indices: Tensor) -> tuple[Tensor,
             f"{getattr(indices, 'dtype', type(indices).__name__)} "
             f"{tuple(getattr(indices, 'shape', ()))}"
         )
-    if int(indices.min()) < 0 or int(indices.max()) >= size:
+    if _checks_read(indices) and (int(indices.min()) < 0 or int(indices.max()) >= size):  # elsewhere: gather's check
         raise ValueError(f"indices must lie in [0, {size}), got range [{int(indices.min())}, {int(indices.max())}]")
     return _SplitOwn.apply(q @ bank.detach().T, indices.long().unsqueeze(1))
 

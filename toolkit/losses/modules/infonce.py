@@ -27,11 +27,13 @@ def _in_batch_keep_mask(z1: Tensor, z2: Tensor, selector: Any, step: int) -> Ten
         n2 = z.shape[0]
         b = n2 // 2
         sims = similarities(z, z)  # float32 even under autocast: half precision ties ranks
-        rows = torch.arange(n2, device=z.device)
-        partner = (rows + b) % n2
-        cols = torch.arange(n2, device=z.device).expand(n2, n2)
-        is_neg = (cols != rows[:, None]) & (cols != partner[:, None])
-        neg_idx = cols[is_neg].view(n2, n2 - 2)
+        # row a's negatives in ascending order: every column but a and its partner, i.e. j, j + 1
+        # past the first of the two (a mod B) and j + 2 past the second (a mod B + B); computed,
+        # not selected with a mask, so nothing is read back to the host
+        first = (torch.arange(n2, device=z.device) % b).unsqueeze(1)
+        neg_idx = torch.arange(n2 - 2, device=z.device).expand(n2, n2 - 2)
+        neg_idx = neg_idx + (neg_idx >= first)
+        neg_idx = neg_idx + (neg_idx >= first + b)
         keep_neg = selector(sims.gather(1, neg_idx), step)
         keep = torch.ones(n2, n2, dtype=torch.bool, device=z.device)
         keep.scatter_(1, neg_idx, keep_neg)
