@@ -7,10 +7,12 @@ on the CPU with every CUDA branch forced (``toolkit.training.syncs.cuda_branches
 is checked too; its objective comes from a recipe in ``recipes/`` that uses it where one does (its
 predictor, target, negative source), else from what the loss ``needs``. The losses that take a
 domain's own score matrix (quick-thought, CURL) are stepped a second time on a domain that
-scores its candidates."""
+scores its candidates. On a CUDA host the same steps run on the GPU, untouched, under
+``torch.cuda.set_sync_debug_mode("error")`` (any synchronising call raises)."""
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import inspect
 from pathlib import Path
@@ -104,12 +106,12 @@ def _objective(loss: str, selector: str = "all", regularizers: bool = False) -> 
     return objective
 
 
-def _recipe(workdir: Path, lookup, objective: dict, optimizer: str, domain: str = "points"):
+def _recipe(workdir: Path, lookup, objective: dict, optimizer: str, domain: str = "points", device: str = "cpu"):
     recipe = {
         "name": "host-reads",
         "domain": domain,
         "seed": 0,
-        "device": "cpu",
+        "device": device,
         "precision": "fp32",
         "compile": "off",
         "data": {"n": 64, "dim": 4},
@@ -125,22 +127,36 @@ def _recipe(workdir: Path, lookup, objective: dict, optimizer: str, domain: str 
 
 
 def _reads_of_a_step(
-    workdir: Path, lookup, objective: dict, optimizer: str = "lars", domain: str = "points"
+    workdir: Path, lookup, objective: dict, optimizer: str = "lars", domain: str = "points", device: str = "cpu"
 ) -> SyncCounter:
     """The host reads of the trainer's second step (the first makes the optimizer's buffers and
-    reads a restored queue's pointer once), CUDA's branches taken."""
-    recipe = _recipe(workdir, lookup, objective, optimizer, domain)
+    reads a restored queue's pointer once): on the CPU with CUDA's branches taken, on CUDA as
+    is, where any synchronisation also raises (``set_sync_debug_mode("error")``)."""
+    recipe = _recipe(workdir, lookup, objective, optimizer, domain, device)
     trainer = Pretrainer(recipe, lookup(recipe.domain)(recipe), NoTracker(), RunOptions(progress=False))
     trainer.encoder.train()
     batches = iter(trainer.data.train)
     reads = SyncCounter()
-    with cuda_branches():
+    with cuda_branches() if device == "cpu" else contextlib.nullcontext():
         trainer._train_step(next(batches), 0)
         batch = next(batches)
-        with reads:
+        with reads, _sync_errors(device):
             trainer._train_step(batch, 1)
     assert trainer.state.step == 2
     return reads
+
+
+@contextlib.contextmanager
+def _sync_errors(device: str):
+    if device != "cuda":
+        yield
+        return
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        yield
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
 
 
 def _valid(objective: dict) -> bool:
@@ -217,3 +233,18 @@ def test_the_counter_sees_the_cpu_branches(points_domain, workdir):
         trainer._train_step(next(batches), 1)
     assert reads.total > 0
     assert torch.is_tensor(trainer.state.sums["loss"])  # records stay on the device between log steps
+
+
+CUDA_CASES = (
+    [(loss, "all", "points") for loss in LOSS_NAMES]
+    + [(loss, selector, "points") for loss, selector in SELECTED]
+    + [(loss, "all", "scored_points") for loss in SCORED]
+)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.parametrize("loss, selector, domain", CUDA_CASES)
+def test_a_cuda_step_never_synchronises(points_domain, scored_domain, workdir, loss, selector, domain):
+    reads = _reads_of_a_step(workdir, installed.get, _objective(loss, selector), domain=domain, device="cuda")
+    assert reads.total == 0, f"{loss} + {selector} on {domain}: {dict(reads.calls)}\n{reads.report()}"
