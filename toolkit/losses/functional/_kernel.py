@@ -130,7 +130,7 @@ def _row_max_exponentials(
     as on the bound's path. A row's largest term is then e^{rho (m_a - m)} (rho = the largest
     scale over the GEMM's, 2 for HCL at beta = 1) and m - m_a <= 2 c0 for unit rows, so the
     sums stay above the underflow floor whenever 2 c0 rho <= ln(1 / floor) (float32: ~71 - ln n,
-    i.e. tau >= ~0.035 at n = 8192): decided on the host from c0, n and the dtype, before the
+    i.e. tau >= ~0.032 at n = 8192): decided on the host from c0, n and the dtype, before the
     product. Rows far from unit norm can still fall below the floor, where the bound's path
     recomputes them exactly; here, with no read, their sums are set to NaN: the loss is NaN and
     the trainer's non-finite check stops the run at its next log step, never an inexact value."""
@@ -297,7 +297,8 @@ class _InBatchLoss(torch.autograd.Function):
     and the backward is ONE matmul H z, where autograd through the similarity matrix needs
     two (the bound's backward): the matrix passes that build H cost less than the matmul they
     save (measured: nt_xent 1.2 -> 1.0-1.1, dcl 1.27 -> 1.06-1.14, hcl 1.28 -> 1.16-1.24x the
-    bound). With a keep-mask, after a row was recomputed (row shifts) or for other scale
+    bound). With a keep-mask, under row shifts (a row recomputed on the CPU; CUDA's row max
+    with a mask or a small temperature, :func:`_row_max_exponentials`) or for other scale
     pairs, G is saved as diag(row) g and the backward is the bound's two matmuls with the row
     factors on ``[n, d]`` operands. The per-row vector arithmetic of a loss (NT-Xent, DCL,
     HCL) runs outside autograd: one node instead of ~10. The saved matrix stays intact (a
