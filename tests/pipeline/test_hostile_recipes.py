@@ -412,6 +412,15 @@ def check_case(case: Case, folder: Path) -> str:
     return "accepted"
 
 
+def test_the_recipes_to_mutate_are_found():
+    """The cases draw from RECIPES, a glob: an empty or a short list (a moved folder, a pattern
+    that no longer matches) would let every test here pass on nothing."""
+    assert RECIPES, f"no recipe found under {ROOT}"
+    assert ROOT / "vision" / "quickstart.yaml" in RECIPES
+    assert {p.relative_to(ROOT).parts[0] for p in RECIPES} >= {"vision", "text", "rl", "toy"}
+    assert all(isinstance(DATA[p], dict) for p in RECIPES)
+
+
 @pytest.fixture
 def fuzz_dir(workdir):
     return workdir
