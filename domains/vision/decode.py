@@ -16,6 +16,7 @@
 from __future__ import annotations
 
 import math
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -241,19 +242,28 @@ def decode_on_device(batch: dict[str, Any], size: int, device: torch.device) -> 
 
 def decode_images(data: Sequence[Tensor], device: torch.device) -> list[Tensor]:
     """Each file's bytes decoded to ``[3, H, W]`` uint8 on ``device`` (JPEG there; PNG / WebP
-    on the CPU, then moved)."""
+    on the CPU, then moved), with torchvision's decoders: deprecated since torchvision 0.29 in
+    favour of torchcodec's and kept for now (docs/data.md says why). Their deprecation warning,
+    raised at every call (a batch), is silenced here only: that message, from
+    ``torchvision.io``, during this call."""
     from torchvision.io import ImageReadMode, decode_image, decode_jpeg
 
-    try:
-        images = decode_jpeg(data, mode=ImageReadMode.RGB, device=device)
-    except RuntimeError:  # a PNG / WebP in the batch: one by one, on the CPU where needed
-        images = []
-        for blob in data:
-            try:
-                images.append(decode_jpeg(blob, mode=ImageReadMode.RGB, device=device))
-            except RuntimeError:
-                images.append(decode_image(blob, mode=ImageReadMode.RGB).to(device))
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", _TORCHVISION_DECODING_DEPRECATED, DeprecationWarning, r"torchvision\.io")
+        try:
+            images = decode_jpeg(data, mode=ImageReadMode.RGB, device=device)
+        except RuntimeError:  # a PNG / WebP in the batch: one by one, on the CPU where needed
+            images = []
+            for blob in data:
+                try:
+                    images.append(decode_jpeg(blob, mode=ImageReadMode.RGB, device=device))
+                except RuntimeError:
+                    images.append(decode_image(blob, mode=ImageReadMode.RGB).to(device))
     return images
+
+
+# the start of torchvision 0.29's deprecation warning for torchvision.io's image decoders
+_TORCHVISION_DECODING_DEPRECATED = r"The image decoding and encoding capabilities of TorchVision are deprecated"
 
 
 def crop_images(images: Sequence[Tensor], boxes: Tensor, size: int) -> Tensor:
