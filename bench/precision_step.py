@@ -7,8 +7,9 @@ makes, through the toolkit's own trainer (``Pretrainer``).
   bf16 arithmetic (no AVX512-BF16 / AMX) bf16 is expected to be slower: it measures the code
   path, not a speed-up; on a GPU pass ``--device cuda``.
 * Syncs (``--sync-free`` forces the augmentation's GPU path on a CPU): every read of a tensor value by the host (``item``, ``tolist``, ``cpu``, ``numpy``,
-  ``float()``, ``int()``, ``bool()``; ``toolkit.training.syncs.SyncCounter``) counted per step,
-  reported for log steps and for the other steps, with the calls of the rest.
+  ``float()``, ``int()``, ``bool()``, and the operators that read back: ``nonzero``, bool-mask
+  indexing, ...; ``toolkit.training.syncs.SyncCounter``) counted per step, reported for log
+  steps and for the other steps, with the calls of the rest.
 
 Vision data stays on the device and is augmented batched there (``domains/vision/augment.py``):
 there is no DataLoader, so no worker or pinned-memory transfer is part of a step.
