@@ -69,6 +69,8 @@ class Objective(nn.Module):
         need = set(self.loss.needs)
         for r in self.regularizers:
             need |= set(r.needs)
+        if self.loss.two_branches:
+            need.add("pairs")  # a domain that scores candidates itself hands two branches instead
         return need
 
     @property

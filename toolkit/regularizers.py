@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import torch.nn.functional as nnf
 from torch import Tensor
 
 from toolkit import checks
@@ -40,8 +41,12 @@ class DistancePolarization(Regularizer):
         self.on = checks.choice("on", on, ("first_view", "all_views"))
 
     def embeddings(self, batch: ContrastiveBatch) -> Tensor:
+        """The rows R1 is computed on, L2-normalised: LMCL's D = (1 - F F^T) / 2 is a distance of
+        unit vectors (a no-op up to rounding after a normalising head; the non-contrastive
+        family's raw projections need it)."""
         require(batch, "distance_polarization", "views")
-        return batch.views[:, 0] if self.on == "first_view" else batch.views.flatten(0, 1)
+        rows = batch.views[:, 0] if self.on == "first_view" else batch.views.flatten(0, 1)
+        return nnf.normalize(rows, dim=-1)
 
     def forward(self, batch: ContrastiveBatch) -> LossOutput:
         stats: dict = {}

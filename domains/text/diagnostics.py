@@ -26,6 +26,7 @@ import torch.nn.functional as F
 from domains.text.quickthought import neighbour_mask
 from domains.text.sampling import SentenceTable
 from toolkit.evaluation import metrics
+from toolkit.evaluation.collapse import collapse_figures
 from toolkit.evaluation.plots import distance_histogram_figure
 
 __all__ = ["sentence_geometry", "neighbour_top1"]
@@ -44,6 +45,20 @@ def _pair_embeddings(
         us.append(u.float().cpu())
         vs.append(v.float().cpu())
     return torch.cat(us), torch.cat(vs)
+
+
+COLLAPSE_SENTENCES = 2000  # held-out sentences the collapse figures are computed on
+
+
+@torch.no_grad()
+def sentence_collapse(encoder: Any, table: SentenceTable, batch_size: int = 400) -> dict[str, float]:
+    """The collapse figures (:mod:`toolkit.evaluation.collapse`) of the sentence embedding the
+    evaluation reads, ``[f(s), g(s)]``, on the first held-out sentences."""
+    idx = np.arange(min(COLLAPSE_SENTENCES, len(table)))
+    if len(idx) < 2:
+        return {}
+    u, v = _pair_embeddings(encoder, table, idx, batch_size)
+    return collapse_figures(torch.cat([u, v], dim=1))
 
 
 @torch.no_grad()

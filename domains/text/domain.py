@@ -22,14 +22,14 @@ from torch import nn
 from domains.base import DataBundle, Domain, Encoder, Evaluation
 from domains.text.config import DataConfig, EncoderConfig, EvaluationConfig
 from domains.text.corpora import load_corpus, split_by_book
-from domains.text.diagnostics import neighbour_top1, sentence_geometry
+from domains.text.diagnostics import neighbour_top1, sentence_collapse, sentence_geometry
 from domains.text.encoders import (
     BagOfWordsSentenceEncoder,
     GRUSentenceEncoder,
     QuickThoughtEncoder,
     TransformerSentenceEncoder,
 )
-from domains.text.quickthought import quick_thought_batch
+from domains.text.quickthought import neighbour_pair_batch, quick_thought_batch
 from domains.text.sampling import ContiguousBatches, SentenceTable
 from domains.text.senteval import (
     BagOfWords,
@@ -297,6 +297,13 @@ class TextDomain(Domain):
         step: int,
         generator: torch.Generator | None = None,
     ) -> ContrastiveBatch:
+        if "pairs" in needs:  # the non-contrastive family: two branches of neighbouring sentences
+            unsupported = needs - {"views", "keys", "predictions", "negatives", "pairs"}
+            if unsupported:
+                raise ValueError(
+                    f"the text domain's neighbour pairs cannot provide {sorted(unsupported)} (it has no class labels)"
+                )
+            return neighbour_pair_batch(batch, encoder, key_encoder, window=self._window, step=step)
         unsupported = needs - {"views", "scores", "positive_mask", "valid_mask", "indices"}
         if unsupported:
             raise ValueError(
@@ -333,6 +340,7 @@ class TextDomain(Domain):
         val = (data.eval or {}).get("val")
         if val is not None and len(val) >= 3:
             out["neighbour_top1"] = neighbour_top1(encoder, val, window=self._window, score=self._score)
+            out.update(sentence_collapse(encoder, val))
         ev: EvaluationConfig = self.recipe.evaluation
         if ev.monitor_task is not None:
             seed = self.recipe.seed if ev.seed is None else ev.seed
@@ -352,6 +360,8 @@ class TextDomain(Domain):
         metrics = evaluate_tasks(EncoderEmbedder(encoder, ev.batch_size), tasks, settings, log=_log)
         figures: dict[str, Any] = {}
         val = (data.eval or {}).get("val") if data is not None else None
+        if val is not None and len(val) >= 3:  # collapse is measured on every run
+            metrics.update(sentence_collapse(encoder, val, ev.batch_size))
         if ev.diagnostics and val is not None and len(val) >= 3:
             geo, figs = sentence_geometry(encoder, val, ev.diagnostic_sentences, ev.d_plus, ev.d_minus, ev.batch_size)
             metrics.update(geo)

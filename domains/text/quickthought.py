@@ -21,6 +21,13 @@ Options documented here because the paper leaves them open or its code differs:
   and stays in the denominator (``scores = tf.matrix_set_diag(scores, 0)``).
 * ``views`` stacks the L2-normalised f and g embeddings, ``[N, 2, d]``, so view-based
   regularizers (LMCL's distance polarization) act on the sentence embeddings.
+
+The non-contrastive family (BYOL, SimSiam, Barlow Twins, VICReg, ...; a loss whose class says
+``two_branches``) gets :func:`neighbour_pair_batch` instead: no score matrix, one row per pair
+of neighbouring sentences ``(a, b)`` (same book, ``1 <= pos_b - pos_a <= window``), the two
+branches ``f(s_a)`` and ``g(s_b)`` — the quick-thought pairing with its softmax over candidates
+replaced by the family's objective — and, with a target network, the target's ``f'(s_a)``,
+``g'(s_b)`` as keys.
 """
 
 from __future__ import annotations
@@ -33,7 +40,7 @@ from torch import Tensor, nn
 
 from toolkit.losses.base import ContrastiveBatch
 
-__all__ = ["neighbour_mask", "quick_thought_batch", "SCORES", "SELF_CANDIDATE"]
+__all__ = ["neighbour_mask", "neighbour_pair_batch", "quick_thought_batch", "SCORES", "SELF_CANDIDATE"]
 
 SCORES = ("dot", "cosine")
 SELF_CANDIDATE = ("exclude", "zero_logit")
@@ -93,3 +100,34 @@ def quick_thought_batch(
         indices=batch.get("index"),
         step=step,
     )
+
+
+def neighbour_pair_batch(
+    batch: Mapping[str, Tensor],
+    encoder: nn.Module,
+    key_encoder: nn.Module | None = None,
+    window: int = 1,
+    step: int = 0,
+) -> ContrastiveBatch:
+    """The contrastive batch of the non-contrastive family: ``views[p] = [f(s_a), g(s_b)]`` for
+    every pair ``p = (a, b)`` of neighbouring sentences of the batch (raw embeddings: the losses
+    normalise or standardise as their papers do), ``keys`` the same from ``key_encoder`` (no
+    gradient). Selecting the pairs reads the pair count on the host (one ``nonzero`` a step);
+    the text domain's step stays eager (``variable_shapes``)."""
+    for key in ("x", "book", "position"):
+        if key not in batch:
+            raise ValueError(f"batch must hold {key!r} (got keys {sorted(batch)})")
+    forward = torch.triu(neighbour_mask(batch["book"], batch["position"], window))
+    a, b = forward.nonzero(as_tuple=True)
+    if a.numel() < 2:
+        raise ValueError(
+            f"a batch of {batch['x'].shape[0]} sentences holds {a.numel()} neighbouring pairs; the objective needs "
+            "at least 2 (raise budget.batch_size or data.run_length)"
+        )
+    u, v = encoder(batch["x"], pair=True)
+    keys = None
+    if key_encoder is not None:
+        with torch.no_grad():
+            ku, kv = key_encoder(batch["x"], pair=True)
+            keys = torch.stack([ku[a], kv[b]], dim=1)
+    return ContrastiveBatch(views=torch.stack([u[a], v[b]], dim=1), keys=keys, step=step)

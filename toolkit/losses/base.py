@@ -98,6 +98,10 @@ class ContrastiveLoss(nn.Module):
     # the parts of the objective the loss reads (validated against the recipe): "predictor",
     # "target" (a target network, or SimSiam's stopped gradient)
     parts: ClassVar[tuple[str, ...]] = ()
+    # True: the loss compares the two branches of each positive pair (views[:, 0] with
+    # views[:, 1]: two crops of an image or an observation, a sentence and its neighbour) and
+    # never reads a domain's score matrix; the objective then asks the domain for "pairs"
+    two_branches: ClassVar[bool] = False
 
     def __init__(self) -> None:
         super().__init__()

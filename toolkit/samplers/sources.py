@@ -7,6 +7,7 @@ and a resumed run continues with the same queue / bank / key encoder.
 from __future__ import annotations
 
 import copy
+from typing import Any
 
 import torch
 import torch.nn.functional as nnf
@@ -144,5 +145,7 @@ class MomentumEncoder(nn.Module):
         for bk, bq in zip(self.module.buffers(), encoder.buffers()):
             bk.copy_(bq)
 
-    def forward(self, x: Tensor) -> Tensor:
-        return self.module(x)
+    def forward(self, *args: Any, **kwargs: Any) -> Any:
+        """The EMA copy's forward pass, with whatever arguments the encoder takes (quick-thought's
+        ``pair=True``)."""
+        return self.module(*args, **kwargs)

@@ -17,6 +17,8 @@ class BYOL(ContrastiveLoss):
     (``objective.target``, an EMA with BYOL's cosine momentum). Needs ``objective.predictor``
     and ``objective.target``."""
 
+    two_branches = True
+
     needs = ("views", "predictions", "keys")
     parts = ("predictor", "target")
 
@@ -34,6 +36,8 @@ class SimSiam(ContrastiveLoss):
     ``z`` the online embedding with its gradient stopped (``objective.target: {momentum: 0}``;
     a momentum above 0 compares with an EMA target instead). Needs ``objective.predictor`` and
     ``objective.target``."""
+
+    two_branches = True
 
     needs = ("views", "predictions", "keys")
     parts = ("predictor", "target")

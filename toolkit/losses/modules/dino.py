@@ -23,6 +23,8 @@ class DINO(ContrastiveLoss):
     ``c`` follows the teacher's batch mean (global under torchrun) with ``center_momentum``,
     after the loss."""
 
+    two_branches = True
+
     needs = ("views", "keys")
     parts = ("target",)
 

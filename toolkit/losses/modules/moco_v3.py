@@ -16,6 +16,8 @@ class MoCoV3(ContrastiveLoss):
     the online embeddings, ``k`` the momentum encoder's (``objective.target``: 0.99 -> 1 cosine).
     Under torchrun the keys are the global batch's."""
 
+    two_branches = True
+
     needs = ("views", "predictions", "keys")
     parts = ("predictor", "target")
 

@@ -17,6 +17,8 @@ class NNCLR(ContrastiveLoss):
     size: 98304}``, filled with past ``z1``), ``p`` the predictor's output when the recipe has
     ``objective.predictor`` (the paper's), else the embeddings."""
 
+    two_branches = True
+
     needs = ("views", "negatives")
 
     def __init__(self, temperature: float = 0.1) -> None:

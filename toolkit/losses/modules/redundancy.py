@@ -18,6 +18,8 @@ class BarlowTwins(ContrastiveLoss):
     with ``C`` the cross-correlation of views 0 and 1, each dimension standardised over the
     (global, under torchrun) batch."""
 
+    two_branches = True
+
     def __init__(self, lambd: float = 0.0051) -> None:
         super().__init__()
         self.lambd = checks.non_negative("lambd", lambd)
@@ -31,6 +33,8 @@ class BarlowTwins(ContrastiveLoss):
 class VICReg(ContrastiveLoss):
     """VICReg (Bardes et al. 2022, Eq. 6): ``sim_coeff * MSE + std_coeff * variance hinge +
     cov_coeff * covariance`` of views 0 and 1 (statistics over the global batch)."""
+
+    two_branches = True
 
     def __init__(self, sim_coeff: float = 25.0, std_coeff: float = 25.0, cov_coeff: float = 1.0) -> None:
         super().__init__()

@@ -32,6 +32,8 @@ class SwAV(ContrastiveLoss):
     embeddings (from step ``queue_start_step``), for small batches (the paper's queue of 3840
     from epoch 15)."""
 
+    two_branches = True
+
     def __init__(
         self,
         prototypes: int = 3000,
