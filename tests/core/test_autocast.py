@@ -13,7 +13,7 @@ import torch.nn.functional as nnf
 from torch.nn.functional import cross_entropy
 
 from toolkit.losses import functional as F
-from toolkit.losses.base import LOSSES, ContrastiveBatch
+from toolkit.losses.base import LOSSES, ContrastiveBatch, RunLength
 from toolkit.regularizers import REGULARIZERS
 from toolkit.samplers.masks import hard_mask, ring_mask
 from toolkit.samplers.sources import MemoryBank, MoCoQueue
@@ -41,23 +41,33 @@ def inputs(low: torch.dtype, seed: int = 0) -> dict[str, torch.Tensor]:
         "natural": unit(N, D, seed=seed + 2).to(low),
         "negatives": unit(M, D, seed=seed + 3),
         "indices": torch.arange(N),
+        "predictions": unit(N, V, D, seed=seed + 4).to(low),  # a predictor's output (BYOL, SimSiam, ...)
+        "labels": torch.arange(N) % 5,  # SupCon's classes, several views a class
     }
 
 
 def run(module, fields: dict, needs, dtype: torch.dtype | None, autocast: torch.dtype | None):
     """Loss and the gradients of the differentiable fields (views, natural), with the fields
     cast to ``dtype`` (None: as given), under autocast to ``autocast`` (None: off)."""
-    known = {"views", "keys", "natural", "negatives", "indices"}
+    known = {"views", "keys", "natural", "negatives", "indices", "predictions", "labels"}
     missing = set(needs) - known
     assert not missing, f"extend this test's batch with {missing} (needed by {module})"
-    grads = {k: fields[k].detach().clone().to(dtype or fields[k].dtype).requires_grad_() for k in ("views", "natural")}
+    grads = {
+        k: fields[k].detach().clone().to(dtype or fields[k].dtype).requires_grad_()
+        for k in ("views", "natural", "predictions")
+    }
     batch = ContrastiveBatch(
         views=grads["views"],
         natural=grads["natural"],
+        predictions=grads["predictions"],
         keys=fields["keys"].to(dtype or fields["keys"].dtype),
         negatives=fields["negatives"],
         indices=fields["indices"],
+        labels=fields["labels"],
     )
+    torch.manual_seed(1)  # the loss's own state (SwAV's prototypes, DINO's centre): alike in both runs
+    if hasattr(module, "attach"):  # losses build their own state; regularizers have none
+        module.attach(D, RunLength())
     torch.manual_seed(0)  # losses that draw noise draw the same in both runs
     with torch.autocast("cpu", dtype=autocast or BF16, enabled=autocast is not None):
         loss = module(batch).loss

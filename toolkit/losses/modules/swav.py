@@ -85,7 +85,8 @@ class SwAV(ContrastiveLoss):
             raise RuntimeError("swav: attach(dim) builds the prototypes before the first step")
         z = nnf.normalize(_wide(batch_views(batch, "swav")), dim=-1)
         n, v = z.shape[:2]
-        scores = self.prototypes(z.flatten(0, 1)).view(n, v, -1)
+        with torch.autocast(z.device.type, enabled=False):  # scores in float32 at least, as every similarity
+            scores = self.prototypes(z.flatten(0, 1)).view(n, v, -1)
         log_p = torch.log_softmax(scores / self.temperature, dim=-1)
         total, pairs = scores.new_zeros(()), 0
         for i in range(batch.num_global):
