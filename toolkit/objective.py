@@ -87,11 +87,14 @@ class Objective(nn.Module):
         num_instances: int,
         generator: torch.Generator | None = None,
         length: RunLength | None = None,
+        own_target: bool = True,
     ) -> None:
         """Create the stateful parts for an encoder with output size ``dim``: the queue, bank or
         support set, the key encoder / target network, the predictor and the loss's own parts
         (SwAV's prototypes, DINO's centre). ``length`` drives the schedules that follow the run
-        (the target's momentum, DINO's teacher temperature)."""
+        (the target's momentum, DINO's teacher temperature). ``own_target=False``: the trainer
+        keeps the target itself (CURL's momentum key encoder) and hands its embeddings in
+        ``keys``; no copy is made here."""
         src = self.negatives
         self.length = length or RunLength()
         if src.source == "queue":
@@ -100,7 +103,7 @@ class Objective(nn.Module):
             self.bank = MemoryBank(num_instances, dim, src.bank_momentum, generator)
         elif src.source == "support_set":
             self.support = MoCoQueue(src.size, dim, generator)
-        if self.uses_key_encoder:
+        if self.uses_key_encoder and own_target:
             momentum = self.target.momentum if self.target is not None else src.momentum
             self.key_encoder = MomentumEncoder(encoder, momentum)
         if self.predictor_section is not None:

@@ -43,6 +43,7 @@ from domains.rl.augment import center_crop
 from domains.rl.config import AgentConfig, EncoderConfig
 from domains.rl.curl import BilinearCURL
 from domains.rl.networks import Actor, Critic, PixelEncoder, full_precision
+from toolkit.losses.base import ContrastiveBatch
 from toolkit.objective import Objective
 
 __all__ = ["CurlSacAgent", "soft_update"]
@@ -111,6 +112,12 @@ class CurlSacAgent(nn.Module):
         )
         self.critic.encoder.adopt_projection(self.actor.project)
         self.curl = BilinearCURL(encoder.feature_dim)
+        if objective is not None:
+            # the objective's own parts (a predictor for BYOL) on the encoder's features; the
+            # target is CURL's key encoder (critic_target.encoder). Drawn from a forked random
+            # state: every other network and the run's random stream stay as without them.
+            with torch.random.fork_rng(devices=[]):
+                objective.attach(self.critic.encoder, encoder.feature_dim, 1, own_target=False)
         self.log_alpha = nn.Parameter(torch.tensor(math.log(agent.init_temperature)))
         self.target_entropy = -float(action_dim)
 
@@ -121,7 +128,8 @@ class CurlSacAgent(nn.Module):
         self.actor_opt = adam(self.actor.parameters(), lr=lr, betas=betas)
         self.critic_opt = adam(self.critic.parameters(), lr=lr, betas=betas)
         self.alpha_opt = adam([self.log_alpha], lr=agent.alpha_lr, betas=agent.alpha_betas)
-        self.contrastive_opt = adam([self.curl.W, *self.critic.encoder.parameters()], lr=lr, betas=betas)
+        own = objective.trainable_parameters() if objective is not None else []  # a predictor
+        self.contrastive_opt = adam([self.curl.W, *self.critic.encoder.parameters(), *own], lr=lr, betas=betas)
         self.encoder_opt = (
             adam(self.critic.encoder.parameters(), lr=lr, betas=betas) if agent.code_double_encoder_step else None
         )
@@ -162,7 +170,7 @@ class CurlSacAgent(nn.Module):
             self._target_step()
             clock.lap("target")
         if contrast:
-            out.update(self._contrastive_step(obs_pass.anchor(), obs_pos, u))
+            out.update(self._contrastive_step(obs_pass.anchor(), obs_pos, u, obs))
             clock.lap("contrastive")
 
         out["alpha"] = self.alpha.detach()
@@ -225,12 +233,17 @@ class CurlSacAgent(nn.Module):
         soft_update(self.critic.q2, self.critic_target.q2, self.cfg.critic_tau)
         soft_update(self.critic.encoder, self.critic_target.encoder, self.cfg.encoder_tau)
 
-    def _contrastive_step(self, z_anchor: Tensor, obs_pos: Tensor, step: int) -> dict[str, Tensor]:
+    def _contrastive_step(self, z_anchor: Tensor, obs_pos: Tensor, step: int, obs: Tensor) -> dict[str, Tensor]:
         """Step 4: the objective on ``z_anchor W z_pos^T``, keys from the target encoder;
-        trains the encoder and ``W``."""
-        with torch.no_grad():
-            z_pos = self.critic_target.encoder(obs_pos)
-        result = self.objective(self.curl.batch(z_anchor, z_pos, step=step))
+        trains the encoder and ``W``. A loss of the non-contrastive family (``two_branches``)
+        gets the two crops' embeddings instead (:meth:`_two_branch_batch`)."""
+        if self.objective.loss.two_branches:
+            batch = self._two_branch_batch(z_anchor, obs_pos, obs, step)
+        else:
+            with torch.no_grad():
+                z_pos = self.critic_target.encoder(obs_pos)
+            batch = self.curl.batch(z_anchor, z_pos, step=step)
+        result = self.objective(batch)
         self.contrastive_opt.zero_grad(set_to_none=True)
         if self.encoder_opt is not None:
             self.encoder_opt.zero_grad(set_to_none=True)
@@ -242,6 +255,19 @@ class CurlSacAgent(nn.Module):
         for name, value in result.records.items():
             out[f"curl_{name}"] = torch.as_tensor(value).detach()
         return out
+
+    def _two_branch_batch(self, z_anchor: Tensor, obs_pos: Tensor, obs: Tensor, step: int) -> ContrastiveBatch:
+        """The non-contrastive family's batch: the online encoder's features of both crops as
+        the two branches (``views``, both with gradient: Barlow Twins and VICReg hold them
+        together) and, for a loss that compares with a target (BYOL), the key encoder's
+        features of the same crops (``keys``, no gradient): CURL's momentum encoder is the
+        target, updated by the agent's own step 3."""
+        z_other = self.critic.encoder(obs_pos)
+        keys = None
+        if "keys" in self.objective.needs:
+            with torch.no_grad():
+                keys = torch.stack([self.critic_target.encoder(obs), self.critic_target.encoder(obs_pos)], dim=1)
+        return ContrastiveBatch(views=torch.stack([z_anchor, z_other], dim=1), keys=keys, step=step)
 
     # -- snapshots -------------------------------------------------------------------------
     def optimizers(self) -> dict[str, torch.optim.Optimizer]:

@@ -51,6 +51,18 @@ def rl_problems(raw: Mapping[str, Any]) -> list[tuple[str, str]]:
         problems.append(
             ("precision", f"must be 'auto', 'fp32' or 'bf16' for rl (fp16 would need loss scaling), got {precision!r}")
         )
+    target = rc.get_path(raw, "objective.target", None)
+    if isinstance(target, dict):
+        tau = rc.get_path(raw, "agent.encoder_tau", 0.05)
+        momentum, schedule = target.get("momentum", 0.996), target.get("schedule", "cosine")
+        if schedule != "constant" or not isinstance(momentum, (int, float)) or abs(momentum - (1 - tau)) > 1e-12:
+            problems.append(
+                (
+                    "objective.target",
+                    "in rl the target is CURL's key encoder, an EMA with agent.encoder_tau: expected "
+                    f"{{momentum: {1 - tau:g}, schedule: constant}} (1 - encoder_tau), got {target!r}",
+                )
+            )
     source = rc.get_path(raw, "objective.negatives.source", "in_batch")
     if raw.get("objective") is not None and source != "in_batch":
         problems.append(

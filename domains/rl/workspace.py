@@ -41,12 +41,14 @@ import numpy as np
 import torch
 
 from domains.rl.agent import CurlSacAgent
+from domains.rl.augment import center_crop
 from domains.rl.checkpoints import Counters, RLCheckpoints
 from domains.rl.envs import make_env
 from domains.rl.evaluation import episode_seeds, random_policy, return_curve, run_episodes, save_episode_frames
 from domains.rl.replay import FrameReplayBuffer
 from toolkit import objective as objective_mod
 from toolkit import recipe as rc
+from toolkit.evaluation.collapse import collapse_figures, collapse_warning
 from toolkit.training.precision import autocast_dtype
 from toolkit.training.trainer import RunOptions, StopAfterStep
 
@@ -117,6 +119,7 @@ class Workspace(RLCheckpoints):
         self.init_env_steps = 1000 * d.repeat if agent.init_env_steps is None else agent.init_env_steps
         self.counters = Counters(next_checkpoint=self.checkpoint_every)
         self._records: dict[str, float] = {}
+        self._collapse_said = False
         self._num_records = 0
 
     @property
@@ -324,6 +327,27 @@ class Workspace(RLCheckpoints):
         )
         return final
 
+    COLLAPSE_OBSERVATIONS = 1000  # replayed observations the collapse figures are computed on
+
+    @torch.no_grad()
+    def embedding_collapse(self) -> dict[str, float]:
+        """The collapse figures (:mod:`toolkit.evaluation.collapse`) of the critic encoder's
+        features (what the contrastive term trains) on replayed observations, drawn with a
+        generator of their own so the run's random stream is untouched; none before the buffer
+        holds a transition."""
+        try:
+            frames = self.buffer.sample_frames(np.random.default_rng(self.recipe.seed + 97), self.COLLAPSE_OBSERVATIONS)
+        except ValueError:
+            return {}
+        crop = self.recipe.data.crop_size
+        stacks = self.buffer.stacks(np.unique(frames))
+        obs = torch.from_numpy(np.ascontiguousarray(center_crop(stacks, crop))).to(self.device)
+        if obs.shape[0] < 2:
+            return {}
+        encoder = self.agent.critic.encoder
+        z = torch.cat([encoder(encoder.prepare(chunk)).float().cpu() for chunk in obs.split(256)])
+        return collapse_figures(z)
+
     def evaluate_policy(self, episodes: int | None = None) -> tuple[float, float]:
         """Mean and std of the deterministic policy's return over the first ``episodes``
         evaluation episodes (None: ``evaluation.episodes``); the random baseline on all
@@ -341,9 +365,16 @@ class Workspace(RLCheckpoints):
         rets, lengths, frames = run_episodes(
             self.eval_env, lambda o: self.agent.act(o, sample=False), seeds[:episodes], keep_frames=ev.save_frames
         )
+        collapse = self.embedding_collapse()
         self.agent.train()
         mean, std = float(np.mean(rets)), float(np.std(rets))
         counts.history.append((counts.env_steps, mean, std, counts.train_seconds))
+        if collapse:
+            self.tracker.log_metrics(collapse, step=counts.env_steps)
+            line = collapse_warning(collapse, where=f"at {counts.env_steps} environment steps")
+            if line is not None and not self._collapse_said:
+                print(line, file=sys.stderr, flush=True)
+                self._collapse_said = True
         self.tracker.log_metrics(
             {
                 "return_mean": mean,
