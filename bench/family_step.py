@@ -26,7 +26,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from vision_step import load_recipe, toolkit_steps  # noqa: E402
+from vision_step import load_recipe, timed_run, toolkit_steps  # noqa: E402
 
 from toolkit.training.precision import machine_line  # noqa: E402
 
@@ -45,14 +45,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     print(machine_line(), flush=True)  # CPU model, capability, native bf16 or not
     torch.set_num_threads(args.threads)
-    common = [
-        "tracking.log_model=false",
-        "budget.monitor_every=null",
-        "budget.eval_every=null",
-        "budget.checkpoint_every=null",
-        f"budget.steps={args.warmup + args.steps + 5}",
-        *args.set,
-    ]
+    common = [*timed_run(args.warmup, args.steps), *args.set]
     names = args.method or sorted(p.stem for p in FAMILY.glob("*.yaml"))
     recipes = {"nt_xent": load_recipe(common)}
     recipes.update({n: load_recipe(common, FAMILY / f"{n}.yaml") for n in names})

@@ -67,6 +67,18 @@ def load_recipe(overrides: list[str], path: Path = ROOT / "recipes/vision/quicks
     return rc.validate(raw, VisionDomain.sections(), objective_mod.check, domain_check=VisionDomain.check)
 
 
+def timed_run(warmup: int, steps: int) -> list[str]:
+    """The overrides of a benchmarked run: nothing logged, monitored, evaluated or checkpointed,
+    and just enough steps for the warm-up and the timed ones."""
+    return [
+        "tracking.log_model=false",
+        "budget.monitor_every=null",
+        "budget.eval_every=null",
+        "budget.checkpoint_every=null",
+        f"budget.steps={warmup + steps + 5}",
+    ]
+
+
 def toolkit_steps(recipe: rc.Recipe, warmup: int, steps: int) -> float:
     """Seconds per step of the toolkit's own trainer (``Pretrainer.fit``), after ``warmup`` steps."""
     from toolkit.training.pretrainer import Pretrainer
@@ -147,13 +159,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     print(machine_line(), flush=True)  # CPU model, capability, native bf16 or not
     torch.set_num_threads(args.threads)
-    common = [
-        "tracking.log_model=false",
-        "budget.monitor_every=null",
-        "budget.eval_every=null",
-        "budget.checkpoint_every=null",
-        f"budget.steps={args.warmup + args.steps + 5}",
-    ]
+    common = timed_run(args.warmup, args.steps)
     recipe = load_recipe([*common, *args.set])
     before_sets = BEFORE if args.before is None else [s for s in args.before if s != "none"]
     before = load_recipe([*common, *args.set, *before_sets]) if before_sets else None

@@ -1,6 +1,6 @@
 """Trainable heads the non-contrastive family puts beside the encoder, for any domain.
 
-* :class:`MLPHead` -- the predictor of BYOL / SimSiam / MoCo v3 / NNCLR (and a projection head):
+* :class:`MLPHead` -- the predictor of BYOL / SimSiam / MoCo v3 / NNCLR, and vision's projection head:
   ``Linear -> [BatchNorm] -> ReLU`` per hidden layer, then a ``Linear`` and, for MoCo v3, a
   ``BatchNorm1d(affine=False)`` on the output.
 * :class:`DINOHead` -- DINO's projection head (Caron et al. 2021, Sec. 3.1 and App. A): an MLP of
@@ -39,7 +39,7 @@ class MLPHead(nn.Module):
         in_dim: int,
         hidden: Sequence[int] = (512,),
         out_dim: int = 128,
-        batch_norm: bool = True,
+        batch_norm: bool = False,
         last_batch_norm: bool = False,
     ) -> None:
         super().__init__()

@@ -33,14 +33,13 @@ loss in ``toolkit.losses`` expects.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
 from domains.base import Encoder
 from domains.vision.vit import VIT_CONFIGS, ViTBackbone, check_vit_size, default_patch_size
+from toolkit.heads import MLPHead
 
 __all__ = [
     "VisionEncoder",
@@ -169,28 +168,9 @@ class ConvNet(nn.Module):
         return torch.flatten(F.adaptive_avg_pool2d(h, 1), 1)
 
 
-class ProjectionHead(nn.Module):
-    """MLP ``in -> hidden[0] -> ... -> out_dim`` (ReLU, optional BatchNorm between layers)."""
-
-    def __init__(
-        self, in_dim: int, hidden: Sequence[int] = (512,), out_dim: int = 128, batch_norm: bool = False
-    ) -> None:
-        super().__init__()
-        if out_dim < 1 or any(h < 1 for h in hidden):
-            raise ValueError(f"head sizes must be >= 1, got hidden={list(hidden)!r}, out_dim={out_dim!r}")
-        layers: list[nn.Module] = []
-        d = in_dim
-        for h in hidden:
-            layers.append(nn.Linear(d, h, bias=not batch_norm))
-            if batch_norm:
-                layers.append(nn.BatchNorm1d(h))
-            layers.append(nn.ReLU(inplace=True))
-            d = h
-        layers.append(nn.Linear(d, out_dim))
-        self.net = nn.Sequential(*layers)
-
-    def forward(self, h: Tensor) -> Tensor:
-        return self.net(h)
+# The projection head is the toolkit's MLP (toolkit.heads.MLPHead): Linear [-> BatchNorm] -> ReLU
+# per hidden size, then a Linear to out_dim; the same module serves as the family's predictor.
+ProjectionHead = MLPHead
 
 
 class VisionEncoder(Encoder):

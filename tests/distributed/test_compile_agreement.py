@@ -5,36 +5,18 @@ and a rank whose trial failed never leaves the other waiting in a pass."""
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-import torch
 
-from tests.distributed import compile_worker
+from tests.distributed import compile_worker, torchrun_two
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")
 def two_ranks(tmp_path_factory):
-    out = tmp_path_factory.mktemp("compile")
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
-    cmd = [
-        sys.executable,
-        "-m",
-        "torch.distributed.run",
-        "--standalone",
-        "--nproc_per_node=2",
-        "-m",
-        "tests.distributed.compile_worker",
-        str(out),
-    ]
-    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    return [torch.load(out / f"rank{r}.pt") for r in range(2)]
+    return torchrun_two("tests.distributed.compile_worker", tmp_path_factory.mktemp("compile"))
 
 
 @pytest.mark.parametrize("name", [*compile_worker.SCENARIOS, "ddp"])
