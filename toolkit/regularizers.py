@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import torch
 import torch.nn.functional as nnf
 from torch import Tensor
 
@@ -11,6 +12,13 @@ from toolkit.losses.base import ContrastiveBatch, LossOutput, Regularizer, requi
 from toolkit.registry import Registry
 
 REGULARIZERS: Registry[type[Regularizer]] = Registry("regularizer")
+
+
+def _unit(rows: Tensor) -> Tensor:
+    """The rows L2-normalised, half precision raised to float32 first (as the losses compute)."""
+    if rows.dtype in (torch.float16, torch.bfloat16):
+        rows = rows.float()
+    return nnf.normalize(rows, dim=-1)
 
 
 @REGULARIZERS.register(
@@ -46,7 +54,7 @@ class DistancePolarization(Regularizer):
         family's raw projections need it)."""
         require(batch, "distance_polarization", "views")
         rows = batch.views[:, 0] if self.on == "first_view" else batch.views.flatten(0, 1)
-        return nnf.normalize(rows, dim=-1)
+        return _unit(rows)
 
     def forward(self, batch: ContrastiveBatch) -> LossOutput:
         stats: dict = {}
@@ -54,3 +62,25 @@ class DistancePolarization(Regularizer):
             self.embeddings(batch), d_plus=self.d_plus, d_minus=self.d_minus, reduction=self.reduction, stats=stats
         )
         return LossOutput(value, stats)
+
+
+@REGULARIZERS.register(
+    "uniformity", description="Wang & Isola's uniformity: log mean exp(-t ||f_i - f_j||^2) of the normalised embeddings"
+)
+class Uniformity(Regularizer):
+    """Wang & Isola (2020, Sec. 4.1) uniformity, ``log mean_{i<j} exp(-t ||f_i - f_j||^2)`` on the
+    L2-normalised embeddings, as a term added to any loss (a guard against the family's
+    collapse: it is 0 for a constant embedding and lowest for a spread one). ``on``:
+    ``first_view`` (one embedding per instance) or ``all_views``; default t = 2."""
+
+    needs = ("views",)
+
+    def __init__(self, t: float = 2.0, on: str = "first_view") -> None:
+        super().__init__()
+        self.t = checks.positive("t", t)
+        self.on = checks.choice("on", on, ("first_view", "all_views"))
+
+    def forward(self, batch: ContrastiveBatch) -> LossOutput:
+        require(batch, "uniformity", "views")
+        rows = batch.views[:, 0] if self.on == "first_view" else batch.views.flatten(0, 1)
+        return LossOutput(F.uniform(_unit(rows), t=self.t))

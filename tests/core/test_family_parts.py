@@ -383,3 +383,16 @@ def test_effective_rank_matches_its_definition():
     assert effective_rank(x) == pytest.approx(float(torch.exp(-(p * p.log()).sum())))
     u = nnf.normalize(x, dim=1)
     assert embedding_std(x) == pytest.approx(float(u.std(0).mean()))
+
+
+def test_uniformity_regularizer_composes_with_a_family_loss():
+    obj, enc = _built(loss={"name": "barlow_twins"}, regularizers=[{"name": "uniformity", "weight": 0.5, "t": 2.0}])
+    x = torch.randn(10, 2, 6, generator=torch.Generator().manual_seed(16))
+    batch = _batch(enc, obj, x)
+    out = obj(batch)
+    u = nnf.normalize(batch.views[:, 0].detach().double(), dim=1)
+    pairs = [math.exp(-2.0 * float(((u[i] - u[j]) ** 2).sum())) for i in range(10) for j in range(i + 1, 10)]
+    reference = math.log(sum(pairs) / len(pairs))
+    assert float(out.records["uniformity"]) == pytest.approx(reference, rel=1e-5)
+    expected = F.barlow_twins(batch.views[:, 0], batch.views[:, 1]) + 0.5 * out.records["uniformity"]
+    torch.testing.assert_close(out.loss, expected)
