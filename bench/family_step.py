@@ -28,6 +28,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 from vision_step import load_recipe, timed_run, toolkit_steps  # noqa: E402
 
+from toolkit.losses import LOSSES  # noqa: E402
 from toolkit.training.precision import machine_line  # noqa: E402
 
 FAMILY = ROOT / "recipes" / "vision" / "family"
@@ -46,7 +47,7 @@ def main(argv: list[str] | None = None) -> int:
     print(machine_line(), flush=True)  # CPU model, capability, native bf16 or not
     torch.set_num_threads(args.threads)
     common = [*timed_run(args.warmup, args.steps), *args.set]
-    names = args.method or sorted(p.stem for p in FAMILY.glob("*.yaml"))
+    names = args.method or sorted(p.stem for p in FAMILY.glob("*.yaml") if p.stem in LOSSES)  # not collapse.yaml
     recipes = {"nt_xent": load_recipe(common)}
     recipes.update({n: load_recipe(common, FAMILY / f"{n}.yaml") for n in names})
     base = recipes["nt_xent"]

@@ -39,7 +39,8 @@ PAPERS = {
     "Wang & Liu 2021: temperature and hard negatives": ["wang-liu-temperature"],
     "CACR: contrastive attraction and repulsion (Zheng et al.)": ["cacr-k1-vs-k4"],
     "The baselines family (BYOL, SimSiam, MoCo v3, Barlow Twins, VICReg, SwAV, DINO, NNCLR, SupCon)": [
-        "family-quickstart"
+        "family-quickstart",
+        "family-collapse",
     ],
 }
 
