@@ -374,6 +374,15 @@ def test_collapse_figures_of_a_constant_a_line_and_a_cloud():
     assert collapse_warning(fc) is not None and collapse_warning(fl) is not None
     assert collapse_warning(fk) is None
     assert "collapse" in collapse_warning(fc, where="at step 3")
+    # the measured cases the thresholds are set between: SimSiam with and without its stop-gradient
+    # (400 steps), an untrained conv net (spread little but in many directions), a trained one
+    without_stop_gradient = {"embedding_std_ratio": 0.042, "effective_rank": 2.29}
+    with_stop_gradient = {"embedding_std_ratio": 0.76, "effective_rank": 14.1}
+    untrained = {"embedding_std_ratio": 0.03, "effective_rank": 21.4}
+    assert collapse_warning(without_stop_gradient) is not None
+    assert collapse_warning(with_stop_gradient) is None and collapse_warning(untrained) is None
+    assert collapse_warning({"embedding_std_ratio": 0.5, "effective_rank": 1.2}) is not None  # a line
+    assert collapse_warning({"online_embedding_std_ratio": 0.001, "online_effective_rank": 30.0}, "online_")
 
 
 def test_effective_rank_matches_its_definition():
