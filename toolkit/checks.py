@@ -29,6 +29,13 @@ def non_negative(name: str, value: float) -> float:
     return float(value)
 
 
+def integer(name: str, value: int, minimum: int = 0) -> int:
+    """``value`` if it is an integer (not a bool) of at least ``minimum``, else an ArgumentError."""
+    if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
+        raise ArgumentError(name, f"{name} must be an integer >= {minimum}, got {value!r}")
+    return value
+
+
 def in_range(
     name: str, value: float, low: float, high: float, *, low_open: bool = False, high_open: bool = False
 ) -> float:

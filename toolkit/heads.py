@@ -43,9 +43,8 @@ class MLPHead(nn.Module):
         last_batch_norm: bool = False,
     ) -> None:
         super().__init__()
-        for name, value in (("in_dim", in_dim), ("out_dim", out_dim)):
-            if not isinstance(value, int) or value < 1:
-                raise checks.ArgumentError(name, f"{name} must be an integer >= 1, got {value!r}")
+        checks.integer("in_dim", in_dim, 1)
+        checks.integer("out_dim", out_dim, 1)
         if any(not isinstance(h, int) or h < 1 for h in hidden):
             raise checks.ArgumentError("hidden", f"hidden sizes must be integers >= 1, got {list(hidden)!r}")
         layers: list[nn.Module] = []
@@ -86,15 +85,9 @@ class DINOHead(nn.Module):
     ) -> None:
         super().__init__()
         for name, value in (("in_dim", in_dim), ("out_dim", out_dim), ("hidden", hidden), ("bottleneck", bottleneck)):
-            if not isinstance(value, int) or value < 1:
-                raise checks.ArgumentError(name, f"{name} must be an integer >= 1, got {value!r}")
-        if not isinstance(layers, int) or layers < 1:
-            raise checks.ArgumentError("layers", f"layers must be an integer >= 1, got {layers!r}")
-        if not isinstance(freeze_last_layer_steps, int) or freeze_last_layer_steps < 0:
-            raise checks.ArgumentError(
-                "freeze_last_layer_steps",
-                f"freeze_last_layer_steps must be an integer >= 0, got {freeze_last_layer_steps!r}",
-            )
+            checks.integer(name, value, 1)
+        checks.integer("layers", layers, 1)
+        checks.integer("freeze_last_layer_steps", freeze_last_layer_steps, 0)
         mlp: list[nn.Module] = []
         d = in_dim
         for i in range(layers):
@@ -141,11 +134,9 @@ class Prototypes(nn.Module):
 
     def __init__(self, dim: int, count: int = 3000, freeze_steps: int = 0) -> None:
         super().__init__()
-        for name, value in (("dim", dim), ("count", count)):
-            if not isinstance(value, int) or value < 1:
-                raise checks.ArgumentError(name, f"{name} must be an integer >= 1, got {value!r}")
-        if not isinstance(freeze_steps, int) or freeze_steps < 0:
-            raise checks.ArgumentError("freeze_steps", f"freeze_steps must be an integer >= 0, got {freeze_steps!r}")
+        checks.integer("dim", dim, 1)
+        checks.integer("count", count, 1)
+        checks.integer("freeze_steps", freeze_steps, 0)
         self.weight = nn.Parameter(F.normalize(torch.randn(count, dim), dim=1))
         self.freeze_steps = freeze_steps
 

@@ -45,21 +45,16 @@ class SwAV(ContrastiveLoss):
         queue_start_step: int = 0,
     ) -> None:
         super().__init__()
-        if not isinstance(prototypes, int) or prototypes < 2:
-            raise checks.ArgumentError("prototypes", f"prototypes must be an integer >= 2, got {prototypes!r}")
-        self.count = prototypes
+        self.count = checks.integer("prototypes", prototypes, 2)
         self.temperature = checks.positive("temperature", temperature)
         self.epsilon = checks.positive("epsilon", epsilon)
-        if not isinstance(iterations, int) or iterations < 1:
-            raise checks.ArgumentError("iterations", f"iterations must be an integer >= 1, got {iterations!r}")
-        self.iterations = iterations
+        self.iterations = checks.integer("iterations", iterations, 1)
         for name, value in (
             ("freeze_prototypes_steps", freeze_prototypes_steps),
             ("queue_size", queue_size),
             ("queue_start_step", queue_start_step),
         ):
-            if not isinstance(value, int) or value < 0:
-                raise checks.ArgumentError(name, f"{name} must be an integer >= 0, got {value!r}")
+            checks.integer(name, value, 0)
         self.freeze_prototypes_steps = freeze_prototypes_steps
         self.queue_size = queue_size
         self.queue_start_step = queue_start_step
