@@ -1,7 +1,8 @@
 """BYOL, SimSiam, MoCo v3, Barlow Twins, VICReg, SwAV (and its Sinkhorn-Knopp), DINO, SupCon and
 NNCLR against float64 references written from the equations with loops over rows, dimensions,
 views and anchors (values and gradients), plus stop-gradients, Sinkhorn's marginals, SupCon's
-anchors without positives, known values, argument errors and the absence of host reads."""
+anchors without positives and known values (random scales, half precision, host reads and
+argument errors: test_family_losses_inputs.py; the references: family_references.py)."""
 
 from __future__ import annotations
 
@@ -10,11 +11,22 @@ import threading
 
 import pytest
 import torch
-from hypothesis import given, settings
-from hypothesis import strategies as st
 
-from tests.core.conftest import tolerance
-from toolkit.losses import functional
+from tests.core.family_references import (
+    agree,
+    no_gradient_reaches,
+    randn,
+    ref_barlow_twins,
+    ref_byol,
+    ref_dino,
+    ref_moco_v3,
+    ref_nnclr,
+    ref_simsiam,
+    ref_sinkhorn,
+    ref_supcon,
+    ref_swav,
+    ref_vicreg,
+)
 from toolkit.losses.functional import (
     _kernel,
     barlow_twins,
@@ -29,186 +41,6 @@ from toolkit.losses.functional import (
     swav,
     vicreg,
 )
-from toolkit.training.syncs import SyncCounter, cuda_branches
-
-
-# ----------------------------------------------------------------------------- loop references
-def dot(a, b):
-    return sum(a[i] * b[i] for i in range(len(a)))
-
-
-def norm(a):
-    return torch.sqrt(sum(a[i] * a[i] for i in range(len(a))))
-
-
-def cos(a, b):
-    return dot(a, b) / (norm(a) * norm(b))
-
-
-def unit(a):
-    n = norm(a)
-    return [a[i] / n for i in range(len(a))]
-
-
-def lse(terms):
-    """log sum exp of 0-d tensors, shifted by their (constant) maximum."""
-    m = max(float(t.detach()) for t in terms)
-    return m + torch.log(sum(torch.exp(t - m) for t in terms))
-
-
-def ref_byol(p, z):
-    return sum(2 - 2 * cos(p[i], z[i].detach()) for i in range(len(p))) / len(p)
-
-
-def ref_simsiam(p, z):
-    return sum(-cos(p[i], z[i].detach()) for i in range(len(p))) / len(p)
-
-
-def ref_moco_v3(q, k, tau):
-    qs = [unit(q[i]) for i in range(len(q))]
-    ks = [unit(k[j].detach()) for j in range(len(k))]
-    total = 0
-    for i in range(len(q)):
-        total = total + (-dot(qs[i], ks[i]) / tau + lse([dot(qs[i], ks[j]) / tau for j in range(len(k))]))
-    return 2 * tau * total / len(q)
-
-
-def standardised_columns(z, eps):
-    """cols[i][b]: dimension i of row b, minus the column mean, over sqrt(biased var + eps)."""
-    n, d = z.shape
-    cols = []
-    for i in range(d):
-        mean = sum(z[b, i] for b in range(n)) / n
-        var = sum((z[b, i] - mean) ** 2 for b in range(n)) / n
-        cols.append([(z[b, i] - mean) / torch.sqrt(var + eps) for b in range(n)])
-    return cols
-
-
-def ref_barlow_twins(z1, z2, lambd):
-    n, d = z1.shape
-    a, b = standardised_columns(z1, 1e-5), standardised_columns(z2, 1e-5)
-    total = 0
-    for i in range(d):
-        for j in range(d):
-            c = sum(a[i][r] * b[j][r] for r in range(n)) / n
-            total = total + ((1 - c) ** 2 if i == j else lambd * c**2)
-    return total
-
-
-def ref_vicreg(z1, z2, sim, std, cov):
-    n, d = z1.shape
-    invariance = sum((z1[b, i] - z2[b, i]) ** 2 for b in range(n) for i in range(d)) / (n * d)
-
-    def var_cov(z):
-        means = [sum(z[b, i] for b in range(n)) / n for i in range(d)]
-        c = [
-            [sum((z[b, i] - means[i]) * (z[b, j] - means[j]) for b in range(n)) / (n - 1) for j in range(d)]
-            for i in range(d)
-        ]
-        hinge = sum(torch.relu(1 - torch.sqrt(c[i][i] + 1e-4)) for i in range(d)) / d
-        off = sum(c[i][j] ** 2 for i in range(d) for j in range(d) if i != j) / d
-        return hinge, off
-
-    (v1, c1), (v2, c2) = var_cov(z1), var_cov(z2)
-    return sim * invariance + std * (v1 + v2) / 2 + cov * (c1 + c2)
-
-
-def ref_sinkhorn(scores, eps, iterations):
-    """Python floats, no shift: Q[k][b] = exp(s_bk / eps), normalised as written in the docs."""
-    s = scores.detach().double().tolist()
-    bsz, k = len(s), len(s[0])
-    q = [[math.exp(s[b][j] / eps) for b in range(bsz)] for j in range(k)]
-    total = sum(sum(row) for row in q)
-    q = [[x / total for x in row] for row in q]
-    for _ in range(iterations):
-        q = [[x / sum(row) / k for x in row] for row in q]
-        col = [sum(q[j][b] for j in range(k)) for b in range(bsz)]
-        q = [[q[j][b] / col[b] / bsz for b in range(bsz)] for j in range(k)]
-    return torch.tensor([[q[j][b] * bsz for j in range(k)] for b in range(bsz)], dtype=torch.float64)
-
-
-def ref_swav(s1, s2, tau, eps, iterations):
-    q1, q2 = ref_sinkhorn(s1, eps, iterations), ref_sinkhorn(s2, eps, iterations)
-
-    def ce(q, s):
-        bsz, k = s.shape
-        total = 0
-        for b in range(bsz):
-            log_z = lse([s[b, j] / tau for j in range(k)])
-            total = total + sum(float(q[b, j]) * (s[b, j] / tau - log_z) for j in range(k))
-        return -total / bsz
-
-    return (ce(q1, s2) + ce(q2, s1)) / 2
-
-
-def ref_dino(student, teacher, center, tau_s, tau_t):
-    vs, bsz, k = student.shape
-    vt = teacher.shape[0]
-    total, pairs = 0, 0
-    for i in range(vt):
-        for v in range(vs):
-            if v == i:
-                continue
-            h = 0
-            for b in range(bsz):
-                t_logits = [
-                    (float(teacher[i, b, j].detach()) - float(center.reshape(-1)[j].detach())) / tau_t for j in range(k)
-                ]
-                m = max(t_logits)
-                t = [math.exp(x - m) for x in t_logits]
-                t = [x / sum(t) for x in t]
-                log_z = lse([student[v, b, j] / tau_s for j in range(k)])
-                h = h - sum(t[j] * (student[v, b, j] / tau_s - log_z) for j in range(k))
-            total, pairs = total + h / bsz, pairs + 1
-    return total / pairs
-
-
-def ref_supcon(features, labels, tau, base):
-    """(loss, anchors without a positive); anchors are (sample, view)."""
-    bsz, views, _ = features.shape
-    anchors = [(s, v) for s in range(bsz) for v in range(views)]
-    z = {a: unit(features[a[0], a[1]]) for a in anchors}
-    losses, without = [], 0
-    for a in anchors:
-        positives = [p for p in anchors if p != a and int(labels[p[0]]) == int(labels[a[0]])]
-        if not positives:
-            without += 1
-            continue
-        log_z = lse([dot(z[a], z[c]) / tau for c in anchors if c != a])
-        losses.append(-(tau / base) * sum(dot(z[a], z[p]) / tau - log_z for p in positives) / len(positives))
-    return (sum(losses) / len(losses) if losses else None), without
-
-
-def ref_nnclr(z1, z2, support, tau):
-    bsz = len(z1)
-    s = [unit(support[m].detach()) for m in range(len(support))]
-    z2n = [unit(z2[j]) for j in range(bsz)]
-    total = 0
-    for i in range(bsz):
-        a = unit(z1[i].detach())
-        sims = [float(dot(a, s[m])) for m in range(len(s))]
-        anchor = s[sims.index(max(sims))]
-        total = total + (-dot(anchor, z2n[i]) / tau + lse([dot(anchor, z2n[j]) / tau for j in range(bsz)]))
-    return total / bsz
-
-
-# ----------------------------------------------------------------------------- helpers
-def randn(*shape, seed=0, dtype=torch.float64, scale=1.0, grad=True):
-    g = torch.Generator().manual_seed(seed)
-    return (torch.randn(*shape, generator=g, dtype=torch.float64) * scale).to(dtype).requires_grad_(grad)
-
-
-def agree(close, dtype, loss, ref, inputs, ref_inputs):
-    """Values, and gradients with respect to every input in ``inputs`` (the absolute tolerance
-    scaled by the largest entry of the reference gradient: round-off is relative to it)."""
-    close(loss, ref, dtype)
-    for g, gr in zip(torch.autograd.grad(loss, inputs), torch.autograd.grad(ref, ref_inputs)):
-        close(g, gr, dtype, atol=tolerance(dtype)["atol"] * max(1.0, float(gr.detach().abs().max())))
-
-
-def no_gradient_reaches(loss, *xs):
-    grads = torch.autograd.grad(loss, xs, allow_unused=True)
-    assert all(g is None for g in grads)
 
 
 # ----------------------------------------------------------------------------- BYOL, SimSiam
@@ -493,143 +325,3 @@ def test_nnclr_known_value(close):
     stats: dict = {}
     close(nnclr(3 * z, z, support, tau, stats=stats), math.log(math.exp(1 / tau) + b - 1) - 1 / tau, torch.float64)
     close(stats["nn_sim"], 1.0, torch.float64)
-
-
-# ----------------------------------------------------------------------------- random scales (hypothesis)
-@settings(max_examples=15, deadline=None)
-@given(
-    n=st.integers(2, 5),
-    scale=st.floats(0.01, 50.0),
-    tau=st.floats(0.05, 2.0),
-    seed=st.integers(0, 2**16),
-)
-def test_random_batches_match_loops(n, scale, tau, seed):
-    def close64(a, b):
-        torch.testing.assert_close(a.detach().double(), b.detach().double(), rtol=1e-8, atol=1e-10)
-
-    z1, z2 = randn(n, 3, seed=seed, scale=scale), randn(n, 3, seed=seed + 1, scale=scale)
-    r1, r2 = (x.detach().clone().requires_grad_() for x in (z1, z2))
-    for ours, ref, xs, rxs in (
-        (moco_v3(z1, z2, tau), ref_moco_v3(r1, r2, tau), (z1,), (r1,)),
-        (barlow_twins(z1, z2), ref_barlow_twins(r1, r2, 0.0051), (z1, z2), (r1, r2)),
-        (vicreg(z1, z2), ref_vicreg(r1, r2, 25.0, 25.0, 1.0), (z1, z2), (r1, r2)),
-    ):
-        close64(ours, ref)
-        for g, gr in zip(torch.autograd.grad(ours, xs), torch.autograd.grad(ref, rxs)):
-            close64(g, gr)
-
-
-# ----------------------------------------------------------------------------- precision, host reads
-def _calls():
-    """Each loss on small float64 inputs requiring grad, keyword arguments apart."""
-    g = torch.Generator().manual_seed(40)
-
-    def x(*shape):
-        return torch.randn(*shape, generator=g, dtype=torch.float64).requires_grad_()
-
-    return {
-        "byol": (byol, (x(4, 3), x(4, 3))),
-        "simsiam": (simsiam, (x(4, 3), x(4, 3))),
-        "moco_v3": (moco_v3, (x(4, 3), x(4, 3))),
-        "barlow_twins": (barlow_twins, (x(4, 3), x(4, 3))),
-        "vicreg": (vicreg, (x(4, 3), x(4, 3))),
-        "swav": (swav, (x(4, 5), x(4, 5))),
-        "dino": (dino, (x(3, 4, 5), x(2, 4, 5), x(5))),
-        "supcon": (supcon, (x(4, 2, 3), torch.tensor([0, 1, 0, 2]))),
-        "nnclr": (nnclr, (x(4, 3), x(4, 3), x(6, 3))),
-    }
-
-
-@pytest.mark.parametrize("name", sorted(_calls()))
-@pytest.mark.parametrize("half", [torch.float16, torch.bfloat16])
-def test_half_inputs_run_in_float32(name, half):
-    fn, args = _calls()[name]
-    low = tuple(a.detach().to(half).requires_grad_() if a.is_floating_point() else a for a in args)
-    loss = fn(*low)
-    assert loss.dtype == torch.float32
-    expected = fn(*(a.detach().float() if a.is_floating_point() else a for a in low))
-    torch.testing.assert_close(loss.detach(), expected, rtol=1e-6, atol=1e-6)
-    grads = torch.autograd.grad(loss, [a for a in low if a.is_floating_point()], allow_unused=True)
-    assert all(g is None or g.dtype == half for g in grads)
-
-
-@pytest.mark.parametrize("name", sorted(_calls()))
-def test_no_host_read_forward_or_backward(name):
-    """As a GPU step runs them (CUDA's branches taken, so supcon skips its CPU-only check): no
-    value read back, forward or backward (the shared counter: tensor methods and the operators
-    that read back, bool-mask indexing among them)."""
-    fn, args = _calls()[name]
-    stats: dict = {}
-    kwargs = {} if name == "swav" else {"stats": stats}
-    with cuda_branches(), SyncCounter() as counter:
-        loss = fn(*args, **kwargs)
-        loss.backward()
-    assert counter.total == 0, counter.report()
-
-
-# ----------------------------------------------------------------------------- arguments
-X = torch.zeros(4, 3, dtype=torch.float64)
-
-
-@pytest.mark.parametrize(
-    "call,argument",
-    [
-        (lambda: byol(X, torch.zeros(4, 2, dtype=torch.float64)), "p"),
-        (lambda: byol(X[0], X[0]), "p"),
-        (lambda: simsiam(X, X.float()), "z"),
-        (lambda: simsiam(X.long(), X), "p"),
-        (lambda: moco_v3(X, X, 0.0), "temperature"),
-        (lambda: moco_v3(X[:1], X[:1]), "q"),
-        (lambda: barlow_twins(X, X, -1.0), "lambd"),
-        (lambda: barlow_twins(X[:1], X[:1]), "z1"),
-        (lambda: vicreg(X, X, sim_coeff=-1.0), "sim_coeff"),
-        (lambda: vicreg(X, X, std_coeff=float("nan")), "std_coeff"),
-        (lambda: vicreg(X, X, cov_coeff=-2), "cov_coeff"),
-        (lambda: vicreg(X, X[:3]), "z1"),
-        (lambda: sinkhorn_knopp(X, 0.0), "epsilon"),
-        (lambda: sinkhorn_knopp(X, 0.05, 0), "iterations"),
-        (lambda: sinkhorn_knopp(X, 0.05, 2.5), "iterations"),
-        (lambda: sinkhorn_knopp(X, 0.05, 3, all_reduce=1), "all_reduce"),
-        (lambda: sinkhorn_knopp(X[0]), "scores"),
-        (lambda: swav(X, X, temperature=-0.1), "temperature"),
-        (lambda: swav(X, X, epsilon=-1), "epsilon"),
-        (lambda: swav(X, X[:, :2]), "scores1"),
-        (lambda: dino(X[None], X[None], X[0]), "student"),
-        (lambda: dino(X[None].expand(2, 4, 3), X[None].expand(3, 4, 3), X[0]), "teacher"),
-        (lambda: dino(X[None].expand(2, 4, 3), X[None, :2], X[0]), "teacher"),
-        (lambda: dino(X[None].expand(2, 4, 3), X[None], X[0, :2]), "center"),
-        (lambda: dino(X[None].expand(2, 4, 3), X[None], X[0], student_temperature=0), "student_temperature"),
-        (lambda: dino(X[None].expand(2, 4, 3), X[None], X[0], teacher_temperature=-1), "teacher_temperature"),
-        (lambda: supcon(X, torch.arange(4)), "features"),
-        (lambda: supcon(X[:, None], torch.arange(4.0)), "labels"),
-        (lambda: supcon(X[:, None], torch.arange(3)), "labels"),
-        (lambda: supcon(X[:1, None], torch.arange(1)), "features"),
-        (lambda: supcon(X[:, None], torch.arange(4), temperature=0), "temperature"),
-        (lambda: supcon(X[:, None], torch.arange(4), base_temperature=-1), "base_temperature"),
-        (lambda: nnclr(X, X, torch.zeros(5, 2, dtype=torch.float64)), "support"),
-        (lambda: nnclr(X, X, X[:0]), "support"),
-        (lambda: nnclr(X, X, X, temperature=float("inf")), "temperature"),
-    ],
-)
-def test_bad_arguments_raise_naming_the_argument(call, argument):
-    with pytest.raises(ValueError, match=rf"\b{argument}\b"):
-        call()
-
-
-def test_every_family_is_exported_from_the_package():
-    for name in (
-        "byol",
-        "simsiam",
-        "moco_v3",
-        "barlow_twins",
-        "vicreg",
-        "swav",
-        "sinkhorn_knopp",
-        "dino",
-        "supcon",
-        "nnclr",
-        "nt_xent",
-        "cacr",
-    ):
-        assert name in functional.__all__ and callable(getattr(functional, name)), name
-    assert not [n for n in functional.__all__ if n.startswith("_")]
