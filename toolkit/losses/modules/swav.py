@@ -66,12 +66,21 @@ class SwAV(ContrastiveLoss):
         if self.queue_size:
             self.queue = MoCoQueue(self.queue_size, dim)
 
-    def _codes(self, scores: Tensor, step: int) -> Tensor:
-        """Sinkhorn codes of one view's detached scores (with the queue's rows where it is on)."""
+    def _queued_scores(self, step: int) -> Tensor | None:
+        """The queue's rows scored against the prototypes, once a step (None while it is off)."""
+        if self.queue is None or step < self.queue_start_step or self.prototypes is None:
+            return None
+        with torch.no_grad():
+            return _wide(self.prototypes(self.queue.rows()))
+
+    def _codes(self, scores: Tensor, step: int, queued: Tensor | None = None) -> Tensor:
+        """Sinkhorn codes of one view's detached scores (with the queue's scored rows where it is
+        on: ``queued``, or scored here when not given)."""
         with torch.no_grad():
             s = _wide(scores.detach())
-            if self.queue is not None and step >= self.queue_start_step and self.prototypes is not None:
-                s = torch.cat([_wide(self.prototypes(self.queue.rows())), s])
+            queued = self._queued_scores(step) if queued is None else queued
+            if queued is not None:
+                s = torch.cat([queued, s])
             codes = F.sinkhorn_knopp(s, epsilon=self.epsilon, iterations=self.iterations)
             return codes[-scores.shape[0] :]
 
@@ -84,8 +93,9 @@ class SwAV(ContrastiveLoss):
             scores = self.prototypes(z.flatten(0, 1)).view(n, v, -1)
         log_p = torch.log_softmax(scores / self.temperature, dim=-1)
         total, pairs = scores.new_zeros(()), 0
+        queued = self._queued_scores(batch.step)  # the same rows for every global view
         for i in range(batch.num_global):
-            q = self._codes(scores[:, i], batch.step)
+            q = self._codes(scores[:, i], batch.step, queued)
             for j in range(v):
                 if j != i:
                     total = total - (q * log_p[:, j]).sum(-1).mean()
