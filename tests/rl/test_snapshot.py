@@ -17,14 +17,19 @@ class Killed(Exception):
     pass
 
 
-def recipe(*sets: str):
+CURL_DP = "objective={loss: {name: info_nce}, regularizers: [{name: distance_polarization, weight: 0.1}]}"
+# BYOL in place of InfoNCE: a predictor (with BatchNorm statistics) and the key encoder as its target
+BYOL = "objective={loss: {name: byol}, predictor: {hidden: [32], batch_norm: true}, target: {momentum: 0.95, schedule: constant}}"
+
+
+def recipe(*sets: str, objective: str = CURL_DP):
     # action repeat 25: 40 agent steps per 1000-step episode, so three runs stay cheap
     return tiny_recipe(
         "data.action_repeat=25",
         "evaluation.random_baseline=false",
         "budget.steps=2000",
         "budget.checkpoint_every=1000",
-        "objective={loss: {name: info_nce}, regularizers: [{name: distance_polarization, weight: 0.1}]}",
+        objective,
         *sets,
     )
 
@@ -51,9 +56,10 @@ def test_snapshot_round_trip(cheap_render, tmp_path):
     assert str(fresh.env.unwrapped.task_random_state()) == str(ws.env.unwrapped.task_random_state())
 
 
-def test_killed_run_resumes_as_if_uninterrupted(cheap_render, tmp_path):
+@pytest.mark.parametrize("objective", [CURL_DP, BYOL], ids=["curl+dp", "byol"])
+def test_killed_run_resumes_as_if_uninterrupted(cheap_render, tmp_path, objective):
     reference = RecordingTracker()
-    full = Workspace(recipe(), reference, RunOptions(checkpoint_dir=tmp_path / "a"))
+    full = Workspace(recipe(objective=objective), reference, RunOptions(checkpoint_dir=tmp_path / "a"))
     full.fit()
     expected = full.evaluate()
 
@@ -61,18 +67,23 @@ def test_killed_run_resumes_as_if_uninterrupted(cheap_render, tmp_path):
         if ws.counters.env_steps >= 1400:
             raise Killed
 
-    killed = Workspace(recipe(), RecordingTracker(), RunOptions(checkpoint_dir=tmp_path / "b"), step_hook=kill)
+    killed = Workspace(
+        recipe(objective=objective), RecordingTracker(), RunOptions(checkpoint_dir=tmp_path / "b"), step_hook=kill
+    )
     with pytest.raises(Killed):
         killed.fit()
     assert killed.counters.env_steps == 1400
     resumed_tracker = RecordingTracker()
-    resumed = Workspace(recipe(), resumed_tracker, RunOptions(checkpoint_dir=tmp_path / "b"))
+    resumed = Workspace(recipe(objective=objective), resumed_tracker, RunOptions(checkpoint_dir=tmp_path / "b"))
     resumed.resume(ckpt.latest(tmp_path / "b"))
     resumed.fit()
     got = resumed.evaluate()
     assert got == expected
     for (k, v), w in zip(full.agent.named_parameters(), resumed.agent.parameters()):
         assert torch.equal(v, w), k
+    for (k, v), w in zip(full.agent.state_dict().items(), resumed.agent.state_dict().values()):
+        if torch.is_tensor(v):  # buffers too: the predictor's BatchNorm statistics
+            assert torch.equal(v, w), k
     # the snapshot was written at the first episode end after 1000 environment steps
     assert resumed_tracker.series("train/episode_return")[0][0] == 2000
     assert resumed_tracker.series("train/episode_return") == reference.series("train/episode_return")[1:]
