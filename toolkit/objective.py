@@ -44,6 +44,7 @@ class Objective(nn.Module):
         selector: ScheduledSelector | None = None,
         predictor: rc.PredictorSection | None = None,
         target: rc.TargetSection | None = None,
+        projector: rc.ProjectorSection | None = None,
     ) -> None:
         super().__init__()
         self.loss = loss
@@ -55,6 +56,7 @@ class Objective(nn.Module):
         self.selector = selector
         loss.attach_selector(selector)
         self.predictor_section = predictor
+        self.projector_section = projector
         self.target = target
         self.length = RunLength()
         self.queue: MoCoQueue | None = None
@@ -62,6 +64,8 @@ class Objective(nn.Module):
         self.support: MoCoQueue | None = None
         self.key_encoder: MomentumEncoder | None = None
         self.predictor: nn.Module | None = None
+        self.projector: MLPHead | None = None
+        self.target_projector: MomentumEncoder | None = None
 
     # -- set-up ---------------------------------------------------------------------------
     @property
@@ -97,6 +101,12 @@ class Objective(nn.Module):
         ``keys``; no copy is made here."""
         src = self.negatives
         self.length = length or RunLength()
+        if self.projector_section is not None:
+            j = self.projector_section
+            self.projector = MLPHead(dim, j.hidden, j.out_dim, j.batch_norm, j.last_batch_norm)
+            dim = j.out_dim  # what the sources, the predictor and the loss see
+            if self.uses_key_encoder:  # the target's projector: an EMA copy, as the target's encoder
+                self.target_projector = MomentumEncoder(self.projector, self.key_momentum)
         if src.source == "queue":
             self.queue = MoCoQueue(src.size, dim, generator)
         elif src.source == "memory_bank":
@@ -104,8 +114,7 @@ class Objective(nn.Module):
         elif src.source == "support_set":
             self.support = MoCoQueue(src.size, dim, generator)
         if self.uses_key_encoder and own_target:
-            momentum = self.target.momentum if self.target is not None else src.momentum
-            self.key_encoder = MomentumEncoder(encoder, momentum)
+            self.key_encoder = MomentumEncoder(encoder, self.key_momentum)
         if self.predictor_section is not None:
             p = self.predictor_section
             self.predictor = (
@@ -116,6 +125,11 @@ class Objective(nn.Module):
         self.loss.attach(dim, self.length)
         device = next(encoder.parameters()).device
         self.to(device)
+
+    @property
+    def key_momentum(self) -> float:
+        """The target's (or key encoder's) starting momentum."""
+        return self.target.momentum if self.target is not None else self.negatives.momentum
 
     def trainable_parameters(self) -> list[nn.Parameter]:
         """The objective's own parameters the optimizer trains with the encoder (the predictor,
@@ -153,9 +167,19 @@ class Objective(nn.Module):
         return batch
 
     def forward(self, batch: ContrastiveBatch) -> LossOutput:
+        if self.projector is not None and batch.views is not None:
+            if batch.scores is not None:
+                raise ValueError(
+                    "objective.projector: the domain scored the batch itself (quick-thought's, CURL's scores), so there "
+                    "are no embeddings for a projector to map; expected a loss of the non-contrastive family (byol, "
+                    "barlow_twins, vicreg, ...) or no projector"
+                )
+            batch.views = _rows(self.projector, batch.views)
+            if batch.keys is not None and self.target_projector is not None:
+                with torch.no_grad():
+                    batch.keys = _rows(self.target_projector, batch.keys)
         if self.predictor is not None and batch.views is not None:
-            n, v = batch.views.shape[:2]
-            batch.predictions = self.predictor(batch.views.flatten(0, 1)).view(n, v, -1)
+            batch.predictions = _rows(self.predictor, batch.views)
         if self.target is not None and batch.keys is None and batch.views is not None:
             online = batch.views[:, : batch.num_global]  # SimSiam: the stopped gradient (or its ablation)
             batch.keys = online.detach() if self.target.stop_gradient else online
@@ -175,6 +199,8 @@ class Objective(nn.Module):
     def after_step(self, batch: ContrastiveBatch, encoder: nn.Module) -> None:
         if self.key_encoder is not None:
             self.key_encoder.update(encoder, self.target_momentum(batch.step + 1))
+        if self.target_projector is not None and self.projector is not None:
+            self.target_projector.update(self.projector, self.target_momentum(batch.step + 1))
         if self.queue is not None and batch.keys is not None:
             self.queue.enqueue(batch.keys[:, 1 if batch.keys.shape[1] > 1 else 0])
         if self.bank is not None and batch.views is not None and batch.indices is not None:
@@ -182,6 +208,12 @@ class Objective(nn.Module):
         if self.support is not None and batch.views is not None:
             self.support.enqueue(batch.views[:, 0])
         self.loss.after_step(batch)
+
+
+def _rows(mlp: nn.Module, x: Tensor) -> Tensor:
+    """``mlp`` on every row of ``[N, V, D]`` (all views in one batch, as the heads see them)."""
+    n, v = x.shape[:2]
+    return mlp(x.flatten(0, 1)).view(n, v, -1)
 
 
 # ---------------------------------------------------------------------------------------
@@ -270,7 +302,7 @@ def _build(obj: rc.ObjectiveSection, path: str) -> tuple[Objective | None, list[
     if parts is None:
         return None, problems
     loss, regs, selector = parts
-    return Objective(loss, regs, obj.negatives, selector, obj.predictor, obj.target), []
+    return Objective(loss, regs, obj.negatives, selector, obj.predictor, obj.target, obj.projector), []
 
 
 def _parts(obj: rc.ObjectiveSection, path: str) -> tuple[tuple[Any, list[Any], Any] | None, list[tuple[str, str]]]:
@@ -356,45 +388,3 @@ def _parts(obj: rc.ObjectiveSection, path: str) -> tuple[tuple[Any, list[Any], A
     except ValueError as exc:
         return None, [(path, str(exc))]
     return (loss, regs, selector), []
-
-
-def with_defaults(objective: dict[str, Any]) -> dict[str, Any]:
-    """A resolved ``objective`` mapping with the defaults its components apply written in: the
-    loss's and each regularizer's constructor defaults, the selector's (the ring's official
-    thresholds; not the argument a schedule drives) and the schedule's. For ``ctk show``; the
-    recipe itself (and its hash) keeps what was written."""
-    import copy
-
-    from toolkit.samplers.schedules import SELECTOR_SCHEDULES
-
-    out = copy.deepcopy(objective)
-
-    def fill(spec: dict[str, Any] | None, registry: Any, skip: tuple[str, ...] = ()) -> None:
-        if not isinstance(spec, dict) or spec.get("name") not in registry:
-            return
-        for arg, param in constructor_args(registry.get(spec["name"])).items():
-            if arg not in spec and arg not in skip and param.default is not param.empty:
-                spec[arg] = param.default
-
-    fill(out.get("loss"), LOSSES)
-    for reg in out.get("regularizers") or []:
-        fill(reg, REGULARIZERS)
-    sel = out.get("selector")
-    if isinstance(sel, dict) and sel.get("name") in SELECTORS:
-        given = {k: v for k, v in sel.items() if k not in ("name", "schedule")}
-        try:
-            selector = SELECTORS.get(sel["name"])(given)
-        except (ValueError, TypeError):
-            return out
-        schedule = sel.get("schedule")
-        driven = (schedule.get("param") or selector.default_param()) if isinstance(schedule, dict) else None
-        for arg, value in selector.args.items():
-            if arg not in sel and arg != driven:
-                sel[arg] = value
-        fill(schedule, SELECTOR_SCHEDULES, skip=("param",))
-    return out
-
-
-def recipe_with_defaults(resolved: dict[str, Any]) -> dict[str, Any]:
-    """A resolved recipe as ``ctk show`` prints it: its objective :func:`with_defaults`."""
-    return {**resolved, "objective": with_defaults(resolved["objective"])} if resolved.get("objective") else resolved

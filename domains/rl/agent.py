@@ -228,10 +228,14 @@ class CurlSacAgent(nn.Module):
         }
 
     def _target_step(self) -> None:
-        """Step 3: EMA of the target Q heads (``critic_tau``) and key encoder (``encoder_tau``)."""
+        """Step 3: EMA of the target Q heads (``critic_tau``) and key encoder (``encoder_tau``;
+        with an ``objective.projector`` and a target, the target's projector alike)."""
         soft_update(self.critic.q1, self.critic_target.q1, self.cfg.critic_tau)
         soft_update(self.critic.q2, self.critic_target.q2, self.cfg.critic_tau)
         soft_update(self.critic.encoder, self.critic_target.encoder, self.cfg.encoder_tau)
+        objective = self.objective
+        if objective is not None and objective.target_projector is not None and objective.projector is not None:
+            objective.target_projector.update(objective.projector, 1 - self.cfg.encoder_tau)
 
     def _contrastive_step(self, z_anchor: Tensor, obs_pos: Tensor, step: int, obs: Tensor) -> dict[str, Tensor]:
         """Step 4: the objective on ``z_anchor W z_pos^T``, keys from the target encoder;

@@ -48,7 +48,7 @@ from pydantic import BaseModel
 import cli
 from domains import installed
 from toolkit import recipe as rc
-from toolkit.objective import recipe_with_defaults
+from toolkit.objective_defaults import recipe_with_defaults
 from toolkit.runs import load_recipe
 
 ROOT = Path(__file__).resolve().parents[2] / "recipes"

@@ -23,6 +23,7 @@ from toolkit.recipe.sections import (
     Optimizer,
     Paper,
     PredictorSection,
+    ProjectorSection,
     TargetSection,
     Tracking,
 )
@@ -164,6 +165,7 @@ def section_models() -> dict[str, type[BaseModel]]:
         "objective": ObjectiveSection,
         "objective.negatives": Negatives,
         "objective.predictor": PredictorSection,
+        "objective.projector": ProjectorSection,
         "objective.target": TargetSection,
         "distributed": DistributedSection,
         "optimizer": Optimizer,

@@ -85,20 +85,12 @@ class DistributedSection(Section):
     shuffle_bn: bool = False
 
 
-class PredictorSection(Section):
-    """``objective.predictor``: an MLP on the online embeddings (BYOL, SimSiam, MoCo v3, NNCLR),
-    trained with the encoder; the losses that read ``predictions`` compare its output with the
-    target's embeddings. ``out_dim`` null: the embedding's size. BYOL: hidden [4096] (ImageNet) /
-    [512] (CIFAR) with batch norm; SimSiam: a [512] bottleneck with batch norm; MoCo v3: [4096]
-    with batch norm and a batch norm after the last layer (``last_batch_norm``, without affine)."""
+class _MLPSection(Section):
+    """The layers of an MLP the objective owns (:class:`toolkit.heads.MLPHead`)."""
 
     hidden: list[int] = Field(default_factory=lambda: [512], description="hidden layer sizes")
-    out_dim: int | None = Field(None, ge=1, description="output size (null: the embedding's)")
     batch_norm: bool = True
-    last_batch_norm: bool = Field(False, description="MoCo v3: BatchNorm1d(affine=False) on the output")
-    identity: bool = Field(
-        False, description="no predictor at all (p = z): the papers' ablation (SimSiam Table 1, BYOL Table 5)"
-    )
+    last_batch_norm: bool = Field(False, description="BatchNorm1d(affine=False) on the output (MoCo v3)")
 
     @field_validator("hidden")
     @classmethod
@@ -106,6 +98,30 @@ class PredictorSection(Section):
         if any(h < 1 for h in hidden):
             raise ValueError(f"hidden sizes must be >= 1, got {hidden}")
         return hidden
+
+
+class PredictorSection(_MLPSection):
+    """``objective.predictor``: an MLP on the online embeddings (BYOL, SimSiam, MoCo v3, NNCLR),
+    trained with the encoder; the losses that read ``predictions`` compare its output with the
+    target's embeddings. ``out_dim`` null: the embedding's size. BYOL: hidden [4096] (ImageNet) /
+    [512] (CIFAR) with batch norm; SimSiam: a [512] bottleneck with batch norm; MoCo v3: [4096]
+    with batch norm and a batch norm after the last layer (``last_batch_norm``, without affine)."""
+
+    out_dim: int | None = Field(None, ge=1, description="output size (null: the embedding's)")
+    identity: bool = Field(
+        False, description="no predictor at all (p = z): the papers' ablation (SimSiam Table 1, BYOL Table 5)"
+    )
+
+
+class ProjectorSection(_MLPSection):
+    """``objective.projector``: an MLP the objective puts between the domain's embedding and the
+    loss (Barlow Twins' and VICReg's "expander", BYOL's projector) where the domain's encoder has
+    no head of its own (quick-thought's sentence embeddings, CURL's features): the loss, the
+    predictor and the regularizers read its output, the probes still read the embedding. With a
+    target network the target's projector is an EMA copy of it at the target's momentum."""
+
+    hidden: list[int] = Field(default_factory=lambda: [1024], description="hidden layer sizes")
+    out_dim: int = Field(1024, ge=1, description="output size")
 
 
 class TargetSection(Section):
@@ -140,6 +156,7 @@ class ObjectiveSection(Section):
     negatives: Negatives = Field(default_factory=Negatives)
     selector: SelectorSection = Field(default_factory=SelectorSection)
     views: int = Field(2, ge=1, le=32)
+    projector: ProjectorSection | None = None
     predictor: PredictorSection | None = None
     target: TargetSection | None = None
 
