@@ -85,6 +85,7 @@ FAMILY = {
             "encoder.head.out_dim=64",
             "encoder.head.freeze_last_layer_steps=7",
             "objective.loss.warmup_epochs=0.875",
+            "objective.loss.teacher_temperature=0.07",  # the recipe keeps 0.04 throughout: make the warm-up move
         ],
         ["key_encoder.module.", "loss.center"],
     ),
