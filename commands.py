@@ -248,7 +248,7 @@ def show(recipe: str, sets: tuple[str, ...]) -> str:
 
         choice = precision_choice("auto", select_device(r.device), lookup(r.domain))
         lines.append(f"# on this machine: {choice.line()}")
-    from toolkit.objective_defaults import recipe_with_defaults  # every default the objective's components apply
+    from toolkit.runs.defaults import recipe_with_defaults  # every default the objective's components apply
 
     shown = recipe_with_defaults(r.resolved)
     return "\n".join([*lines, yaml.safe_dump(shown, sort_keys=False).rstrip()])

@@ -48,8 +48,8 @@ from pydantic import BaseModel
 import cli
 from domains import installed
 from toolkit import recipe as rc
-from toolkit.objective_defaults import recipe_with_defaults
 from toolkit.runs import load_recipe
+from toolkit.runs.defaults import recipe_with_defaults
 
 ROOT = Path(__file__).resolve().parents[2] / "recipes"
 RECIPES = sorted(p for p in ROOT.rglob("*.yaml") if "tables" not in p.parts)
