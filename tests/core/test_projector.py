@@ -7,32 +7,14 @@ from __future__ import annotations
 
 import pytest
 import torch
-from torch import nn
 
-from toolkit import objective as objective_mod
 from toolkit import recipe as rc
 from toolkit.losses import functional as F
-from toolkit.losses.base import ContrastiveBatch, RunLength
+from toolkit.losses.base import ContrastiveBatch
+
+from .test_family_parts import _batch, _built
 
 PROJ = {"hidden": [16], "out_dim": 12}
-
-
-def _built(**objective):
-    obj = objective_mod.build(rc.ObjectiveSection.model_validate(objective))
-    torch.manual_seed(0)
-    enc = nn.Sequential(nn.Linear(6, 8), nn.ReLU(), nn.Linear(8, 5))
-    obj.attach(enc, 5, 64, torch.Generator().manual_seed(1), RunLength(lambda: 100, 10))
-    return obj, enc
-
-
-def _batch(obj, enc, x, step=0):
-    n, v = x.shape[:2]
-    z = enc(x.flatten(0, 1)).view(n, v, -1)
-    keys = None
-    if obj.key_encoder is not None:
-        with torch.no_grad():
-            keys = obj.key_encoder(x.flatten(0, 1)).view(n, v, -1)
-    return obj.prepare(ContrastiveBatch(views=z, keys=keys, step=step))
 
 
 def _mlp(head, z):
@@ -49,7 +31,7 @@ def test_barlow_twins_reads_the_projection_and_the_projector_trains():
     x = torch.randn(32, 2, 6)
     z = enc(x.flatten(0, 1)).view(32, 2, -1)
     expected = F.barlow_twins(*_mlp(obj.projector, z).unbind(1))
-    out = obj(_batch(obj, enc, x))
+    out = obj(_batch(enc, obj, x))
     assert out.loss.item() == pytest.approx(expected.item(), rel=1e-6)
     out.loss.backward()
     assert all(p.grad is not None for p in obj.projector.parameters())
@@ -69,7 +51,7 @@ def test_byol_target_projector_is_an_ema_copy_without_gradient():
     for p, q in zip(online.parameters(), target.parameters()):
         assert torch.equal(p, q) and not q.requires_grad
     x = torch.randn(16, 2, 6)
-    batch = _batch(obj, enc, x)
+    batch = _batch(enc, obj, x)
     with torch.no_grad():
         keys = obj.key_encoder(x.flatten(0, 1)).view(16, 2, -1)
         expected_keys = _mlp(target, keys)
@@ -89,7 +71,7 @@ def test_byol_target_projector_is_an_ema_copy_without_gradient():
 def test_simsiam_keys_are_the_stopped_projection():
     obj, enc = _built(loss={"name": "simsiam"}, projector=PROJ, predictor={"hidden": [4]}, target={"momentum": 0.0})
     assert obj.target_projector is None and obj.key_encoder is None
-    batch = _batch(obj, enc, torch.randn(8, 2, 6))
+    batch = _batch(enc, obj, torch.randn(8, 2, 6))
     obj(batch)
     assert batch.keys.shape == (8, 2, 12) and not batch.keys.requires_grad
     assert torch.equal(batch.keys, batch.views.detach())
