@@ -136,6 +136,13 @@ class Objective(nn.Module):
         SwAV's prototypes); the target network's are frozen."""
         return [p for p in self.parameters() if p.requires_grad]
 
+    def fixed_lr_parameters(self) -> list[nn.Parameter]:
+        """The parameters whose learning rate the schedule leaves at its base value: the
+        predictor's when ``objective.predictor.fixed_lr`` (SimSiam's setting), else none."""
+        if self.predictor is None or self.predictor_section is None or not self.predictor_section.fixed_lr:
+            return []
+        return [p for p in self.predictor.parameters() if p.requires_grad]
+
     def target_momentum(self, step: int) -> float | None:
         """The target network's momentum at ``step`` (None: the key encoder's constant one).
         Cosine (BYOL Sec. 3.2): ``tau_k = 1 - (1 - tau_0) (cos(pi k / K) + 1) / 2`` rising

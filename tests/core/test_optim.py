@@ -11,7 +11,10 @@ import torch
 from torch import nn
 from torch.optim import Optimizer
 
-from toolkit.training.optim import LARS
+from toolkit import recipe as rc
+from toolkit.training.optim import LARS, build_optimizer, build_scheduler, lr_factor
+
+from .test_family_parts import _built
 
 
 class ReferenceLARS(Optimizer):
@@ -189,3 +192,36 @@ def test_multi_tensor_lars_is_a_few_kernels_whatever_the_parameter_count(weight_
         assert not kernels.slow, kernels.slow
         counted[layers] = kernels.calls
     assert counted[3] == counted[12], (counted[3], counted[12])
+
+
+# -- SimSiam's fixed predictor learning rate ----------------------------------------------------
+
+
+def test_a_fixed_lr_predictor_keeps_its_base_rate_while_the_rest_follows_the_schedule():
+    obj, enc = _built(loss={"name": "simsiam"}, predictor={"hidden": [4], "fixed_lr": True}, target={"momentum": 0.0})
+    fixed = obj.fixed_lr_parameters()
+    assert {id(p) for p in fixed} == {id(p) for p in obj.predictor.parameters()} and fixed
+    trained = [*enc.parameters(), *obj.trainable_parameters()]
+    sched_cfg = rc.LRScheduleSection(name="cosine", warmup_steps=2)
+    opt = build_optimizer(trained, rc.Optimizer(name="adam", lr=0.01), 128, fixed_lr=fixed)
+    rest, pred = opt.param_groups
+    assert pred["fixed_lr"] and not rest.get("fixed_lr")
+    assert {id(p) for p in pred["params"]} == {id(p) for p in fixed}
+    assert len(rest["params"]) + len(pred["params"]) == len(trained)  # every parameter once
+    scheduler = build_scheduler(opt, sched_cfg, 10, 5)
+    for step in range(10):
+        assert rest["lr"] == pytest.approx(0.01 * lr_factor(step, sched_cfg, 10, 5))
+        assert pred["lr"] == 0.01
+        opt.step()
+        scheduler.step()
+    assert rest["lr"] < 1e-4  # the cosine reached its end; the predictor did not move
+    again = build_optimizer(trained, rc.Optimizer(name="adam", lr=0.01), 128, fixed_lr=fixed)
+    again.load_state_dict(opt.state_dict())  # a resumed run: the same two groups
+    assert again.param_groups[1]["fixed_lr"] and again.param_groups[1]["lr"] == 0.01
+
+
+def test_without_fixed_lr_the_predictor_is_scheduled_with_the_encoder():
+    obj, enc = _built(loss={"name": "simsiam"}, predictor={"hidden": [4]}, target={"momentum": 0.0})
+    assert obj.fixed_lr_parameters() == []
+    opt = build_optimizer([*enc.parameters(), *obj.trainable_parameters()], rc.Optimizer(name="sgd"), 128)
+    assert len(opt.param_groups) == 1

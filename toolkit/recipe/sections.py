@@ -111,6 +111,11 @@ class PredictorSection(_MLPSection):
     identity: bool = Field(
         False, description="no predictor at all (p = z): the papers' ablation (SimSiam Table 1, BYOL Table 5)"
     )
+    fixed_lr: bool = Field(
+        False,
+        description="the predictor keeps the optimizer's base learning rate while the rest follows the "
+        "schedule (SimSiam Sec. 4.2: 'fix lr' of the predictor)",
+    )
 
 
 class ProjectorSection(_MLPSection):

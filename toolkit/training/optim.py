@@ -131,13 +131,23 @@ class LARS(Optimizer):
         return [part.view(t.shape) for part, t in zip(flat.split(sizes), tensors, strict=True)]
 
 
-def build_optimizer(params: Iterable[nn.Parameter], cfg: rc.Optimizer, batch_size: int) -> Optimizer:
+def build_optimizer(
+    params: Iterable[nn.Parameter], cfg: rc.Optimizer, batch_size: int, fixed_lr: Iterable[nn.Parameter] = ()
+) -> Optimizer:
     """The recipe's optimizer over ``params`` (on their device already): SGD, Adam and AdamW
     fused where torch has the kernel (CUDA and CPU, float parameters: one kernel for every
-    parameter), LARS multi-tensor."""
+    parameter), LARS multi-tensor. Those of ``params`` also in ``fixed_lr`` form a second
+    parameter group marked ``fixed_lr``, which :func:`build_scheduler` leaves at the base rate."""
     lr = cfg.lr * batch_size / 256 if cfg.scale_lr_by_batch else cfg.lr
     params = [p for p in params if p.requires_grad]
     fast = {"fused": True} if _fusable(params) else {}
+    fixed_ids = {id(p) for p in fixed_lr}
+    if fixed_ids:  # torch keeps the extra key in the group (and in the state_dict)
+        groups: list = [
+            {"params": [p for p in params if id(p) not in fixed_ids]},
+            {"params": [p for p in params if id(p) in fixed_ids], "fixed_lr": True},
+        ]
+        params = groups
     if cfg.name == "sgd":
         return torch.optim.SGD(
             params,
@@ -196,6 +206,14 @@ def build_scheduler(
     optimizer: Optimizer, cfg: rc.LRScheduleSection, total_steps: int | Callable[[], int], steps_per_epoch: int
 ) -> LambdaLR:
     """The learning-rate schedule; ``total_steps`` may be a callable, read at every step (a
-    wall-time budget fixes the run's length after the schedule is built)."""
+    wall-time budget fixes the run's length after the schedule is built). A group marked
+    ``fixed_lr`` (SimSiam's predictor) keeps its base rate: factor 1 at every step."""
     total = total_steps if callable(total_steps) else (lambda: total_steps)
-    return LambdaLR(optimizer, lambda s: lr_factor(s, cfg, total(), steps_per_epoch))
+
+    def scheduled(s: int) -> float:
+        return lr_factor(s, cfg, total(), steps_per_epoch)
+
+    def fixed(s: int) -> float:
+        return 1.0
+
+    return LambdaLR(optimizer, [fixed if g.get("fixed_lr") else scheduled for g in optimizer.param_groups])

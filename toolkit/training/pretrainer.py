@@ -104,7 +104,8 @@ class Pretrainer(CheckpointedState, Evaluations, Trainer):
         self.steps_per_epoch = len(self.data.train)
         self.total = budget.steps or int(math.ceil(budget.epochs * self.steps_per_epoch))
         trained = [*self.encoder.parameters(), *self.objective.trainable_parameters()]  # + predictor, prototypes
-        self.optimizer = build_optimizer(trained, recipe.optimizer, budget.batch_size)
+        fixed = self.objective.fixed_lr_parameters()  # SimSiam's predictor: not scheduled
+        self.optimizer = build_optimizer(trained, recipe.optimizer, budget.batch_size, fixed_lr=fixed)
         self.scheduler = build_scheduler(self.optimizer, recipe.schedule, lambda: self.total, self.steps_per_epoch)
         self.amp_dtype = autocast_dtype(recipe.precision)
         self.scaler = torch.amp.GradScaler(device.type, enabled=self.amp_dtype is torch.float16)
