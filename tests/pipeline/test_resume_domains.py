@@ -89,6 +89,8 @@ FAMILY = {
         ],
         ["key_encoder.module.", "loss.center"],
     ),
+    # no EMA, the predictor in a parameter group of its own that the schedule leaves at its base lr
+    "simsiam": (["encoder.head.out_dim=16", "objective.predictor.hidden=[8]"], ["predictor.net."]),
     # prototypes (frozen, then trained and renormalised) and the queue
     "swav": (
         [
@@ -200,3 +202,7 @@ def test_family_killed_and_resumed_run_ends_bitwise_like_the_uninterrupted_one(h
     for part in ("encoder", "objective", "optimizer", "scheduler", "scaler", "rng"):
         bad = [k for k in a[part] if not _same(a[part][k], b[part].get(k))]
         assert a[part].keys() == b[part].keys() and not bad, (part, bad)
+    if method == "simsiam":  # the resumed predictor group kept its base rate; the rest decayed
+        rest, predictor = b["optimizer"]["param_groups"]
+        assert predictor["fixed_lr"] and predictor["lr"] == predictor["initial_lr"]
+        assert rest["lr"] < rest["initial_lr"]
