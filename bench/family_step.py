@@ -4,7 +4,7 @@ the quickstart model, through the toolkit's own trainer, in one process.
 Every recipe of ``recipes/vision/family/`` (the quickstart's data, conv net, batch, optimizer and
 precision; the objective and what it needs of the head differ: BYOL / SimSiam / MoCo v3 / NNCLR
 add a predictor and, but SimSiam, a target network's forward pass; Barlow Twins and VICReg a
-256-256-256 projector; DINO its head to 1,024 outputs and a teacher; SwAV 100 prototypes and
+256-256-256 projector; DINO its head to 256 outputs and a teacher; SwAV 100 prototypes and
 Sinkhorn) is timed with ``bench/vision_step.py``'s ``toolkit_steps`` (``Pretrainer.fit``
 between two per-step hooks), interleaved round by round with the quickstart recipe (NT-Xent) so
 that load from other processes hits all alike; the median over rounds is reported with its
