@@ -142,12 +142,11 @@ def build_optimizer(
     params = [p for p in params if p.requires_grad]
     fast = {"fused": True} if _fusable(params) else {}
     fixed_ids = {id(p) for p in fixed_lr}
-    if fixed_ids:  # torch keeps the extra key in the group (and in the state_dict)
-        groups: list = [
+    if fixed_ids:  # two groups; torch keeps the extra key in the group (and in the state_dict)
+        params = [
             {"params": [p for p in params if id(p) not in fixed_ids]},
             {"params": [p for p in params if id(p) in fixed_ids], "fixed_lr": True},
         ]
-        params = groups
     if cfg.name == "sgd":
         return torch.optim.SGD(
             params,
