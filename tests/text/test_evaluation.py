@@ -20,7 +20,7 @@ from domains.text.senteval import (
     pair_features,
     settings_for,
 )
-from domains.text.senteval.engine import embed_sentences
+from domains.text.senteval.engine import embed_sentences, grid_edge
 from domains.text.tokenizer import train_tokenizer
 
 
@@ -244,3 +244,14 @@ def test_baselines_random_encoder_of_the_same_size_and_bag_of_words() -> None:
     for name in ("mr", "trec"):
         assert {name, f"random_{name}", f"bow_{name}"} <= set(metrics)
         assert metrics[f"bow_{name}"] == 100.0  # "good" vs "bad" is one word of the bag
+
+
+def test_grid_edge_note_only_when_every_fold_sits_on_one_end() -> None:
+    s = settings_for("prototyping")  # grid 0.01, 0.1, 1
+    low = grid_edge([0.01] * 5, s)
+    assert "smallest C (0.01)" in low and "lower" in low
+    assert "largest C (1)" in grid_edge([1.0, 1.0], s)
+    assert grid_edge([0.01, 0.1, 0.01], s) == ""  # the folds disagree: the grid holds an optimum
+    assert grid_edge([0.1] * 5, s) == ""
+    assert grid_edge([0.01] * 5, settings_for("prototyping", selection="none")) == ""  # nothing searched
+    assert grid_edge([0.01], settings_for("prototyping", c_grid=(0.01,))) == ""

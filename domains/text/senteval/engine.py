@@ -45,6 +45,7 @@ __all__ = [
     "run_task",
     "evaluate_tasks",
     "quick_accuracy",
+    "grid_edge",
 ]
 
 
@@ -141,9 +142,24 @@ def evaluate_tasks(
         if log is not None:
             log(
                 f"{prefix}{task.name}: {result.accuracy:.2f}% ({len(task)} examples, "
-                f"C={result.chosen_c}, {seconds:.1f} s)"
+                f"C={result.chosen_c}, {seconds:.1f} s){grid_edge(result.chosen_c, settings)}"
             )
     return metrics
+
+
+def grid_edge(chosen: Sequence[float], settings: ProbeSettings) -> str:
+    """A note for the log line when every fold chose the same end of a searched C grid: the
+    best C may lie beyond it, so the accuracy may be an underestimate (empty otherwise)."""
+    grid = sorted(settings.c_grid)
+    if len(grid) < 2 or settings.selection == "none" or not chosen:
+        return ""
+    for end, side, way in ((grid[0], "smallest", "lower"), (grid[-1], "largest", "higher")):
+        if all(c == end for c in chosen):
+            return (
+                f"; every fold chose the grid's {side} C ({end:g}): the best may lie beyond it, "
+                f"evaluation.c_grid could reach {way}"
+            )
+    return ""
 
 
 def quick_accuracy(
