@@ -115,11 +115,14 @@ def table_section(table: PaperTable, runs: list) -> list[str]:
     span = max(r.info.end_time or 0 for r in runs) - min(r.info.start_time for r in runs)
     seeds = sorted({int(r.data.params["seed"]) for r in runs})
     hosts = sorted({r.data.tags.get("ctk.host", "?") for r in runs})
+    machines = sorted({_machine(r.data.params) for r in runs} - {""})
     when = dt.datetime.fromtimestamp(max(r.info.end_time or 0 for r in runs) / 1000, dt.timezone.utc)
     out += [
         f"Measured: {len(runs)} finished runs (seeds {', '.join(map(str, seeds))}), "
         f"{_minutes(busy)} of run time, {_minutes(span)} from first start to last end, one run at a "
-        f"time, on host {', '.join(hosts)}, finished {when:%Y-%m-%d %H:%M} UTC.",
+        f"time, on host {', '.join(hosts)}"
+        + (f" ({'; '.join(machines)})" if machines else "")
+        + f", finished {when:%Y-%m-%d %H:%M} UTC.",
         "",
     ]
     report = claims_report(table)
@@ -169,6 +172,17 @@ def notes_lines(table: PaperTable) -> list[str]:
     return [NOTES_HEAD, "", "> " + " ".join(table.notes.split()), ""] if table.notes else []
 
 
+def _machine(params: dict[str, str]) -> str:
+    """The CPU and precision a run recorded (``env.*``, ``measured.precision``), or ''."""
+    cpu = params.get("env.cpu_model")
+    if not cpu:
+        return ""
+    bf16 = params.get("env.cpu_bf16")
+    parts = [cpu, params.get("env.cpu_capability", ""), f"bf16 {bf16}" if bf16 else ""]
+    precision = params.get("measured.precision")
+    return ", ".join(x for x in parts if x) + (f", trained in {precision}" if precision else "")
+
+
 def old_sections(text: str) -> dict[str, list[str]]:
     """The ``### `NAME``` sections of a page as written: name -> its lines (up to the next
     section or paper heading)."""
@@ -215,8 +229,9 @@ def page(tables: dict[str, PaperTable], uri: str, names: list[str], keep: dict[s
         f"sign, else **inconclusive at n** seeds. A claim holds when all its comparisons hold and fails "
         f"when one fails.",
         "",
-        f"Written on: {machine_line()}. The runs were made one at a time, under `nice`, on a 2-core "
-        "machine shared with other jobs: wall times are longer than on an idle machine.",
+        f"Written on: {machine_line()}. Each table's runs name the machine they ran on where they "
+        "recorded it (its 'Measured' line). The runs were made one at a time on a 2-core machine, "
+        "some under `nice` beside other jobs: wall times can be longer than on an idle machine.",
         "",
     ]
     if kept:

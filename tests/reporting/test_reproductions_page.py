@@ -91,3 +91,24 @@ def test_keep_takes_tables_without_runs_from_the_page_as_written(store, tmp_path
     assert "no runs of theirs in this store): `toy-b`." in text
     fresh = module.page(tables, store, ["toy-a", "toy-b"])
     assert "OLD-B-TEXT" not in fresh and "Not measured" in fresh and "Kept as" not in fresh
+
+
+def test_measured_line_names_the_machine_the_runs_recorded(store, tmp_path):
+    (tmp_path / "r.yaml").write_text("name: r\n")
+    (tmp_path / "t.yaml").write_text(
+        "name: toy-m\ntitle: T\nseeds: [0]\nmetrics: [acc]\nrows:\n  - {label: base, recipe: r.yaml}\n"
+    )
+    table = load_table(tmp_path / "t.yaml")
+    client = client_for(store)
+    env = {"env.cpu_model": "CPU-X", "env.cpu_capability": "AVX2", "env.cpu_bf16": "emulated"}
+    log_run(
+        client,
+        experiment_id(client, "reproduce-toy-m"),
+        {"seed": 0, **env, "measured.precision": "fp32"},
+        {"acc": 0.5},
+        tags={"ctk.table": "toy-m", "ctk.row": "base"},
+    )
+    module = _script()
+    text = "\n".join(module.table_section(table, module.stored_runs(store, table)))
+    assert "(CPU-X, AVX2, bf16 emulated, trained in fp32)" in text
+    assert module._machine({"seed": "0"}) == ""  # runs from before the env params: nothing claimed
