@@ -29,6 +29,7 @@ sys.path.insert(0, str(ROOT))
 from toolkit.studies.claims import ALPHA  # noqa: E402
 from toolkit.studies.reproduce import PaperTable, claims_report, discover_tables  # noqa: E402
 from toolkit.studies.tables import interval, num  # noqa: E402
+from toolkit.tracking.measured import split_params  # noqa: E402
 from toolkit.training.precision import machine_line  # noqa: E402
 
 # paper -> its CPU-scale tables, in the order the page shows them
@@ -115,7 +116,7 @@ def table_section(table: PaperTable, runs: list) -> list[str]:
     span = max(r.info.end_time or 0 for r in runs) - min(r.info.start_time for r in runs)
     seeds = sorted({int(r.data.params["seed"]) for r in runs})
     hosts = sorted({r.data.tags.get("ctk.host", "?") for r in runs})
-    machines = sorted({_machine(r.data.params) for r in runs} - {""})
+    machines = sorted({_machine(r.data.params, r.data.tags) for r in runs} - {""})
     when = dt.datetime.fromtimestamp(max(r.info.end_time or 0 for r in runs) / 1000, dt.timezone.utc)
     out += [
         f"Measured: {len(runs)} finished runs (seeds {', '.join(map(str, seeds))}), "
@@ -172,14 +173,16 @@ def notes_lines(table: PaperTable) -> list[str]:
     return [NOTES_HEAD, "", "> " + " ".join(table.notes.split()), ""] if table.notes else []
 
 
-def _machine(params: dict[str, str]) -> str:
-    """The CPU and precision a run recorded (``env.*``, ``measured.precision``), or ''."""
-    cpu = params.get("env.cpu_model")
+def _machine(params: dict[str, str], tags: dict[str, str] | None = None) -> str:
+    """The CPU and precision a run recorded (``env.*``, ``measured.precision``, old runs' names
+    mapped as every comparison maps them), or ''."""
+    found = split_params(params, tags)[1]
+    cpu = found.get("env.cpu_model")
     if not cpu:
         return ""
-    bf16 = params.get("env.cpu_bf16")
-    parts = [cpu, params.get("env.cpu_capability", ""), f"bf16 {bf16}" if bf16 else ""]
-    precision = params.get("measured.precision")
+    bf16 = found.get("env.cpu_bf16")
+    parts = [cpu, found.get("env.cpu_capability", ""), f"bf16 {bf16}" if bf16 else ""]
+    precision = found.get("measured.precision")
     return ", ".join(x for x in parts if x) + (f", trained in {precision}" if precision else "")
 
 
