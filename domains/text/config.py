@@ -51,6 +51,11 @@ class DataConfig(Section):
     max_length: int = Field(30, ge=1, description="tokens per sentence (paper: 30)")
     window: int = Field(1, ge=1, description="context window: positives within +-window (paper: 1)")
     run_length: int | None = Field(None, ge=2, description="contiguous run length; default batch_size")
+    pairs: Literal["forward", "both"] = Field(
+        "forward",
+        description="the non-contrastive family's branch pairs: f(s) with g of the next sentence only, or "
+        "both orders (f(s) with g of the sentences before and after it, as the QT softmax's positives)",
+    )
     self_candidate: Literal["exclude", "zero_logit"] = Field(
         "exclude", description="drop s from its own candidates (paper) or give it logit 0 (authors' code)"
     )

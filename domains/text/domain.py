@@ -264,6 +264,7 @@ class TextDomain(Domain):
         # contrastive_batch gets no recipe; the step options are fixed here (the loop builds
         # the data before the first step)
         self._window, self._score, self._self_candidate = cfg.window, recipe.encoder.score, cfg.self_candidate
+        self._pairs = cfg.pairs
         batches = ContiguousBatches(
             prep["train"], prep["tokenizer"], recipe.budget.batch_size, cfg.run_length, shuffle=True, seed=recipe.seed
         )
@@ -303,7 +304,9 @@ class TextDomain(Domain):
                 raise ValueError(
                     f"the text domain's neighbour pairs cannot provide {sorted(unsupported)} (it has no class labels)"
                 )
-            return neighbour_pair_batch(batch, encoder, key_encoder, window=self._window, step=step)
+            return neighbour_pair_batch(
+                batch, encoder, key_encoder, window=self._window, step=step, directions=self._pairs
+            )
         unsupported = needs - {"views", "scores", "positive_mask", "valid_mask", "indices"}
         if unsupported:
             raise ValueError(
@@ -316,7 +319,7 @@ class TextDomain(Domain):
         )
 
     # set by build_data from the recipe; these defaults are the paper's
-    _window, _score, _self_candidate = 1, "dot", "exclude"
+    _window, _score, _self_candidate, _pairs = 1, "dot", "exclude", "forward"
 
     # -- evaluation ------------------------------------------------------------------------
     def _load_task(self, name: str, ev: EvaluationConfig, seed: int) -> Any:

@@ -27,7 +27,8 @@ The non-contrastive family (BYOL, SimSiam, Barlow Twins, VICReg, ...; a loss who
 of neighbouring sentences ``(a, b)`` (same book, ``1 <= pos_b - pos_a <= window``), the two
 branches ``f(s_a)`` and ``g(s_b)`` — the quick-thought pairing with its softmax over candidates
 replaced by the family's objective — and, with a target network, the target's ``f'(s_a)``,
-``g'(s_b)`` as keys.
+``g'(s_b)`` as keys. ``data.pairs: both`` adds every pair reversed, ``f(s_b)`` with ``g(s_a)``:
+f then meets g of the sentences before it as well as after, as the softmax's positives do.
 """
 
 from __future__ import annotations
@@ -40,10 +41,18 @@ from torch import Tensor, nn
 
 from toolkit.losses.base import ContrastiveBatch
 
-__all__ = ["neighbour_mask", "neighbour_pair_batch", "quick_thought_batch", "SCORES", "SELF_CANDIDATE"]
+__all__ = [
+    "neighbour_mask",
+    "neighbour_pair_batch",
+    "quick_thought_batch",
+    "PAIR_DIRECTIONS",
+    "SCORES",
+    "SELF_CANDIDATE",
+]
 
 SCORES = ("dot", "cosine")
 SELF_CANDIDATE = ("exclude", "zero_logit")
+PAIR_DIRECTIONS = ("forward", "both")  # the family's neighbour pairs: (earlier, later) only, or both orders
 
 
 def neighbour_mask(book: Tensor, position: Tensor, window: int = 1) -> Tensor:
@@ -108,17 +117,23 @@ def neighbour_pair_batch(
     key_encoder: nn.Module | None = None,
     window: int = 1,
     step: int = 0,
+    directions: str = "forward",
 ) -> ContrastiveBatch:
     """The contrastive batch of the non-contrastive family: ``views[p] = [f(s_a), g(s_b)]`` for
     every pair ``p = (a, b)`` of neighbouring sentences of the batch (raw embeddings: the losses
     normalise or standardise as their papers do), ``keys`` the same from ``key_encoder`` (no
     gradient). Selecting the pairs reads the pair count on the host (one ``nonzero`` a step);
-    the text domain's step stays eager (``variable_shapes``)."""
+    the text domain's step stays eager (``variable_shapes``). ``directions='both'``: the
+    forward pairs, then the same pairs reversed (``[f(s_b), g(s_a)]``)."""
+    if directions not in PAIR_DIRECTIONS:
+        raise ValueError(f"directions must be one of {', '.join(PAIR_DIRECTIONS)}, got {directions!r}")
     for key in ("x", "book", "position"):
         if key not in batch:
             raise ValueError(f"batch must hold {key!r} (got keys {sorted(batch)})")
     forward = torch.triu(neighbour_mask(batch["book"], batch["position"], window))
     a, b = forward.nonzero(as_tuple=True)
+    if directions == "both":
+        a, b = torch.cat([a, b]), torch.cat([b, a])
     if a.numel() < 2:
         raise ValueError(
             f"a batch of {batch['x'].shape[0]} sentences holds {a.numel()} neighbouring pairs; the objective needs "

@@ -61,6 +61,15 @@ def test_neighbour_pairs_are_f_of_a_sentence_and_g_of_its_next_neighbour():
     lonely = {k: t[:1] for k, t in batch.items()}
     with pytest.raises(ValueError, match="neighbouring pairs"):
         neighbour_pair_batch(lonely, enc)
+    # both orders: the forward pairs, then each reversed (f of the later sentence, g of the earlier)
+    both = neighbour_pair_batch(batch, enc, key_encoder=enc, window=1, directions="both")
+    assert both.views.shape[0] == 2 * len(pairs)
+    for p, (a, b) in enumerate(pairs + [(b, a) for a, b in pairs]):
+        torch.testing.assert_close(both.views[p, 0], u[a])
+        torch.testing.assert_close(both.views[p, 1], v[b])
+    torch.testing.assert_close(both.keys, both.views.detach())
+    with pytest.raises(ValueError, match="directions must be one of forward, both, got 'backward'"):
+        neighbour_pair_batch(batch, enc, directions="backward")
 
 
 @pytest.mark.parametrize("method", FAMILY)
@@ -125,3 +134,25 @@ def test_text_refuses_a_loss_that_needs_labels():
         domain.contrastive_batch(batch, _TinyPair(tok.vocab_size), None, {"views", "labels"}, 2, 0)
     with pytest.raises(ValueError, match="labels"):
         domain.contrastive_batch(batch, _TinyPair(tok.vocab_size), None, {"views", "labels", "pairs"}, 2, 0)
+
+
+def test_recipe_pairs_both_reaches_the_batch_with_every_pair_reversed(data_workdir):
+    """``data.pairs: both`` through the domain: twice the forward pairs, the second half the first
+    reversed; a value other than forward / both is a recipe error naming the key."""
+    from domains.text import TextDomain
+
+    batches = {}
+    for pairs in ("forward", "both"):
+        r = load_recipe(
+            ROOT / "recipes/text/cpu/qt_bow_books_vicreg.yaml", [*TINY, f"data.pairs={pairs}"], installed.get
+        )
+        domain = TextDomain(r)
+        batch = next(iter(domain.build_data(r).train))
+        torch.manual_seed(0)
+        enc = domain.build_encoder(r)
+        batches[pairs] = domain.contrastive_batch(batch, enc, None, {"views", "pairs"}, 2, 0)
+    n = batches["forward"].views.shape[0]
+    assert n >= 2 and batches["both"].views.shape[0] == 2 * n
+    torch.testing.assert_close(batches["both"].views[:n], batches["forward"].views)
+    with pytest.raises(Exception, match="data.pairs"):
+        load_recipe(ROOT / "recipes/text/cpu/qt_bow_books_vicreg.yaml", [*TINY, "data.pairs=backward"], installed.get)
